@@ -1,0 +1,361 @@
+//! The offline commands: `validate`, `resolve` and `crds` (API.md section 6). They read manifests
+//! from files and call the same pure functions the webhook and the controllers call.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use clap::{Parser, Subcommand, ValueEnum};
+use kube::CustomResourceExt;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::api::{Capabilities, Explanation, LeasePolicy, SandboxLease, SandboxProvider, SecretKeyRef};
+use crate::contract::{self, SecretLookup, Verified};
+use crate::validation::{self, Options, Verdict};
+
+#[derive(Debug, Parser)]
+#[command(name = "sandcap", version, about = "Admission webhook and operator for sandbox-provider capabilities")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print what the cluster would answer for every object in the files, offline.
+    Validate(ValidateArgs),
+    /// Print the capability resolution the controller would write.
+    Resolve(ResolveArgs),
+    /// Print the CustomResourceDefinitions (the YAML that crds/ holds).
+    Crds,
+}
+
+#[derive(Debug, Clone, Copy, Default, ValueEnum)]
+pub enum Output {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, Default, ValueEnum)]
+pub enum TableOutput {
+    #[default]
+    Table,
+    Json,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ValidateArgs {
+    /// YAML or JSON files; multi-document and `kind: List` files are read object by object.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: Output,
+    /// Judge as an operator started with --allow-worker-urls would.
+    #[arg(long, env = "SANDCAP_ALLOW_WORKER_URLS")]
+    pub allow_worker_urls: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ResolveArgs {
+    /// The SandboxProvider manifest.
+    #[arg(long)]
+    pub provider: PathBuf,
+    /// Resolve only this driver (default: the lease's driver, or every driver).
+    #[arg(long)]
+    pub driver: Option<String>,
+    /// A SandboxLease manifest: resolve at lease level, with every narrowing.
+    #[arg(long)]
+    pub lease: Option<PathBuf>,
+    /// Secret manifests for the lease's configFrom; a Secret not given is a missing Secret.
+    #[arg(long = "secret")]
+    pub secrets: Vec<PathBuf>,
+    /// The worker's verified methods (default: the provider file's status.worker.supportedMethods).
+    #[arg(long, value_delimiter = ',')]
+    pub worker_methods: Option<Vec<String>>,
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: TableOutput,
+}
+
+/// A failure of the command itself (as opposed to a denial): one line, naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("{path}: cannot read: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("{path}: {kind}/{name}: {message}")]
+    Object { path: String, kind: String, name: String, message: String },
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// Runs an offline command, writing to `out`. Returns the process exit code.
+pub fn run(cli: Cli, out: &mut dyn Write) -> Result<i32, CliError> {
+    match cli.command {
+        Command::Validate(args) => validate(&args, out),
+        Command::Resolve(args) => resolve(&args, out),
+        Command::Crds => {
+            let _ = out.write_all(crds_yaml().as_bytes());
+            Ok(0)
+        }
+    }
+}
+
+/// Both CRDs as one multi-document YAML stream; `crds/` holds exactly this.
+pub fn crds_yaml() -> String {
+    [SandboxProvider::crd(), SandboxLease::crd()]
+        .iter()
+        .map(|crd| serde_yaml_ng::to_string(crd).expect("CRDs serialize"))
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// Reads every object in a YAML or JSON file (multi-document; `kind: List` items expanded).
+pub fn load_objects(path: &Path) -> Result<Vec<Value>, CliError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| CliError::Read { path: shown.clone(), source })?;
+    let mut objects = Vec::new();
+    for (i, doc) in serde_yaml_ng::Deserializer::from_str(&text).enumerate() {
+        let value = <Value as serde::Deserialize>::deserialize(doc).map_err(|e| CliError::Parse {
+            path: shown.clone(),
+            message: format!("document {}: not valid YAML or JSON: {e}", i + 1),
+        })?;
+        match value {
+            Value::Null => {}
+            Value::Object(ref map) if map.get("kind").and_then(Value::as_str) == Some("List") => {
+                match map.get("items") {
+                    Some(Value::Array(items)) => objects.extend(items.iter().cloned()),
+                    _ => {
+                        return Err(CliError::Parse {
+                            path: shown,
+                            message: format!("document {}: a List without an items array", i + 1),
+                        });
+                    }
+                }
+            }
+            Value::Object(_) => objects.push(value),
+            other => {
+                return Err(CliError::Parse {
+                    path: shown,
+                    message: format!("document {}: expected a Kubernetes object, got {}", i + 1, kind_of(&other)),
+                });
+            }
+        }
+    }
+    Ok(objects)
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Array(_) => "a list",
+        Value::String(_) => "a string",
+        Value::Number(_) => "a number",
+        Value::Bool(_) => "a boolean",
+        _ => "something else",
+    }
+}
+
+#[derive(Serialize)]
+struct ValidateRecord {
+    kind: String,
+    name: String,
+    allowed: bool,
+    message: String,
+    warnings: Vec<String>,
+}
+
+fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
+    let options = Options { allow_worker_urls: args.allow_worker_urls };
+    let mut records = Vec::new();
+    for path in &args.files {
+        for object in load_objects(path)? {
+            let (kind, name) = validation::identify(&object);
+            if validation::Kind::from_kind(&kind).is_none() {
+                return Err(CliError::Object {
+                    path: path.display().to_string(),
+                    kind,
+                    name,
+                    message: "unknown kind: sandcap validates SandboxProvider and SandboxLease".into(),
+                });
+            }
+            let verdict = validation::review(&object, None, &options);
+            records.push(ValidateRecord {
+                kind,
+                name,
+                allowed: verdict.allowed(),
+                message: verdict.message(),
+                warnings: verdict.warnings,
+            });
+        }
+    }
+    let denied = records.iter().any(|r| !r.allowed);
+    let _ = match args.output {
+        Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&records).expect("records serialize")),
+        Output::Text => records.iter().try_for_each(|r| {
+            if r.allowed {
+                writeln!(out, "ALLOWED {}/{}", r.kind, r.name)?;
+            } else {
+                writeln!(out, "DENIED {}/{}: {}", r.kind, r.name, r.message)?;
+            }
+            r.warnings.iter().try_for_each(|w| writeln!(out, "WARNING {}/{}: {w}", r.kind, r.name))
+        }),
+    };
+    Ok(i32::from(denied))
+}
+
+/// One driver's resolution, in the JSON shape API.md section 6 gives.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResolveRecord {
+    driver_key: String,
+    effective_policy: LeasePolicy,
+    capabilities: Capabilities,
+    explanations: Vec<Explanation>,
+}
+
+fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, CliError> {
+    let provider: SandboxProvider = load_one(&args.provider, validation::Kind::SandboxProvider)?;
+    let verified = match &args.worker_methods {
+        Some(methods) => Verified::methods(methods.iter().map(|m| m.trim()).filter(|m| !m.is_empty())),
+        None => contract::verified_from_status(&provider),
+    };
+    let records = match &args.lease {
+        Some(lease_path) => {
+            let lease: SandboxLease = load_one(lease_path, validation::Kind::SandboxLease)?;
+            if let Some(driver) = &args.driver
+                && *driver != lease.spec.provider_ref.driver_key
+            {
+                return Err(CliError::Usage(format!(
+                    "--driver {driver} does not match the lease's providerRef.driverKey {}",
+                    lease.spec.provider_ref.driver_key
+                )));
+            }
+            let secrets = load_secrets(&args.secrets)?;
+            // The lease names its provider: a file for another provider means that provider is absent.
+            let provider = (provider.metadata.name == Some(lease.spec.provider_ref.name.clone())).then_some(&provider);
+            let r = contract::resolve_lease(&lease, provider, &verified, |r| secrets.lookup(r));
+            vec![ResolveRecord {
+                driver_key: r.driver_key,
+                effective_policy: r.effective_policy,
+                capabilities: r.resolution.capabilities,
+                explanations: r.resolution.explanations,
+            }]
+        }
+        None => {
+            let drivers: Vec<_> = provider
+                .spec
+                .environment_drivers
+                .iter()
+                .filter(|d| args.driver.as_ref().is_none_or(|k| *k == d.driver_key))
+                .collect();
+            if drivers.is_empty() {
+                return Err(CliError::Usage(format!(
+                    "{}: the provider declares no driver {}",
+                    args.provider.display(),
+                    args.driver.as_deref().unwrap_or("at all")
+                )));
+            }
+            drivers
+                .into_iter()
+                .map(|d| {
+                    let r = contract::resolve_driver(&verified, d);
+                    let policy = contract::effective_policy(LeasePolicy::ReuseByEnvironment, &r);
+                    ResolveRecord {
+                        driver_key: d.driver_key.clone(),
+                        effective_policy: policy,
+                        capabilities: r.capabilities,
+                        explanations: r.explanations,
+                    }
+                })
+                .collect()
+        }
+    };
+    let _ = match args.output {
+        TableOutput::Json if records.len() == 1 => {
+            writeln!(out, "{}", serde_json::to_string_pretty(&records[0]).expect("serializes"))
+        }
+        TableOutput::Json => writeln!(out, "{}", serde_json::to_string_pretty(&records).expect("serializes")),
+        TableOutput::Table => records.iter().try_for_each(|r| write_table(out, r)),
+    };
+    Ok(0)
+}
+
+fn write_table(out: &mut dyn Write, r: &ResolveRecord) -> std::io::Result<()> {
+    writeln!(out, "DRIVER {}  EFFECTIVE POLICY {}", r.driver_key, r.effective_policy.as_str())?;
+    writeln!(out, "{:<28} {:<8} {:<36} MESSAGE", "CAPABILITY", "GRANTED", "REASON")?;
+    for e in &r.explanations {
+        writeln!(out, "{:<28} {:<8} {:<36} {}", e.capability.key(), e.granted, e.reason.as_str(), e.message)?;
+    }
+    Ok(())
+}
+
+/// Loads exactly one object of `kind`, refusing one the webhook would deny.
+fn load_one<T: serde::de::DeserializeOwned>(path: &Path, kind: validation::Kind) -> Result<T, CliError> {
+    let shown = path.display().to_string();
+    let mut objects = load_objects(path)?;
+    if objects.len() != 1 {
+        return Err(CliError::Parse { path: shown, message: format!("expected one {kind}, found {} objects", objects.len()) });
+    }
+    let object = objects.remove(0);
+    let (found, name) = validation::identify(&object);
+    if found != kind.as_str() {
+        return Err(CliError::Object { path: shown, kind: found, name, message: format!("expected a {kind}") });
+    }
+    let verdict: Verdict = validation::review(&object, None, &Options { allow_worker_urls: true });
+    if !verdict.allowed() {
+        return Err(CliError::Object { path: shown, kind: found, name, message: format!("denied: {}", verdict.message()) });
+    }
+    serde_json::from_value(object).map_err(|e| CliError::Object { path: shown, kind: found, name, message: e.to_string() })
+}
+
+/// Secrets given with `--secret`, by name.
+struct Secrets(BTreeMap<String, BTreeMap<String, Vec<u8>>>);
+
+impl Secrets {
+    fn lookup(&self, r: &SecretKeyRef) -> SecretLookup {
+        match self.0.get(&r.name) {
+            None => SecretLookup::MissingSecret,
+            Some(data) => data.get(&r.key).map_or(SecretLookup::MissingKey, |v| SecretLookup::Found(v.clone())),
+        }
+    }
+}
+
+fn load_secrets(paths: &[PathBuf]) -> Result<Secrets, CliError> {
+    let mut secrets = BTreeMap::new();
+    for path in paths {
+        for object in load_objects(path)? {
+            let (kind, name) = validation::identify(&object);
+            let err = |message: String| CliError::Object {
+                path: path.display().to_string(),
+                kind: kind.clone(),
+                name: name.clone(),
+                message,
+            };
+            if kind != "Secret" {
+                return Err(err("expected a Secret".into()));
+            }
+            let mut data = BTreeMap::new();
+            if let Some(map) = object.get("data").and_then(Value::as_object) {
+                for (key, value) in map {
+                    let encoded = value.as_str().ok_or_else(|| err(format!("data.{key} is not a string")))?;
+                    let bytes = base64::engine::general_purpose::STANDARD
+                        .decode(encoded)
+                        .map_err(|_| err(format!("data.{key} is not valid base64")))?;
+                    data.insert(key.clone(), bytes);
+                }
+            }
+            // stringData wins over data, as the apiserver merges them.
+            if let Some(map) = object.get("stringData").and_then(Value::as_object) {
+                for (key, value) in map {
+                    let text = value.as_str().ok_or_else(|| err(format!("stringData.{key} is not a string")))?;
+                    data.insert(key.clone(), text.as_bytes().to_vec());
+                }
+            }
+            secrets.insert(name, data);
+        }
+    }
+    Ok(Secrets(secrets))
+}

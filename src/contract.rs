@@ -1,0 +1,550 @@
+//! The capability contract: `effective = verified ∩ declared ∩ narrowing` (API.md section 1).
+//!
+//! Pure functions only. The webhook, the controllers and `sandcap resolve` all call these, so there
+//! is exactly one place where a capability is granted or removed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::api::{
+    Capabilities, DeclaredCapabilities, DriverDeclaration, Explanation, LeasePolicy, Pinned,
+    SandboxLease, SandboxProvider, SecretKeyRef,
+};
+
+pub const METHOD_RESUME_LEASE: &str = "environmentResumeLease";
+pub const METHOD_RELEASE_LEASE: &str = "environmentReleaseLease";
+pub const METHOD_DESTROY_LEASE: &str = "environmentDestroyLease";
+pub const METHOD_SYNC_IN: &str = "environmentSyncIn";
+pub const METHOD_SYNC_OUT: &str = "environmentSyncOut";
+pub const METHOD_EXECUTE: &str = "environmentExecute";
+
+/// Keys that were once part of the contract; the webhook names them when it rejects them.
+pub const REMOVED_KEYS: [&str; 2] = ["concurrentSyncAndExec", "concurrentSyncOperations"];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Capability {
+    ReusableLeases,
+    NativeSyncIn,
+    NativeSyncOut,
+    PersistentProcessSessions,
+    IndependentControlCommands,
+    IncrementalSessionOutput,
+}
+
+impl Capability {
+    pub const ALL: [Capability; 6] = [
+        Capability::ReusableLeases,
+        Capability::NativeSyncIn,
+        Capability::NativeSyncOut,
+        Capability::PersistentProcessSessions,
+        Capability::IndependentControlCommands,
+        Capability::IncrementalSessionOutput,
+    ];
+
+    pub fn key(self) -> &'static str {
+        match self {
+            Capability::ReusableLeases => "reusableLeases",
+            Capability::NativeSyncIn => "nativeSyncIn",
+            Capability::NativeSyncOut => "nativeSyncOut",
+            Capability::PersistentProcessSessions => "persistentProcessSessions",
+            Capability::IndependentControlCommands => "independentControlCommands",
+            Capability::IncrementalSessionOutput => "incrementalSessionOutput",
+        }
+    }
+
+    pub fn from_key(key: &str) -> Option<Capability> {
+        Capability::ALL.into_iter().find(|c| c.key() == key)
+    }
+
+    /// Every one of these methods must be verified by the worker.
+    pub fn required_methods(self) -> &'static [&'static str] {
+        match self {
+            Capability::ReusableLeases => &[METHOD_RESUME_LEASE, METHOD_RELEASE_LEASE, METHOD_DESTROY_LEASE],
+            Capability::NativeSyncIn | Capability::NativeSyncOut => &[METHOD_SYNC_IN, METHOD_SYNC_OUT],
+            Capability::PersistentProcessSessions
+            | Capability::IndependentControlCommands
+            | Capability::IncrementalSessionOutput => &[METHOD_EXECUTE],
+        }
+    }
+
+    /// Opt-in keys are off unless the declaration says `true`; the others follow the worker.
+    pub fn opt_in(self) -> bool {
+        matches!(self, Capability::ReusableLeases | Capability::IncrementalSessionOutput)
+    }
+
+    fn is_sync(self) -> bool {
+        matches!(self, Capability::NativeSyncIn | Capability::NativeSyncOut)
+    }
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.key())
+    }
+}
+
+/// The gates, in the order API.md section 3 checks them. `Granted` means none removed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum Reason {
+    PluginIdentityFailed,
+    WorkerNotVerified,
+    MissingWorkerMethods,
+    DeclaredFalse,
+    NotOptedIn,
+    NarrowedByLeasePolicy,
+    NarrowedByJobBackend,
+    NarrowedByNativeFileSyncUnsupported,
+    NarrowedByConfigResolution,
+    Granted,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::PluginIdentityFailed => "PluginIdentityFailed",
+            Reason::WorkerNotVerified => "WorkerNotVerified",
+            Reason::MissingWorkerMethods => "MissingWorkerMethods",
+            Reason::DeclaredFalse => "DeclaredFalse",
+            Reason::NotOptedIn => "NotOptedIn",
+            Reason::NarrowedByLeasePolicy => "NarrowedByLeasePolicy",
+            Reason::NarrowedByJobBackend => "NarrowedByJobBackend",
+            Reason::NarrowedByNativeFileSyncUnsupported => "NarrowedByNativeFileSyncUnsupported",
+            Reason::NarrowedByConfigResolution => "NarrowedByConfigResolution",
+            Reason::Granted => "Granted",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the live worker verified: `None` when the probe failed or never ran.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Verified(Option<BTreeSet<String>>);
+
+impl Verified {
+    pub fn nothing() -> Self {
+        Verified(None)
+    }
+
+    /// An empty list verifies nothing, exactly like a failed probe.
+    pub fn methods<I, S>(methods: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let set: BTreeSet<String> = methods.into_iter().map(Into::into).collect();
+        Verified(if set.is_empty() { None } else { Some(set) })
+    }
+
+    pub fn has(&self, method: &str) -> bool {
+        self.0.as_ref().is_some_and(|s| s.contains(method))
+    }
+
+    pub fn is_nothing(&self) -> bool {
+        self.0.is_none()
+    }
+}
+
+/// A driver's declaration as the host reads it: per key `Some(bool)` or omitted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Declared([Option<bool>; 6]);
+
+impl Declared {
+    /// Folds the legacy `supportsReusableLeases` in when the nested key is absent.
+    pub fn from_driver(driver: &DriverDeclaration) -> Self {
+        let nested = driver.sandbox_capabilities.clone().unwrap_or_default();
+        let mut declared = Declared::default();
+        for cap in Capability::ALL {
+            declared.0[cap as usize] = nested.get(cap);
+        }
+        if declared.get(Capability::ReusableLeases).is_none() {
+            declared.0[Capability::ReusableLeases as usize] = driver.supports_reusable_leases;
+        }
+        declared
+    }
+
+    pub fn from_capabilities(caps: &DeclaredCapabilities) -> Self {
+        let mut declared = Declared::default();
+        for cap in Capability::ALL {
+            declared.0[cap as usize] = caps.get(cap);
+        }
+        declared
+    }
+
+    pub fn get(&self, cap: Capability) -> Option<bool> {
+        self.0[cap as usize]
+    }
+
+    /// Whether the declaration allows the capability (before the worker is asked).
+    pub fn allows(&self, cap: Capability) -> bool {
+        self.get(cap).unwrap_or(!cap.opt_in())
+    }
+
+    /// The present keys, as `status.drivers[].declared` shows them.
+    pub fn present(&self) -> BTreeMap<String, bool> {
+        Capability::ALL
+            .into_iter()
+            .filter_map(|c| self.get(c).map(|v| (c.key().to_string(), v)))
+            .collect()
+    }
+}
+
+/// Everything about one lease that can only remove capabilities. Each failure carries the message
+/// the explanation shows (never a secret value).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Narrowing {
+    pub identity_failure: Option<String>,
+    /// The lease's requested policy; `None` at provider level (nothing narrowed).
+    pub policy: Option<LeasePolicy>,
+    pub job_backend: Option<String>,
+    pub native_file_sync_unsupported: bool,
+    pub config_failure: Option<String>,
+}
+
+/// One driver's resolved capabilities with an explanation for each.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Resolution {
+    pub capabilities: Capabilities,
+    pub explanations: Vec<Explanation>,
+}
+
+impl Resolution {
+    pub fn is_granted(&self, cap: Capability) -> bool {
+        self.capabilities.get(cap)
+    }
+}
+
+/// Resolves every capability through the gates in the order API.md section 3 lists them.
+pub fn resolve(verified: &Verified, declared: &Declared, narrowing: &Narrowing) -> Resolution {
+    let mut capabilities = Capabilities::default();
+    let explanations = Capability::ALL
+        .into_iter()
+        .map(|cap| {
+            let (reason, message) = first_gate(cap, verified, declared, narrowing);
+            let granted = reason == Reason::Granted;
+            capabilities.set(cap, granted);
+            Explanation { capability: cap, granted, reason, message }
+        })
+        .collect();
+    Resolution { capabilities, explanations }
+}
+
+fn first_gate(cap: Capability, verified: &Verified, declared: &Declared, narrowing: &Narrowing) -> (Reason, String) {
+    if let Some(why) = &narrowing.identity_failure {
+        return (Reason::PluginIdentityFailed, why.clone());
+    }
+    if verified.is_nothing() {
+        return (
+            Reason::WorkerNotVerified,
+            "the worker verified no methods (probe failed, answered ok: false, or listed none)".into(),
+        );
+    }
+    let missing: Vec<&str> = cap.required_methods().iter().copied().filter(|m| !verified.has(m)).collect();
+    if !missing.is_empty() {
+        let message = if cap.is_sync() && missing.len() == 1 {
+            let present = if missing[0] == METHOD_SYNC_IN { METHOD_SYNC_OUT } else { METHOD_SYNC_IN };
+            format!(
+                "the worker advertises {present} but not {}; the host uses the sync methods only as a pair",
+                missing[0]
+            )
+        } else {
+            format!("the worker does not advertise {}", missing.join(", "))
+        };
+        return (Reason::MissingWorkerMethods, message);
+    }
+    match declared.get(cap) {
+        Some(false) => return (Reason::DeclaredFalse, format!("the driver declares {cap}: false")),
+        None if cap.opt_in() => {
+            return (Reason::NotOptedIn, format!("{cap} is opt-in and the driver does not declare it true"));
+        }
+        _ => {}
+    }
+    if cap == Capability::ReusableLeases
+        && let Some(policy) = narrowing.policy
+        && policy != LeasePolicy::ReuseByEnvironment
+    {
+        return (
+            Reason::NarrowedByLeasePolicy,
+            format!("the lease policy is {}, not ReuseByEnvironment", policy.as_str()),
+        );
+    }
+    if cap.is_sync() {
+        if let Some(why) = &narrowing.job_backend {
+            return (Reason::NarrowedByJobBackend, why.clone());
+        }
+        if narrowing.native_file_sync_unsupported {
+            return (
+                Reason::NarrowedByNativeFileSyncUnsupported,
+                "the lease sets nativeFileSyncUnsupported: true".into(),
+            );
+        }
+    }
+    if matches!(cap, Capability::PersistentProcessSessions | Capability::IncrementalSessionOutput)
+        && let Some(why) = &narrowing.config_failure
+    {
+        return (Reason::NarrowedByConfigResolution, why.clone());
+    }
+    let message = if declared.get(cap) == Some(true) {
+        format!("declared true and the worker verified {}", cap.required_methods().join(", "))
+    } else {
+        format!("the driver defers to the worker, which verified {}", cap.required_methods().join(", "))
+    };
+    (Reason::Granted, message)
+}
+
+/// Provider-level resolution of one driver: verified ∩ declared. A driver that is not
+/// `kind: sandbox_provider` is never read as a sandbox provider, so nothing is granted.
+pub fn resolve_driver(verified: &Verified, driver: &DriverDeclaration) -> Resolution {
+    let narrowing = Narrowing { identity_failure: driver_kind_failure(driver), ..Narrowing::default() };
+    resolve(verified, &Declared::from_driver(driver), &narrowing)
+}
+
+fn driver_kind_failure(driver: &DriverDeclaration) -> Option<String> {
+    (!driver.is_sandbox_provider()).then(|| {
+        format!(
+            "driver {} is declared with kind {}, not sandbox_provider; its capabilities are never read",
+            driver.driver_key,
+            driver.kind.as_deref().unwrap_or("(omitted)")
+        )
+    })
+}
+
+/// The policy a lease actually gets: reuse only when the provider is eligible for it.
+pub fn effective_policy(requested: LeasePolicy, provider_level: &Resolution) -> LeasePolicy {
+    if requested == LeasePolicy::ReuseByEnvironment && provider_level.is_granted(Capability::ReusableLeases) {
+        LeasePolicy::ReuseByEnvironment
+    } else {
+        LeasePolicy::Ephemeral
+    }
+}
+
+/// The identity a lease pins on its first resolution.
+pub fn pin_for(provider: &SandboxProvider, driver_key: &str) -> Option<Pinned> {
+    Some(Pinned {
+        provider_uid: provider.metadata.uid.clone()?,
+        plugin_key: provider.spec.plugin_key.clone(),
+        driver_key: driver_key.to_string(),
+    })
+}
+
+/// Checks the exact-plugin identity of a lease against the provider as it is now.
+/// Returns the driver on success, or the reason every capability must be off.
+pub fn check_identity<'p>(
+    lease: &SandboxLease,
+    provider: Option<&'p SandboxProvider>,
+) -> Result<&'p DriverDeclaration, String> {
+    let wanted = &lease.spec.provider_ref;
+    let pinned = lease.status.as_ref().and_then(|s| s.pinned.as_ref());
+    let Some(provider) = provider else {
+        return Err(match pinned {
+            Some(p) => format!("pinned provider {} (uid {}) no longer exists", wanted.name, p.provider_uid),
+            None => format!("provider {} does not exist (yet); the lease is not pinned", wanted.name),
+        });
+    };
+    if let Some(p) = pinned {
+        let uid = provider.metadata.uid.as_deref().unwrap_or("");
+        if p.provider_uid != uid {
+            return Err(format!(
+                "provider {} was re-created: pinned uid {}, found uid {}",
+                wanted.name,
+                p.provider_uid,
+                if uid.is_empty() { "(none)" } else { uid }
+            ));
+        }
+        if p.plugin_key != provider.spec.plugin_key {
+            return Err(format!(
+                "provider {} now has pluginKey {}, pinned {}",
+                wanted.name, provider.spec.plugin_key, p.plugin_key
+            ));
+        }
+        if p.driver_key != wanted.driver_key {
+            return Err(format!("lease pinned driver {} but now asks for {}", p.driver_key, wanted.driver_key));
+        }
+    }
+    let Some(driver) = provider.spec.environment_drivers.iter().find(|d| d.driver_key == wanted.driver_key)
+    else {
+        return Err(format!("provider {} does not declare driver {}", wanted.name, wanted.driver_key));
+    };
+    driver_kind_failure(driver).map_or(Ok(driver), Err)
+}
+
+/// Why a lease is Job-backed, if it is.
+pub fn job_backend(lease: &SandboxLease) -> Option<String> {
+    if lease.spec.backend.as_deref() == Some("job") {
+        return Some("the lease is Job-backed (spec.backend: job)".into());
+    }
+    lease
+        .spec
+        .workload_ref
+        .as_ref()
+        .filter(|w| w.is_batch_job())
+        .map(|w| format!("the lease is Job-backed (spec.workloadRef is batch/v1 Job {})", w.name))
+}
+
+/// What a `configFrom` Secret lookup found. `Unreadable` carries a reason safe to show.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretLookup {
+    Found(Vec<u8>),
+    MissingSecret,
+    MissingKey,
+    Unreadable(String),
+}
+
+/// Resolves a lease's config: `config` (or `{}`), each `configFrom` object merged over it in
+/// order, then checked against the driver's `configSchema`. The error never includes a value.
+pub fn resolve_config(
+    lease: &SandboxLease,
+    driver: &DriverDeclaration,
+    secret: impl Fn(&SecretKeyRef) -> SecretLookup,
+) -> Result<Value, String> {
+    let mut config = match &lease.spec.config {
+        None => Value::Object(Default::default()),
+        Some(v @ Value::Object(_)) => v.clone(),
+        Some(_) => return Err("spec.config is not a JSON object".into()),
+    };
+    for source in &lease.spec.config_from {
+        let r = &source.secret_key_ref;
+        let bytes = match secret(r) {
+            SecretLookup::Found(bytes) => bytes,
+            SecretLookup::MissingSecret => return Err(format!("configFrom Secret {} does not exist", r.name)),
+            SecretLookup::MissingKey => {
+                return Err(format!("configFrom Secret {} has no key {}", r.name, r.key));
+            }
+            SecretLookup::Unreadable(why) => {
+                return Err(format!("configFrom Secret {} key {} could not be read: {why}", r.name, r.key));
+            }
+        };
+        // serde_json's error text can quote the input, so only its position is reported.
+        let overlay: Value = serde_json::from_slice(&bytes).map_err(|e| {
+            format!(
+                "configFrom Secret {} key {} is not valid JSON (line {}, column {})",
+                r.name,
+                r.key,
+                e.line(),
+                e.column()
+            )
+        })?;
+        let Value::Object(_) = overlay else {
+            return Err(format!("configFrom Secret {} key {} does not hold a JSON object", r.name, r.key));
+        };
+        merge(&mut config, overlay);
+    }
+    if let Some(schema) = &driver.config_schema {
+        check_config(schema, &config)?;
+    }
+    Ok(config)
+}
+
+/// Recursive merge: objects merge key by key, anything else replaces.
+fn merge(base: &mut Value, overlay: Value) {
+    match (base, overlay) {
+        (Value::Object(base), Value::Object(overlay)) => {
+            for (k, v) in overlay {
+                merge(base.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (base, overlay) => *base = overlay,
+    }
+}
+
+/// Compiles a `configSchema` with the same validator crate the webhook uses to accept it.
+pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
+    jsonschema::options().build(schema).map_err(|e| e.to_string())
+}
+
+fn check_config(schema: &Value, config: &Value) -> Result<(), String> {
+    let validator = compile_schema(schema).map_err(|e| format!("the driver's configSchema does not compile: {e}"))?;
+    // Report where and which keyword failed, never the offending value (it may be a secret).
+    let problems: Vec<String> = validator
+        .iter_errors(config)
+        .take(5)
+        .map(|e| {
+            let at = e.instance_path().to_string();
+            let keyword = e.schema_path().to_string();
+            let keyword = keyword.rsplit('/').next().unwrap_or_default().to_string();
+            format!("{} ({keyword})", if at.is_empty() { "/".to_string() } else { at })
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("the resolved config fails the driver's configSchema at {}", problems.join(", ")))
+    }
+}
+
+/// Everything the lease controller and `sandcap resolve --lease` decide for one lease.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LeaseResolution {
+    pub driver_key: String,
+    pub effective_policy: LeasePolicy,
+    pub resolution: Resolution,
+    /// Set when the identity check passed and the lease had not been pinned yet.
+    pub pin: Option<Pinned>,
+    pub identity: Result<(), String>,
+    /// `None` when config was not resolved because the identity check failed.
+    pub config: Option<Result<(), String>>,
+}
+
+/// Resolves a lease against its provider (if it exists) and the provider's verified methods.
+pub fn resolve_lease(
+    lease: &SandboxLease,
+    provider: Option<&SandboxProvider>,
+    verified: &Verified,
+    secret: impl Fn(&SecretKeyRef) -> SecretLookup,
+) -> LeaseResolution {
+    let requested = lease.spec.policy();
+    let driver_key = lease.spec.provider_ref.driver_key.clone();
+    let driver = match check_identity(lease, provider) {
+        Ok(driver) => driver,
+        Err(why) => {
+            let narrowing = Narrowing { identity_failure: Some(why.clone()), ..Narrowing::default() };
+            return LeaseResolution {
+                driver_key,
+                effective_policy: LeasePolicy::Ephemeral,
+                resolution: resolve(verified, &Declared::default(), &narrowing),
+                pin: None,
+                identity: Err(why),
+                config: None,
+            };
+        }
+    };
+    let provider = provider.expect("identity check passed, so the provider exists");
+    let declared = Declared::from_driver(driver);
+    let provider_level = resolve(verified, &declared, &Narrowing::default());
+    let config = resolve_config(lease, driver, secret).map(|_| ());
+    let narrowing = Narrowing {
+        identity_failure: None,
+        policy: Some(requested),
+        job_backend: job_backend(lease),
+        native_file_sync_unsupported: lease.spec.native_file_sync_unsupported.unwrap_or(false),
+        config_failure: config.clone().err(),
+    };
+    let already_pinned = lease.status.as_ref().is_some_and(|s| s.pinned.is_some());
+    LeaseResolution {
+        driver_key,
+        effective_policy: effective_policy(requested, &provider_level),
+        resolution: resolve(verified, &declared, &narrowing),
+        pin: if already_pinned { None } else { pin_for(provider, &lease.spec.provider_ref.driver_key) },
+        identity: Ok(()),
+        config: Some(config),
+    }
+}
+
+/// The methods a provider's status says its worker verified (what `resolve` and the lease
+/// controller use when they do not probe themselves).
+pub fn verified_from_status(provider: &SandboxProvider) -> Verified {
+    match provider.status.as_ref().and_then(|s| s.worker.as_ref()) {
+        Some(w) if w.probe == crate::api::ProbeResult::Succeeded => Verified::methods(w.supported_methods.iter().cloned()),
+        _ => Verified::nothing(),
+    }
+}

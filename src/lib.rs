@@ -1,0 +1,9 @@
+//! sandcap: admission webhook and operator for sandbox-provider plugin capabilities.
+//!
+//! The pure core is [`contract`] (capability resolution) and [`validation`] (admission rules);
+//! everything else is a thin shell that feeds them and writes their answers somewhere.
+
+pub mod api;
+pub mod cli;
+pub mod contract;
+pub mod validation;
