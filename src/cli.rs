@@ -104,13 +104,17 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<i32, CliError> {
     }
 }
 
-/// Both CRDs as one multi-document YAML stream; `crds/` holds exactly this.
+/// Both CRDs as one multi-document YAML stream, one file each in `crds/` (named so that
+/// `cat crds/*.yaml` gives back exactly this stream).
+pub fn crds() -> [(String, String); 2] {
+    [SandboxLease::crd(), SandboxProvider::crd()].map(|crd| {
+        let file = format!("{}.yaml", crd.metadata.name.as_deref().unwrap_or_default());
+        (file, format!("---\n{}", serde_yaml_ng::to_string(&crd).expect("CRDs serialize")))
+    })
+}
+
 pub fn crds_yaml() -> String {
-    [SandboxProvider::crd(), SandboxLease::crd()]
-        .iter()
-        .map(|crd| serde_yaml_ng::to_string(crd).expect("CRDs serialize"))
-        .collect::<Vec<_>>()
-        .join("---\n")
+    crds().into_iter().map(|(_, yaml)| yaml).collect()
 }
 
 /// Reads every object in a YAML or JSON file (multi-document; `kind: List` items expanded).
