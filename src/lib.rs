@@ -3,8 +3,11 @@
 //! The pure core is [`contract`] (capability resolution) and [`validation`] (admission rules);
 //! everything else is a thin shell that feeds them and writes their answers somewhere.
 
+pub mod admission;
 pub mod api;
 pub mod cli;
 pub mod metrics;
 pub mod contract;
+pub mod server;
+pub mod tls;
 pub mod validation;

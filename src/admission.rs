@@ -1,0 +1,370 @@
+//! The admission endpoint's pure core: bytes of an `admission.k8s.io/v1` AdmissionReview in, an
+//! HTTP status and the answering AdmissionReview out. No I/O, so the server, the fuzz target and
+//! the benchmark all call the same [`handle`], and every rule comes from [`validation::review`].
+//!
+//! The envelope is read field by field from a `serde_json::Value` rather than into typed structs:
+//! a malformed review then still gets its `uid` echoed and a message naming the bad field, and the
+//! object reaches [`validation::review`] untouched, whatever its shape.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::validation::{self, Kind, MAX_WARNING_LEN, Options};
+
+pub const API_VERSION: &str = "admission.k8s.io/v1";
+pub const KIND: &str = "AdmissionReview";
+const GROUP: &str = "sandcap.dev";
+
+/// The operation of a request, as a bounded set (it labels metrics).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    Create,
+    Update,
+    Delete,
+    Connect,
+}
+
+impl Operation {
+    fn parse(s: &str) -> Option<Operation> {
+        match s {
+            "CREATE" => Some(Operation::Create),
+            "UPDATE" => Some(Operation::Update),
+            "DELETE" => Some(Operation::Delete),
+            "CONNECT" => Some(Operation::Connect),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
+        }
+    }
+}
+
+/// How a review ended, for the metrics label `verdict`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Allowed,
+    Denied,
+    /// The body was not a usable AdmissionReview, or the object could not be read.
+    Invalid,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allowed => "allowed",
+            Verdict::Denied => "denied",
+            Verdict::Invalid => "invalid",
+        }
+    }
+}
+
+/// What the server needs besides the bytes: the answer's facts for tracing and metrics. Every
+/// string here comes from the request's envelope, never from the object's content.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    pub uid: String,
+    /// `SandboxProvider`, `SandboxLease`, or `None` for anything else (other kinds are allowed
+    /// unreviewed, and an unreadable review has no kind).
+    pub kind: Option<Kind>,
+    pub name: String,
+    pub operation: Option<Operation>,
+    pub dry_run: bool,
+    pub verdict: Option<Verdict>,
+    /// The denial message (already sent to the client; it names fields, not values of Secrets).
+    pub message: String,
+}
+
+impl Outcome {
+    pub fn allowed(&self) -> bool {
+        self.verdict == Some(Verdict::Allowed)
+    }
+
+    /// Metric label for the kind: the two sandcap kinds, or `other` (including unreadable reviews,
+    /// which the `invalid` verdict tells apart).
+    pub fn kind_label(&self) -> &'static str {
+        self.kind.map_or("other", Kind::as_str)
+    }
+
+    pub fn operation_label(&self) -> &'static str {
+        self.operation.map_or("unknown", Operation::as_str)
+    }
+}
+
+/// The HTTP answer: status code, JSON body, and the facts about it.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub body: Vec<u8>,
+    pub outcome: Outcome,
+}
+
+/// Decodes one AdmissionReview and answers it. Never panics: every malformed input is a 400 with
+/// an AdmissionReview body whose `status.message` says what was wrong.
+pub fn handle(body: &[u8], options: &Options) -> Answer {
+    let mut outcome = Outcome::default();
+    let response = match decode(body, &mut outcome) {
+        Ok(request) => answer(request, options, &mut outcome),
+        Err(message) => {
+            outcome.verdict = Some(Verdict::Invalid);
+            outcome.message = message.clone();
+            let response = Response::deny(&outcome.uid, Status::bad_request(message));
+            return finish(400, &response, outcome);
+        }
+    };
+    finish(200, &response, outcome)
+}
+
+fn finish(status: u16, response: &Response, outcome: Outcome) -> Answer {
+    let review = Review { api_version: API_VERSION, kind: KIND, response };
+    let body = serde_json::to_vec(&review).expect("a response of strings and booleans serializes");
+    Answer { status, body, outcome }
+}
+
+/// The parts of `request` the webhook reads.
+struct Request {
+    object: Option<Value>,
+    old_object: Option<Value>,
+}
+
+fn decode(body: &[u8], outcome: &mut Outcome) -> Result<Request, String> {
+    // serde_json refuses nesting deeper than 128 levels, so a hostile body cannot overflow the
+    // stack here, and every Value handed to the rules is at most that deep.
+    let review: Value = serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+    let Value::Object(mut review) = review else {
+        return Err(format!("the body is {}, not an {KIND} object", type_name(&review)));
+    };
+    match review.get("apiVersion").and_then(Value::as_str) {
+        Some(API_VERSION) => {}
+        Some(other) => return Err(format!("apiVersion: unsupported {other:?}, this webhook speaks {API_VERSION:?}")),
+        None => return Err(format!("apiVersion: required ({API_VERSION:?})")),
+    }
+    if review.get("kind").and_then(Value::as_str) != Some(KIND) {
+        return Err(format!("kind: must be {KIND:?}"));
+    }
+    let Some(Value::Object(mut request)) = review.remove("request") else {
+        return Err("request: required, an object".into());
+    };
+    outcome.uid = match request.get("uid") {
+        Some(Value::String(uid)) if !uid.is_empty() => uid.clone(),
+        _ => return Err("request.uid: required, a non-empty string".into()),
+    };
+    outcome.operation = Some(
+        request
+            .get("operation")
+            .and_then(Value::as_str)
+            .and_then(Operation::parse)
+            .ok_or("request.operation: must be CREATE, UPDATE, DELETE or CONNECT")?,
+    );
+    let kind = request.get("kind").and_then(Value::as_object).ok_or("request.kind: required, an object")?;
+    let (group, kind) = (string(kind, "group"), string(kind, "kind"));
+    let sub_resource = string(&request, "subResource");
+    // Subresources (status, scale) carry the controller's own writes, never a new declaration.
+    if group == GROUP && sub_resource.is_empty() {
+        outcome.kind = Kind::from_kind(kind);
+    }
+    outcome.name = string(&request, "name").to_string();
+    outcome.dry_run = request.get("dryRun").and_then(Value::as_bool).unwrap_or(false);
+    Ok(Request { object: take_object(&mut request, "object"), old_object: take_object(&mut request, "oldObject") })
+}
+
+fn answer(request: Request, options: &Options, outcome: &mut Outcome) -> Response {
+    let reviewed = matches!(outcome.operation, Some(Operation::Create | Operation::Update)) && outcome.kind.is_some();
+    if !reviewed {
+        outcome.verdict = Some(Verdict::Allowed);
+        return Response::allow(&outcome.uid, Vec::new());
+    }
+    let Some(object) = request.object.filter(Value::is_object) else {
+        let message = format!("request.object: required for {}, a JSON object", outcome.operation_label());
+        outcome.verdict = Some(Verdict::Invalid);
+        outcome.message = message.clone();
+        return Response::deny(&outcome.uid, Status::bad_request(message));
+    };
+    if outcome.name.is_empty() {
+        // CREATE with generateName has no request.name yet; the object's metadata says more.
+        outcome.name = validation::identify(&object).1;
+    }
+    let verdict = validation::review(&object, request.old_object.as_ref(), options);
+    let warnings = verdict.warnings.iter().map(|w| truncate_warning(w)).collect();
+    if verdict.allowed() {
+        outcome.verdict = Some(Verdict::Allowed);
+        Response::allow(&outcome.uid, warnings)
+    } else {
+        outcome.verdict = Some(Verdict::Denied);
+        outcome.message = verdict.message();
+        Response { warnings, ..Response::deny(&outcome.uid, Status::forbidden(outcome.message.clone())) }
+    }
+}
+
+/// The apiserver drops warnings of 120 characters or more; a longer one keeps its start (which
+/// names the field) and ends in an ellipsis, cut on a character boundary.
+pub fn truncate_warning(warning: &str) -> String {
+    const ELLIPSIS: &str = "...";
+    // Bytes bound characters from above, so counting bytes keeps every client's count in range.
+    if warning.len() < MAX_WARNING_LEN {
+        return warning.to_string();
+    }
+    let mut end = MAX_WARNING_LEN - 1 - ELLIPSIS.len();
+    while !warning.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{ELLIPSIS}", &warning[..end])
+}
+
+fn take_object(request: &mut Map<String, Value>, key: &str) -> Option<Value> {
+    request.remove(key).filter(|v| !v.is_null())
+}
+
+fn string<'a>(map: &'a Map<String, Value>, key: &str) -> &'a str {
+    map.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Review<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    response: &'a Response,
+}
+
+#[derive(Serialize)]
+struct Response {
+    uid: String,
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<Status>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
+}
+
+impl Response {
+    fn allow(uid: &str, warnings: Vec<String>) -> Response {
+        Response { uid: uid.to_string(), allowed: true, status: None, warnings }
+    }
+
+    fn deny(uid: &str, status: Status) -> Response {
+        Response { uid: uid.to_string(), allowed: false, status: Some(status), warnings: Vec::new() }
+    }
+}
+
+/// A `metav1.Status` as the apiserver reads it from a denial.
+#[derive(Serialize)]
+struct Status {
+    status: &'static str,
+    code: u16,
+    reason: &'static str,
+    message: String,
+}
+
+impl Status {
+    fn forbidden(message: String) -> Status {
+        Status { status: "Failure", code: 403, reason: "Forbidden", message }
+    }
+
+    fn bad_request(message: String) -> Status {
+        Status { status: "Failure", code: 400, reason: "BadRequest", message }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn review(request: Value) -> Vec<u8> {
+        serde_json::to_vec(&json!({"apiVersion": API_VERSION, "kind": KIND, "request": request})).unwrap()
+    }
+
+    fn response(answer: &Answer) -> Value {
+        serde_json::from_slice::<Value>(&answer.body).unwrap()["response"].clone()
+    }
+
+    fn provider() -> Value {
+        json!({
+            "apiVersion": "sandcap.dev/v1alpha1", "kind": "SandboxProvider", "metadata": {"name": "p"},
+            "spec": {"pluginKey": "acme.p", "version": "1.0.0",
+                     "worker": {"service": {"namespace": "ns", "name": "w", "port": 8080}},
+                     "environmentDrivers": [{"driverKey": "k", "kind": "sandbox_provider", "displayName": "K"}]}
+        })
+    }
+
+    fn request(operation: &str, object: Value) -> Value {
+        json!({"uid": "u-1", "kind": {"group": "sandcap.dev", "version": "v1alpha1", "kind": "SandboxProvider"},
+               "resource": {"group": "sandcap.dev", "version": "v1alpha1", "resource": "sandboxproviders"},
+               "name": "p", "operation": operation, "userInfo": {}, "object": object})
+    }
+
+    #[test]
+    fn warnings_are_cut_below_the_limit_on_a_char_boundary() {
+        let short = "x".repeat(MAX_WARNING_LEN - 1);
+        assert_eq!(truncate_warning(&short), short);
+        for filler in ["y", "é", "😀"] {
+            let long = filler.repeat(200);
+            let cut = truncate_warning(&long);
+            assert!(cut.len() < MAX_WARNING_LEN, "{} bytes", cut.len());
+            assert!(cut.ends_with("..."));
+        }
+    }
+
+    #[test]
+    fn other_kinds_and_deletes_are_allowed_unreviewed() {
+        let mut pod = request("CREATE", json!({"kind": "Pod"}));
+        pod["kind"] = json!({"group": "", "version": "v1", "kind": "Pod"});
+        let answer = handle(&review(pod), &Options::default());
+        assert_eq!((answer.status, response(&answer)["allowed"].clone()), (200, json!(true)));
+        assert_eq!(answer.outcome.kind_label(), "other");
+
+        let mut delete = request("DELETE", Value::Null);
+        delete["oldObject"] = json!({"kind": "SandboxProvider"});
+        let answer = handle(&review(delete), &Options::default());
+        assert!(answer.outcome.allowed());
+    }
+
+    #[test]
+    fn status_subresource_writes_are_not_reviewed() {
+        let mut status = request("UPDATE", json!({"spec": "not even an object"}));
+        status["subResource"] = json!("status");
+        assert!(handle(&review(status), &Options::default()).outcome.allowed());
+    }
+
+    #[test]
+    fn a_create_without_an_object_is_a_bad_request_denial() {
+        let answer = handle(&review(request("CREATE", Value::Null)), &Options::default());
+        let r = response(&answer);
+        assert_eq!(answer.status, 200);
+        assert_eq!((r["allowed"].clone(), r["status"]["code"].clone()), (json!(false), json!(400)));
+        assert_eq!(r["uid"], "u-1");
+    }
+
+    #[test]
+    fn generate_name_is_reported_when_the_request_has_no_name() {
+        let mut object = provider();
+        object["metadata"] = json!({"generateName": "p-"});
+        let mut req = request("CREATE", object);
+        req["name"] = json!("");
+        assert_eq!(handle(&review(req), &Options::default()).outcome.name, "p-");
+    }
+
+    #[test]
+    fn an_allowed_provider_has_no_status() {
+        let answer = handle(&review(request("CREATE", provider())), &Options::default());
+        let r = response(&answer);
+        assert_eq!(r, json!({"uid": "u-1", "allowed": true}));
+    }
+}

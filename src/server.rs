@@ -1,0 +1,366 @@
+//! The I/O shell of `sandcap run`: the HTTPS admission listener, the plain-HTTP admin listener,
+//! logging, signals and graceful shutdown. Everything here is transport; the answers come from
+//! [`admission::handle`].
+//!
+//! [`run`] wires the pieces from the command line. The pieces are public so that other long-lived
+//! tasks (the controllers) can share the same [`Metrics`], [`Readiness`] and shutdown token, and so
+//! that tests and the benchmark's trivial server run exactly this stack.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use prometheus_client::registry::Registry;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::limit::GlobalConcurrencyLimitLayer;
+use tower_http::timeout::TimeoutLayer;
+use tracing::field;
+
+use crate::admission::{self, Answer, Verdict};
+use crate::cli::{LogFormat, RunArgs};
+use crate::metrics::{self, AdmissionLabels, KindLabels, Metrics};
+use crate::tls::{self, CertError, CertResolver, CertSource};
+use crate::validation::Options;
+
+/// The apiserver's own limit on a request body.
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// How long and how much one client may take. The defaults stay under the apiserver's webhook
+/// timeout (10 s by default), after which nobody is waiting for the answer anyway.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    pub handshake_timeout: Duration,
+    /// Time to receive a request's headers (HTTP/1); a slow client is cut off after it.
+    pub header_timeout: Duration,
+    /// Time to read the body and answer; past it the client gets 408.
+    pub request_timeout: Duration,
+    pub max_body: usize,
+    /// Requests buffered and reviewed at once: bounds memory (`max_body` each) and CPU.
+    pub max_in_flight: usize,
+    /// After shutdown starts, how long in-flight requests may still take.
+    pub drain_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            handshake_timeout: Duration::from_secs(5),
+            header_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+            max_body: MAX_BODY,
+            max_in_flight: 64,
+            drain_timeout: Duration::from_secs(15),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("give --tls-cert and --tls-key, or --tls-self-signed")]
+    NoCertificate,
+    #[error(transparent)]
+    Certificate(#[from] CertError),
+    #[error("admin listener: {0}")]
+    Admin(std::io::Error),
+}
+
+/// `/readyz`: ready once the webhook listener is bound and its resolver has a certificate.
+#[derive(Clone, Debug, Default)]
+pub struct Readiness {
+    webhook: Arc<OnceLock<Arc<CertResolver>>>,
+}
+
+impl Readiness {
+    pub fn is_ready(&self) -> bool {
+        self.webhook.get().is_some_and(|resolver| resolver.has_cert())
+    }
+}
+
+/// Runs `sandcap run` until SIGTERM or SIGINT.
+pub async fn run(args: RunArgs) -> Result<(), ServerError> {
+    init_tracing(args.log_format);
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let readiness = Readiness::default();
+
+    let admin = bind(args.admin_addr).await?;
+    let admin = serve_admin(admin, admin_router(Arc::new(registry), readiness.clone()), shutdown.clone());
+    if args.controllers_only {
+        return admin.await;
+    }
+    let webhook = Webhook {
+        listener: bind(args.webhook_addr).await?,
+        certificate: cert_source(&args)?,
+        options: Options { allow_worker_urls: args.allow_worker_urls },
+        limits: Limits::default(),
+    };
+    tokio::try_join!(admin, serve_webhook(webhook, metrics, readiness, shutdown))?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn cert_source(args: &RunArgs) -> Result<CertSource, ServerError> {
+    match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            Ok(CertSource::Files { cert: cert.clone(), key: key.clone(), interval: args.tls_reload_interval })
+        }
+        _ if args.tls_self_signed => Ok(CertSource::SelfSigned),
+        _ => Err(ServerError::NoCertificate),
+    }
+}
+
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
+    TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })
+}
+
+/// Logs to stdout, filtered by `RUST_LOG` (default `info`). A second call keeps the first setup.
+pub fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
+    };
+}
+
+/// Cancels `shutdown` on the first SIGTERM or SIGINT.
+pub async fn cancel_on_signal(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::error!("cannot install signal handlers; stop with SIGKILL");
+        return;
+    };
+    let name = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    tracing::info!(signal = name, "shutting down: no new connections, finishing in-flight reviews");
+    shutdown.cancel();
+}
+
+/// The admission listener's configuration.
+pub struct Webhook {
+    pub listener: TcpListener,
+    pub certificate: CertSource,
+    pub options: Options,
+    pub limits: Limits,
+}
+
+/// Serves admission reviews over HTTPS until `shutdown`, keeping the certificate current meanwhile.
+/// Marks `readiness` once listening (it turns ready when the first certificate loads).
+pub async fn serve_webhook(
+    webhook: Webhook,
+    metrics: Metrics,
+    readiness: Readiness,
+    shutdown: CancellationToken,
+) -> Result<(), ServerError> {
+    let resolver = Arc::new(CertResolver::default());
+    let watcher = match webhook.certificate {
+        CertSource::SelfSigned => {
+            resolver.install(&tls::self_signed()?, &metrics);
+            tracing::info!("serving a self-signed certificate for localhost and 127.0.0.1");
+            None
+        }
+        CertSource::Files { cert, key, interval } => {
+            let watch = tls::watch_files(cert, key, interval, resolver.clone(), metrics.clone(), shutdown.clone());
+            Some(tokio::spawn(watch))
+        }
+    };
+    let _ = readiness.webhook.set(resolver.clone());
+    if let Ok(addr) = webhook.listener.local_addr() {
+        tracing::info!(%addr, "admission webhook listening (POST /validate)");
+    }
+    let app = webhook_router(webhook.options, metrics);
+    serve_https(webhook.listener, tls::server_config(resolver), app, &webhook.limits, shutdown).await;
+    if let Some(watcher) = watcher {
+        // It ends with the same shutdown token.
+        let _ = watcher.await;
+    }
+    Ok(())
+}
+
+#[derive(Clone)]
+struct WebhookState {
+    options: Options,
+    metrics: Metrics,
+}
+
+/// `POST /validate`; other paths are 404 and other methods 405.
+pub fn webhook_router(options: Options, metrics: Metrics) -> Router {
+    Router::new().route("/validate", post(validate)).with_state(Arc::new(WebhookState { options, metrics }))
+}
+
+async fn validate(State(state): State<Arc<WebhookState>>, body: Result<Bytes, BytesRejection>) -> Response {
+    let started = Instant::now();
+    let span = tracing::info_span!(
+        "review",
+        uid = field::Empty,
+        kind = field::Empty,
+        name = field::Empty,
+        operation = field::Empty,
+        dry_run = field::Empty,
+        allowed = field::Empty,
+    );
+    let answer = match body {
+        Ok(body) => span.in_scope(|| admission::handle(&body, &state.options)),
+        // Too large (413) or cut off: a client error, answered by axum's own rejection.
+        Err(rejection) => {
+            let status = rejection.status();
+            span.in_scope(|| tracing::info!(%status, error = %rejection.body_text(), "unreadable request body"));
+            count(&state.metrics, &admission::Outcome { verdict: Some(Verdict::Invalid), ..Default::default() }, started);
+            return rejection.into_response();
+        }
+    };
+    let Answer { status, body, outcome } = answer;
+    span.record("uid", outcome.uid.as_str())
+        .record("kind", outcome.kind_label())
+        .record("name", outcome.name.as_str())
+        .record("operation", outcome.operation_label())
+        .record("dry_run", outcome.dry_run)
+        .record("allowed", outcome.allowed());
+    span.in_scope(|| match outcome.verdict {
+        Some(Verdict::Allowed) => tracing::debug!("allowed"),
+        Some(Verdict::Denied) => tracing::info!(reason = %outcome.message, "denied"),
+        _ => tracing::info!(reason = %outcome.message, "invalid admission review"),
+    });
+    count(&state.metrics, &outcome, started);
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn count(metrics: &Metrics, outcome: &admission::Outcome, started: Instant) {
+    let kind = outcome.kind_label();
+    let verdict = outcome.verdict.unwrap_or(Verdict::Invalid).as_str();
+    metrics
+        .admission_requests
+        .get_or_create(&AdmissionLabels { kind: kind.to_string(), operation: outcome.operation_label().to_string(), verdict })
+        .inc();
+    metrics.admission_duration.get_or_create(&KindLabels { kind }).observe(started.elapsed().as_secs_f64());
+}
+
+/// Serves `app` over TLS until `shutdown`, then lets open requests finish (up to
+/// `limits.drain_timeout`). Each connection runs in its own task, so a slow or broken client
+/// (a stalled handshake, plain HTTP, half a request) only ever holds up itself.
+pub async fn serve_https(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    app: Router,
+    limits: &Limits,
+    shutdown: CancellationToken,
+) {
+    let app = app
+        .layer(GlobalConcurrencyLimitLayer::new(limits.max_in_flight))
+        .layer(DefaultBodyLimit::max(limits.max_body))
+        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, limits.request_timeout));
+    let mut http = auto::Builder::new(TokioExecutor::new());
+    http.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_timeout);
+    http.http2().timer(TokioTimer::new());
+    let acceptor = TlsAcceptor::from(tls);
+    let connections = TaskTracker::new();
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors, typically: wait for connections to close.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = shutdown.cancelled() => break,
+        };
+        let connection = Connection {
+            acceptor: acceptor.clone(),
+            http: http.clone(),
+            app: app.clone(),
+            handshake_timeout: limits.handshake_timeout,
+        };
+        connections.spawn(connection.serve(tcp, peer, shutdown.clone()));
+    }
+    drop(listener);
+    connections.close();
+    if tokio::time::timeout(limits.drain_timeout, connections.wait()).await.is_err() {
+        tracing::warn!(open = connections.len(), "connections still open after the drain timeout; closing them");
+    }
+}
+
+struct Connection {
+    acceptor: TlsAcceptor,
+    http: auto::Builder<TokioExecutor>,
+    app: Router,
+    handshake_timeout: Duration,
+}
+
+impl Connection {
+    async fn serve(self, tcp: TcpStream, peer: SocketAddr, shutdown: CancellationToken) {
+        let _ = tcp.set_nodelay(true);
+        let stream = match tokio::time::timeout(self.handshake_timeout, self.acceptor.accept(tcp)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+            Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+        };
+        let connection = self.http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(self.app));
+        tokio::pin!(connection);
+        let result = tokio::select! {
+            result = connection.as_mut() => result,
+            () = shutdown.cancelled() => {
+                connection.as_mut().graceful_shutdown();
+                connection.await
+            }
+        };
+        if let Err(e) = result {
+            tracing::debug!(%peer, error = %e, "connection closed with an error");
+        }
+    }
+}
+
+/// `/healthz` (alive), `/readyz` (see [`Readiness`]) and `/metrics` (Prometheus text).
+pub fn admin_router(registry: Arc<Registry>, readiness: Readiness) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get(move || async move {
+                if readiness.is_ready() {
+                    (StatusCode::OK, "ready\n")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "not ready: the webhook has no certificate loaded yet\n")
+                }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(move || async move {
+                let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+                ([(header::CONTENT_TYPE, content_type)], metrics::encode(&registry))
+            }),
+        )
+}
+
+/// Serves the admin port over plain HTTP until `shutdown`.
+pub async fn serve_admin(listener: TcpListener, app: Router, shutdown: CancellationToken) -> Result<(), ServerError> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "admin listening (/healthz, /readyz, /metrics)");
+    }
+    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await.map_err(ServerError::Admin)
+}
