@@ -12,12 +12,19 @@ use sandcap::validation::Options;
 const REVIEW: &[u8] = include_bytes!("provider-review.json");
 
 fn bench(c: &mut Criterion) {
-    assert!(admission::handle(REVIEW, &Options::default()).outcome.allowed(), "the benchmark review must be allowed");
+    assert!(
+        admission::handle(REVIEW, &Options::default())
+            .outcome
+            .allowed(),
+        "the benchmark review must be allowed"
+    );
     let mut group = c.benchmark_group("admission");
     group.bench_function("serde_json decode only (baseline)", |b| {
         b.iter(|| serde_json::from_slice::<serde_json::Value>(black_box(REVIEW)).unwrap())
     });
-    group.bench_function("decode + review + encode", |b| b.iter(|| admission::handle(black_box(REVIEW), &Options::default())));
+    group.bench_function("decode + review + encode", |b| {
+        b.iter(|| admission::handle(black_box(REVIEW), &Options::default()))
+    });
     group.finish();
 }
 

@@ -6,8 +6,8 @@
 pub mod admission;
 pub mod api;
 pub mod cli;
-pub mod metrics;
 pub mod contract;
+pub mod metrics;
 pub mod server;
 pub mod tls;
 pub mod validation;

@@ -70,7 +70,10 @@ impl Default for Limits {
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("give --tls-cert and --tls-key, or --tls-self-signed")]
     NoCertificate,
     #[error(transparent)]
@@ -87,7 +90,9 @@ pub struct Readiness {
 
 impl Readiness {
     pub fn is_ready(&self) -> bool {
-        self.webhook.get().is_some_and(|resolver| resolver.has_cert())
+        self.webhook
+            .get()
+            .is_some_and(|resolver| resolver.has_cert())
     }
 }
 
@@ -101,14 +106,20 @@ pub async fn run(args: RunArgs) -> Result<(), ServerError> {
     let readiness = Readiness::default();
 
     let admin = bind(args.admin_addr).await?;
-    let admin = serve_admin(admin, admin_router(Arc::new(registry), readiness.clone()), shutdown.clone());
+    let admin = serve_admin(
+        admin,
+        admin_router(Arc::new(registry), readiness.clone()),
+        shutdown.clone(),
+    );
     if args.controllers_only {
         return admin.await;
     }
     let webhook = Webhook {
         listener: bind(args.webhook_addr).await?,
         certificate: cert_source(&args)?,
-        options: Options { allow_worker_urls: args.allow_worker_urls },
+        options: Options {
+            allow_worker_urls: args.allow_worker_urls,
+        },
         limits: Limits::default(),
     };
     tokio::try_join!(admin, serve_webhook(webhook, metrics, readiness, shutdown))?;
@@ -118,16 +129,20 @@ pub async fn run(args: RunArgs) -> Result<(), ServerError> {
 
 fn cert_source(args: &RunArgs) -> Result<CertSource, ServerError> {
     match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => {
-            Ok(CertSource::Files { cert: cert.clone(), key: key.clone(), interval: args.tls_reload_interval })
-        }
+        (Some(cert), Some(key)) => Ok(CertSource::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+            interval: args.tls_reload_interval,
+        }),
         _ if args.tls_self_signed => Ok(CertSource::SelfSigned),
         _ => Err(ServerError::NoCertificate),
     }
 }
 
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
-    TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServerError::Bind { addr, source })
 }
 
 /// Logs to stdout, filtered by `RUST_LOG` (default `info`). A second call keeps the first setup.
@@ -135,17 +150,26 @@ pub fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .try_init(),
     };
 }
 
 /// Cancels `shutdown` on the first SIGTERM or SIGINT.
 pub async fn cancel_on_signal(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         tracing::error!("cannot install signal handlers; stop with SIGKILL");
         return;
     };
@@ -153,7 +177,10 @@ pub async fn cancel_on_signal(shutdown: CancellationToken) {
         _ = term.recv() => "SIGTERM",
         _ = int.recv() => "SIGINT",
     };
-    tracing::info!(signal = name, "shutting down: no new connections, finishing in-flight reviews");
+    tracing::info!(
+        signal = name,
+        "shutting down: no new connections, finishing in-flight reviews"
+    );
     shutdown.cancel();
 }
 
@@ -180,8 +207,19 @@ pub async fn serve_webhook(
             tracing::info!("serving a self-signed certificate for localhost and 127.0.0.1");
             None
         }
-        CertSource::Files { cert, key, interval } => {
-            let watch = tls::watch_files(cert, key, interval, resolver.clone(), metrics.clone(), shutdown.clone());
+        CertSource::Files {
+            cert,
+            key,
+            interval,
+        } => {
+            let watch = tls::watch_files(
+                cert,
+                key,
+                interval,
+                resolver.clone(),
+                metrics.clone(),
+                shutdown.clone(),
+            );
             Some(tokio::spawn(watch))
         }
     };
@@ -190,7 +228,14 @@ pub async fn serve_webhook(
         tracing::info!(%addr, "admission webhook listening (POST /validate)");
     }
     let app = webhook_router(webhook.options, metrics);
-    serve_https(webhook.listener, tls::server_config(resolver), app, &webhook.limits, shutdown).await;
+    serve_https(
+        webhook.listener,
+        tls::server_config(resolver),
+        app,
+        &webhook.limits,
+        shutdown,
+    )
+    .await;
     if let Some(watcher) = watcher {
         // It ends with the same shutdown token.
         let _ = watcher.await;
@@ -206,10 +251,15 @@ struct WebhookState {
 
 /// `POST /validate`; other paths are 404 and other methods 405.
 pub fn webhook_router(options: Options, metrics: Metrics) -> Router {
-    Router::new().route("/validate", post(validate)).with_state(Arc::new(WebhookState { options, metrics }))
+    Router::new()
+        .route("/validate", post(validate))
+        .with_state(Arc::new(WebhookState { options, metrics }))
 }
 
-async fn validate(State(state): State<Arc<WebhookState>>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn validate(
+    State(state): State<Arc<WebhookState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let started = Instant::now();
     let span = tracing::info_span!(
         "review",
@@ -226,11 +276,22 @@ async fn validate(State(state): State<Arc<WebhookState>>, body: Result<Bytes, By
         Err(rejection) => {
             let status = rejection.status();
             span.in_scope(|| tracing::info!(%status, error = %rejection.body_text(), "unreadable request body"));
-            count(&state.metrics, &admission::Outcome { verdict: Some(Verdict::Invalid), ..Default::default() }, started);
+            count(
+                &state.metrics,
+                &admission::Outcome {
+                    verdict: Some(Verdict::Invalid),
+                    ..Default::default()
+                },
+                started,
+            );
             return rejection.into_response();
         }
     };
-    let Answer { status, body, outcome } = answer;
+    let Answer {
+        status,
+        body,
+        outcome,
+    } = answer;
     span.record("uid", outcome.uid.as_str())
         .record("kind", outcome.kind_label())
         .record("name", outcome.name.as_str())
@@ -252,9 +313,16 @@ fn count(metrics: &Metrics, outcome: &admission::Outcome, started: Instant) {
     let verdict = outcome.verdict.unwrap_or(Verdict::Invalid).as_str();
     metrics
         .admission_requests
-        .get_or_create(&AdmissionLabels { kind: kind.to_string(), operation: outcome.operation_label().to_string(), verdict })
+        .get_or_create(&AdmissionLabels {
+            kind: kind.to_string(),
+            operation: outcome.operation_label().to_string(),
+            verdict,
+        })
         .inc();
-    metrics.admission_duration.get_or_create(&KindLabels { kind }).observe(started.elapsed().as_secs_f64());
+    metrics
+        .admission_duration
+        .get_or_create(&KindLabels { kind })
+        .observe(started.elapsed().as_secs_f64());
 }
 
 /// Serves `app` over TLS until `shutdown`, then lets open requests finish (up to
@@ -270,9 +338,14 @@ pub async fn serve_https(
     let app = app
         .layer(GlobalConcurrencyLimitLayer::new(limits.max_in_flight))
         .layer(DefaultBodyLimit::max(limits.max_body))
-        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, limits.request_timeout));
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            limits.request_timeout,
+        ));
     let mut http = auto::Builder::new(TokioExecutor::new());
-    http.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_timeout);
+    http.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
     http.http2().timer(TokioTimer::new());
     let acceptor = TlsAcceptor::from(tls);
     let connections = TaskTracker::new();
@@ -299,8 +372,14 @@ pub async fn serve_https(
     }
     drop(listener);
     connections.close();
-    if tokio::time::timeout(limits.drain_timeout, connections.wait()).await.is_err() {
-        tracing::warn!(open = connections.len(), "connections still open after the drain timeout; closing them");
+    if tokio::time::timeout(limits.drain_timeout, connections.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            open = connections.len(),
+            "connections still open after the drain timeout; closing them"
+        );
     }
 }
 
@@ -314,12 +393,15 @@ struct Connection {
 impl Connection {
     async fn serve(self, tcp: TcpStream, peer: SocketAddr, shutdown: CancellationToken) {
         let _ = tcp.set_nodelay(true);
-        let stream = match tokio::time::timeout(self.handshake_timeout, self.acceptor.accept(tcp)).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-            Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
-        };
-        let connection = self.http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(self.app));
+        let stream =
+            match tokio::time::timeout(self.handshake_timeout, self.acceptor.accept(tcp)).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+            };
+        let connection = self
+            .http
+            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(self.app));
         tokio::pin!(connection);
         let result = tokio::select! {
             result = connection.as_mut() => result,
@@ -344,7 +426,10 @@ pub fn admin_router(registry: Arc<Registry>, readiness: Readiness) -> Router {
                 if readiness.is_ready() {
                     (StatusCode::OK, "ready\n")
                 } else {
-                    (StatusCode::SERVICE_UNAVAILABLE, "not ready: the webhook has no certificate loaded yet\n")
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "not ready: the webhook has no certificate loaded yet\n",
+                    )
                 }
             }),
         )
@@ -352,15 +437,25 @@ pub fn admin_router(registry: Arc<Registry>, readiness: Readiness) -> Router {
             "/metrics",
             get(move || async move {
                 let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-                ([(header::CONTENT_TYPE, content_type)], metrics::encode(&registry))
+                (
+                    [(header::CONTENT_TYPE, content_type)],
+                    metrics::encode(&registry),
+                )
             }),
         )
 }
 
 /// Serves the admin port over plain HTTP until `shutdown`.
-pub async fn serve_admin(listener: TcpListener, app: Router, shutdown: CancellationToken) -> Result<(), ServerError> {
+pub async fn serve_admin(
+    listener: TcpListener,
+    app: Router,
+    shutdown: CancellationToken,
+) -> Result<(), ServerError> {
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "admin listening (/healthz, /readyz, /metrics)");
     }
-    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await.map_err(ServerError::Admin)
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+        .map_err(ServerError::Admin)
 }

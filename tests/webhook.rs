@@ -1,0 +1,1061 @@
+//! The admission webhook over real TLS: a CA made per test run, certificates in files laid out like
+//! a Kubernetes Secret volume, a real HTTPS client (reqwest on rustls), raw TLS clients for the
+//! misbehaving cases, and the real binary for `sandcap run`.
+
+use std::io::{Read as _, Write as _};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SerialNumber,
+};
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, RootCertStore};
+use sandcap::metrics::Metrics;
+use sandcap::server::{self, Limits, Readiness, Webhook};
+use sandcap::tls::CertSource;
+use sandcap::validation::Options;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsConnector;
+use tokio_util::sync::CancellationToken;
+
+// ---- certificates ------------------------------------------------------------------------------
+
+/// A throwaway CA that issues serving certificates for 127.0.0.1 and localhost.
+struct Ca {
+    issuer: Issuer<'static, KeyPair>,
+    der: CertificateDer<'static>,
+}
+
+/// A serving certificate and its key, as PEM, with the serial it was issued with.
+struct Leaf {
+    cert_pem: String,
+    key_pem: String,
+    serial: u8,
+    not_after: i64,
+}
+
+impl Ca {
+    fn new() -> Ca {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "sandcap test CA");
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let der = params.self_signed(&key).unwrap().der().clone();
+        Ca {
+            issuer: Issuer::new(params, key),
+            der,
+        }
+    }
+
+    fn leaf(&self, serial: u8) -> Leaf {
+        let key = KeyPair::generate().unwrap();
+        let mut params =
+            CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+        params.serial_number = Some(SerialNumber::from_slice(&[serial]));
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.not_after = rcgen::date_time_ymd(2030 + i32::from(serial % 16), 1, 1);
+        let not_after = params.not_after.unix_timestamp();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        Leaf {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            serial,
+            not_after,
+        }
+    }
+
+    fn client_config(&self, alpn: &[&[u8]]) -> ClientConfig {
+        let mut roots = RootCertStore::empty();
+        roots.add(self.der.clone()).unwrap();
+        let mut config = ClientConfig::builder_with_provider(sandcap::tls::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        config
+    }
+
+    /// The real HTTPS client, trusting only this CA.
+    fn https_client(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .use_preconfigured_tls(self.client_config(&[]))
+            .build()
+            .unwrap()
+    }
+}
+
+/// A directory laid out like a mounted Secret volume: `tls.crt` and `tls.key` are symlinks into
+/// `..data`, itself a symlink to a timestamped directory; updates swap `..data` atomically, as the
+/// kubelet does.
+struct SecretVolume {
+    dir: tempfile::TempDir,
+    generation: u32,
+}
+
+impl SecretVolume {
+    fn new() -> SecretVolume {
+        SecretVolume {
+            dir: tempfile::tempdir().unwrap(),
+            generation: 0,
+        }
+    }
+
+    fn cert(&self) -> PathBuf {
+        self.dir.path().join("tls.crt")
+    }
+
+    fn key(&self) -> PathBuf {
+        self.dir.path().join("tls.key")
+    }
+
+    fn source(&self) -> CertSource {
+        CertSource::Files {
+            cert: self.cert(),
+            key: self.key(),
+            interval: Duration::from_millis(50),
+        }
+    }
+
+    /// Publishes a new pair the way the kubelet does: a fresh directory, then one rename of `..data`.
+    fn publish(&mut self, cert_pem: &str, key_pem: &str) {
+        self.generation += 1;
+        let root = self.dir.path();
+        let version = format!(
+            "..2025_01_01_00_00_{:02}.{}",
+            self.generation, self.generation
+        );
+        std::fs::create_dir(root.join(&version)).unwrap();
+        std::fs::write(root.join(&version).join("tls.crt"), cert_pem).unwrap();
+        std::fs::write(root.join(&version).join("tls.key"), key_pem).unwrap();
+        std::os::unix::fs::symlink(&version, root.join("..data_tmp")).unwrap();
+        std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+        for name in ["tls.crt", "tls.key"] {
+            if !root.join(name).exists() {
+                std::os::unix::fs::symlink(Path::new("..data").join(name), root.join(name))
+                    .unwrap();
+            }
+        }
+    }
+}
+
+// ---- the server under test --------------------------------------------------------------------
+
+struct Harness {
+    webhook: SocketAddr,
+    admin: SocketAddr,
+    shutdown: CancellationToken,
+    stopped: JoinHandle<Result<(), server::ServerError>>,
+}
+
+fn test_limits() -> Limits {
+    Limits {
+        handshake_timeout: Duration::from_secs(1),
+        header_timeout: Duration::from_secs(1),
+        request_timeout: Duration::from_secs(2),
+        drain_timeout: Duration::from_secs(5),
+        ..Limits::default()
+    }
+}
+
+/// Starts the webhook and admin listeners on ephemeral ports, wired as `sandcap run` wires them.
+async fn start(certificate: CertSource) -> Harness {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (webhook_addr, admin_addr) = (listener.local_addr().unwrap(), admin.local_addr().unwrap());
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let readiness = Readiness::default();
+    let shutdown = CancellationToken::new();
+    let admin_app = server::admin_router(Arc::new(registry), readiness.clone());
+    tokio::spawn(server::serve_admin(admin, admin_app, shutdown.clone()));
+    let webhook = Webhook {
+        listener,
+        certificate,
+        options: Options::default(),
+        limits: test_limits(),
+    };
+    let stopped = tokio::spawn(server::serve_webhook(
+        webhook,
+        metrics,
+        readiness,
+        shutdown.clone(),
+    ));
+    Harness {
+        webhook: webhook_addr,
+        admin: admin_addr,
+        shutdown,
+        stopped,
+    }
+}
+
+/// A server with a CA-issued certificate, already serving it, and a client trusting the CA.
+async fn serving() -> (Harness, reqwest::Client, Ca, SecretVolume) {
+    let ca = Ca::new();
+    let mut volume = SecretVolume::new();
+    let leaf = ca.leaf(1);
+    volume.publish(&leaf.cert_pem, &leaf.key_pem);
+    let harness = start(volume.source()).await;
+    wait_ready(&harness).await;
+    (harness, ca.https_client(), ca, volume)
+}
+
+impl Harness {
+    fn url(&self, path: &str) -> String {
+        format!("https://127.0.0.1:{}{path}", self.webhook.port())
+    }
+
+    fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.admin)
+    }
+
+    async fn metrics(&self) -> String {
+        reqwest::get(self.admin_url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+}
+
+async fn wait_ready(harness: &Harness) {
+    eventually("/readyz to answer 200", || async {
+        reqwest::get(harness.admin_url("/readyz"))
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+}
+
+/// Polls `check` every 50 ms for up to 10 s.
+async fn eventually<F: Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
+    for _ in 0..200 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// The value of one sample line of the metrics text, 0 when absent.
+fn sample(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix(series)
+                .and_then(|rest| rest.trim().parse().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+// ---- AdmissionReviews -------------------------------------------------------------------------
+
+fn example(file: &str) -> Value {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples")
+            .join(file),
+    )
+    .unwrap();
+    serde_yaml_ng::from_str(&text).unwrap()
+}
+
+fn review(operation: &str, object: &Value, old: Option<&Value>) -> Value {
+    let kind = object["kind"].as_str().unwrap_or("SandboxProvider");
+    let resource = format!("{}s", kind.to_lowercase());
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": format!("uid-{operation}-{}", object["metadata"]["name"].as_str().unwrap_or("x")),
+            "kind": {"group": "sandcap.dev", "version": "v1alpha1", "kind": kind},
+            "resource": {"group": "sandcap.dev", "version": "v1alpha1", "resource": resource},
+            "name": object["metadata"]["name"],
+            "namespace": object["metadata"]["namespace"],
+            "operation": operation,
+            "userInfo": {"username": "admin"},
+            "object": object,
+            "oldObject": old,
+            "dryRun": false
+        }
+    })
+}
+
+async fn post(
+    client: &reqwest::Client,
+    harness: &Harness,
+    body: impl Into<reqwest::Body>,
+) -> (u16, Value) {
+    let response = client
+        .post(harness.url("/validate"))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+async fn post_review(client: &reqwest::Client, harness: &Harness, review: &Value) -> Value {
+    let (status, body) = post(client, harness, serde_json::to_vec(review).unwrap()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(body["kind"], "AdmissionReview");
+    assert_eq!(
+        body["response"]["uid"], review["request"]["uid"],
+        "the uid is echoed"
+    );
+    body["response"].clone()
+}
+
+#[tokio::test]
+async fn an_allowed_provider_and_lease() {
+    let (harness, client, _ca, _volume) = serving().await;
+    for file in [
+        "provider-full.yaml",
+        "provider-legacy.yaml",
+        "lease-reuse.yaml",
+        "lease-job.yaml",
+    ] {
+        let response =
+            post_review(&client, &harness, &review("CREATE", &example(file), None)).await;
+        assert_eq!(response["allowed"], true, "{file}: {response}");
+        assert!(response.get("status").is_none());
+    }
+    let metrics = harness.metrics().await;
+    let series = r#"sandcap_admission_requests_total{kind="SandboxProvider",operation="CREATE",verdict="allowed"}"#;
+    assert_eq!(sample(&metrics, series), 2.0, "{metrics}");
+    assert!(
+        metrics.contains(r#"sandcap_admission_duration_seconds_count{kind="SandboxLease"} 2"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_denied_provider_gets_the_contract_message_and_its_warnings() {
+    let (harness, client, _ca, _volume) = serving().await;
+    let response = post_review(
+        &client,
+        &harness,
+        &review("CREATE", &example("provider-removed-key.yaml"), None),
+    )
+    .await;
+    assert_eq!(response["allowed"], false);
+    assert_eq!(response["status"]["code"], 403);
+    assert_eq!(response["status"]["reason"], "Forbidden");
+    assert_eq!(
+        response["status"]["message"],
+        "spec.environmentDrivers[0].sandboxCapabilities.concurrentSyncAndExec: unknown capability key: it was \
+         removed from the contract (concurrency is no longer declared); delete it"
+    );
+    assert_eq!(
+        response["warnings"],
+        json!([
+            "spec.environmentDrivers[0]: supportsReusableLeases=true and sandboxCapabilities.reusableLeases=false; nested wins",
+            "spec.environmentDrivers[0]: nativeSyncIn and nativeSyncOut differ; the worker verifies them only as a pair"
+        ])
+    );
+    let metrics = harness.metrics().await;
+    let series = r#"sandcap_admission_requests_total{kind="SandboxProvider",operation="CREATE",verdict="denied"}"#;
+    assert_eq!(sample(&metrics, series), 1.0, "{metrics}");
+}
+
+#[tokio::test]
+async fn an_allowed_provider_carries_warnings_each_under_120_characters() {
+    let (harness, client, _ca, _volume) = serving().await;
+    let mut provider = example("provider-full.yaml");
+    provider["spec"]["environmentDrivers"][1]["sandboxCapabilities"] =
+        json!({"nativeSyncIn": true});
+    provider["spec"]["environmentDrivers"][0]["supportsReusableLeases"] = json!(true);
+    let response = post_review(&client, &harness, &review("CREATE", &provider, None)).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert_eq!(
+        response["warnings"],
+        json!([
+            "spec.environmentDrivers[0]: supportsReusableLeases=true and sandboxCapabilities.reusableLeases=true; nested wins",
+            "spec.environmentDrivers[1]: nativeSyncIn and nativeSyncOut differ; the worker verifies them only as a pair",
+            "spec.environmentDrivers[1]: sandboxCapabilities is never read unless kind is sandbox_provider"
+        ])
+    );
+    let warnings = response["warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .all(|w| w.as_str().unwrap().chars().count() < 120),
+        "{warnings:?}"
+    );
+}
+
+#[tokio::test]
+async fn updates_keep_plugin_key_and_provider_ref_immutable() {
+    let (harness, client, _ca, _volume) = serving().await;
+    let old = example("provider-full.yaml");
+    let mut new = old.clone();
+    new["spec"]["pluginKey"] = json!("other.plugin");
+    let response = post_review(&client, &harness, &review("UPDATE", &new, Some(&old))).await;
+    assert_eq!(response["allowed"], false);
+    assert_eq!(
+        response["status"]["message"],
+        r#"spec.pluginKey: field is immutable (was "acme.kubernetes-sandbox-provider"); to register another plugin, create a new SandboxProvider"#
+    );
+
+    let old = example("lease-reuse.yaml");
+    let mut new = old.clone();
+    new["spec"]["providerRef"]["driverKey"] = json!("other");
+    let response = post_review(&client, &harness, &review("UPDATE", &new, Some(&old))).await;
+    assert_eq!(
+        response["status"]["message"],
+        r#"spec.providerRef: field is immutable (was {"driverKey":"kubernetes","name":"acme-kubernetes"}); to use another provider or driver, create a new SandboxLease"#
+    );
+
+    // Changing anything else is fine.
+    let mut new = old.clone();
+    new["spec"]["environment"] = json!("env-8");
+    assert_eq!(
+        post_review(&client, &harness, &review("UPDATE", &new, Some(&old))).await["allowed"],
+        true
+    );
+}
+
+#[tokio::test]
+async fn dry_run_requests_are_reviewed_like_any_other() {
+    let (harness, client, _ca, _volume) = serving().await;
+    for (file, allowed) in [
+        ("provider-full.yaml", true),
+        ("provider-removed-key.yaml", false),
+    ] {
+        let mut dry = review("CREATE", &example(file), None);
+        dry["request"]["dryRun"] = json!(true);
+        let wet = post_review(&client, &harness, &review("CREATE", &example(file), None)).await;
+        let dry = post_review(&client, &harness, &dry).await;
+        assert_eq!(dry["allowed"], allowed);
+        assert_eq!(dry, wet);
+    }
+}
+
+#[tokio::test]
+async fn deletes_and_other_kinds_are_allowed_without_review() {
+    let (harness, client, _ca, _volume) = serving().await;
+    let broken = json!({"apiVersion": "sandcap.dev/v1alpha1", "kind": "SandboxProvider", "metadata": {"name": "b"}});
+    let mut delete = review("DELETE", &Value::Null, Some(&broken));
+    delete["request"]["kind"]["kind"] = json!("SandboxProvider");
+    assert_eq!(
+        post_review(&client, &harness, &delete).await["allowed"],
+        true
+    );
+    let mut pod = review(
+        "CREATE",
+        &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
+        None,
+    );
+    pod["request"]["kind"] = json!({"group": "", "version": "v1", "kind": "Pod"});
+    assert_eq!(post_review(&client, &harness, &pod).await["allowed"], true);
+}
+
+#[tokio::test]
+async fn hostile_bodies_get_a_client_error_with_a_reason() {
+    let (harness, client, _ca, _volume) = serving().await;
+    let provider = example("provider-full.yaml");
+    let mut v1beta1 = review("CREATE", &provider, None);
+    v1beta1["apiVersion"] = json!("admission.k8s.io/v1beta1");
+    let mut no_request = review("CREATE", &provider, None);
+    no_request.as_object_mut().unwrap().remove("request");
+    let deep = format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000));
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("not JSON", b"{not json".to_vec(), "the body is not JSON"),
+        ("empty", Vec::new(), "the body is not JSON"),
+        (
+            "binary",
+            vec![0xff, 0x00, 0xfe, 0x01],
+            "the body is not JSON",
+        ),
+        (
+            "a JSON list",
+            b"[1, 2]".to_vec(),
+            "not an AdmissionReview object",
+        ),
+        (
+            "another object",
+            br#"{"apiVersion": "v1", "kind": "Pod"}"#.to_vec(),
+            "apiVersion: unsupported",
+        ),
+        (
+            "v1beta1",
+            serde_json::to_vec(&v1beta1).unwrap(),
+            "apiVersion: unsupported \"admission.k8s.io/v1beta1\"",
+        ),
+        (
+            "no request",
+            serde_json::to_vec(&no_request).unwrap(),
+            "request: required",
+        ),
+        (
+            "deeply nested",
+            deep.into_bytes(),
+            "recursion limit exceeded",
+        ),
+    ];
+    for (case, body, reason) in cases {
+        let (status, answer) = post(&client, &harness, body).await;
+        assert_eq!(status, 400, "{case}: {answer}");
+        let response = &answer["response"];
+        assert_eq!(
+            (&response["allowed"], &response["status"]["code"]),
+            (&json!(false), &json!(400)),
+            "{case}"
+        );
+        assert_eq!(response["status"]["reason"], "BadRequest", "{case}");
+        let message = response["status"]["message"].as_str().unwrap();
+        assert!(message.contains(reason), "{case}: {message}");
+    }
+    // Deeply nested inside a well-formed review: within serde_json's 128 levels it reaches the
+    // rules (schema compilation included) without exhausting the stack.
+    let mut schema = json!({"type": "object"});
+    for _ in 0..118 {
+        schema = json!({"not": schema});
+    }
+    let mut deep_schema = provider.clone();
+    deep_schema["spec"]["environmentDrivers"][0]["configSchema"] = schema;
+    let response = post_review(&client, &harness, &review("CREATE", &deep_schema, None)).await;
+    assert!(response["allowed"].is_boolean());
+    let metrics = harness.metrics().await;
+    assert_eq!(
+        sample(
+            &metrics,
+            r#"sandcap_admission_requests_total{kind="other",operation="unknown",verdict="invalid"}"#
+        ),
+        8.0
+    );
+}
+
+#[tokio::test]
+async fn objects_of_the_wrong_shape_are_denied_with_the_field() {
+    let (harness, client, _ca, _volume) = serving().await;
+    let mut not_an_object = review("CREATE", &example("provider-full.yaml"), None);
+    not_an_object["request"]["object"] = json!("a string");
+    let response = post_review(&client, &harness, &not_an_object).await;
+    assert_eq!(response["status"]["code"], 400);
+    assert_eq!(
+        response["status"]["message"],
+        "request.object: required for CREATE, a JSON object"
+    );
+
+    let mut wrong = example("provider-full.yaml");
+    wrong["spec"]["environmentDrivers"] = json!({"driverKey": "not a list"});
+    wrong["spec"]["version"] = json!(14);
+    let response = post_review(&client, &harness, &review("CREATE", &wrong, None)).await;
+    assert_eq!(response["status"]["code"], 403);
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("spec.version: ") && message.contains("; spec.environmentDrivers: "),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn oversized_bodies_wrong_paths_and_methods_are_refused() {
+    let (harness, client, _ca, _volume) = serving().await;
+    let huge = vec![b' '; server::MAX_BODY + 1];
+    assert_eq!(post(&client, &harness, huge).await.0, 413);
+    assert_eq!(
+        client
+            .post(harness.url("/mutate"))
+            .body("{}")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    assert_eq!(
+        client
+            .get(harness.url("/validate"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        405
+    );
+    assert_eq!(
+        client
+            .put(harness.url("/validate"))
+            .body("{}")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        405
+    );
+    // Still serving.
+    let response = post_review(
+        &client,
+        &harness,
+        &review("CREATE", &example("provider-full.yaml"), None),
+    )
+    .await;
+    assert_eq!(response["allowed"], true);
+}
+
+#[tokio::test]
+async fn an_oversized_chunked_body_is_cut_off_while_streaming() {
+    let (harness, _client, ca, _volume) = serving().await;
+    let tls = tls_connect(&ca, harness.webhook, &[]).await;
+    let (mut reader, mut writer) = tokio::io::split(tls);
+    // Written concurrently with reading: the server stops reading once the limit is passed.
+    tokio::spawn(async move {
+        let head =
+            b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+        writer.write_all(head).await?;
+        let chunk = vec![b' '; 64 * 1024];
+        for _ in 0..=server::MAX_BODY / chunk.len() + 1 {
+            writer
+                .write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+                .await?;
+            writer.write_all(&chunk).await?;
+            writer.write_all(b"\r\n").await?;
+        }
+        writer.write_all(b"0\r\n\r\n").await
+    });
+    let answer = String::from_utf8_lossy(&read_until_closed(&mut reader).await).to_string();
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+}
+
+// ---- misbehaving clients ------------------------------------------------------------------------
+
+async fn tls_connect(
+    ca: &Ca,
+    addr: SocketAddr,
+    alpn: &[&[u8]],
+) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let connector = TlsConnector::from(Arc::new(ca.client_config(alpn)));
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    connector
+        .connect(ServerName::IpAddress(addr.ip().into()), tcp)
+        .await
+        .unwrap()
+}
+
+/// Reads until the server closes the connection (or 5 s pass, which fails the test).
+async fn read_until_closed(stream: &mut (impl AsyncReadExt + Unpin)) -> Vec<u8> {
+    let mut received = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => received.extend_from_slice(&buf[..n]),
+            }
+        }
+    });
+    read.await.expect("the server closes the connection");
+    received
+}
+
+#[tokio::test]
+async fn slow_clients_are_cut_off_without_holding_up_others() {
+    let (harness, client, ca, _volume) = serving().await;
+    // Half the headers, then nothing.
+    let mut stalled_headers = tls_connect(&ca, harness.webhook, &[]).await;
+    stalled_headers
+        .write_all(b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-")
+        .await
+        .unwrap();
+    // The headers, then half the body.
+    let mut stalled_body = tls_connect(&ca, harness.webhook, &[]).await;
+    stalled_body
+        .write_all(b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n{\"apiVersion\":")
+        .await
+        .unwrap();
+    // A TCP connection that never starts the handshake.
+    let mut silent = TcpStream::connect(harness.webhook).await.unwrap();
+
+    // Meanwhile another client is served at once.
+    let started = std::time::Instant::now();
+    let response = post_review(
+        &client,
+        &harness,
+        &review("CREATE", &example("provider-full.yaml"), None),
+    )
+    .await;
+    assert_eq!(response["allowed"], true);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let closed = read_until_closed(&mut stalled_headers).await;
+    assert!(!String::from_utf8_lossy(&closed).contains("200 OK"));
+    let answered = String::from_utf8_lossy(&read_until_closed(&mut stalled_body).await).to_string();
+    assert!(answered.starts_with("HTTP/1.1 408"), "{answered}");
+    read_until_closed(&mut silent).await;
+}
+
+#[tokio::test]
+async fn plain_http_on_the_tls_port_fails_the_handshake_only() {
+    let (harness, client, _ca, _volume) = serving().await;
+    let mut plain = TcpStream::connect(harness.webhook).await.unwrap();
+    plain
+        .write_all(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        .await
+        .unwrap();
+    let answer = read_until_closed(&mut plain).await;
+    assert!(
+        !answer.starts_with(b"HTTP/"),
+        "no HTTP answer in the clear: {answer:?}"
+    );
+    // Over plain HTTP a real client gets a connection error, not a response.
+    assert!(
+        reqwest::get(format!("http://{}/validate", harness.webhook))
+            .await
+            .is_err()
+    );
+    let response = post_review(
+        &client,
+        &harness,
+        &review("CREATE", &example("provider-full.yaml"), None),
+    )
+    .await;
+    assert_eq!(response["allowed"], true);
+}
+
+#[tokio::test]
+async fn http2_is_served_too() {
+    let (harness, _client, ca, _volume) = serving().await;
+    let tls = tls_connect(&ca, harness.webhook, &[b"h2"]).await;
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    let body = serde_json::to_vec(&review(
+        "CREATE",
+        &example("provider-removed-key.yaml"),
+        None,
+    ))
+    .unwrap();
+    let request = http::Request::post(harness.url("/validate"))
+        .body(axum::body::Body::from(body))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let bytes = axum::body::to_bytes(axum::body::Body::new(response.into_body()), 1 << 20)
+        .await
+        .unwrap();
+    let answer: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(answer["response"]["status"]["code"], 403);
+}
+
+// ---- admin port, certificates and shutdown ------------------------------------------------------
+
+#[tokio::test]
+async fn readyz_waits_for_a_certificate_and_metrics_show_it() {
+    let ca = Ca::new();
+    let mut volume = SecretVolume::new();
+    // The Secret is not mounted yet (an optional volume, filled in later).
+    let harness = start(volume.source()).await;
+    assert_eq!(
+        reqwest::get(harness.admin_url("/healthz"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let not_ready = reqwest::get(harness.admin_url("/readyz")).await.unwrap();
+    assert_eq!(not_ready.status(), 503);
+
+    let leaf = ca.leaf(7);
+    volume.publish(&leaf.cert_pem, &leaf.key_pem);
+    wait_ready(&harness).await;
+    let metrics = reqwest::get(harness.admin_url("/metrics")).await.unwrap();
+    assert!(
+        metrics.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text")
+    );
+    let metrics = metrics.text().await.unwrap();
+    assert_eq!(
+        sample(&metrics, "sandcap_certificate_expiry_timestamp_seconds"),
+        leaf.not_after as f64,
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            r#"sandcap_certificate_reloads_total{result="success"}"#
+        ),
+        1.0,
+        "{metrics}"
+    );
+    // The missing files were one failure, counted once however many polls saw them.
+    assert_eq!(
+        sample(
+            &metrics,
+            r#"sandcap_certificate_reloads_total{result="failure"}"#
+        ),
+        1.0,
+        "{metrics}"
+    );
+}
+
+/// The serial of the certificate the server presents on a fresh connection.
+async fn served_serial(ca: &Ca, addr: SocketAddr) -> u8 {
+    let tls = tls_connect(ca, addr, &[]).await;
+    let leaf = tls.get_ref().1.peer_certificates().unwrap()[0].clone();
+    let (_, parsed) = x509_parser::parse_x509_certificate(&leaf).unwrap();
+    parsed.raw_serial()[parsed.raw_serial().len() - 1]
+}
+
+#[tokio::test]
+async fn certificates_rotate_without_a_restart_and_bad_pairs_are_ignored() {
+    let (harness, client, ca, mut volume) = serving().await;
+    let (a, b) = (ca.leaf(0xA1), ca.leaf(0xB2));
+    assert_eq!(served_serial(&ca, harness.webhook).await, 1);
+    volume.publish(&a.cert_pem, &a.key_pem);
+    eventually("cert A", || async {
+        served_serial(&ca, harness.webhook).await == a.serial
+    })
+    .await;
+
+    // A connection opened before the swap keeps working across it.
+    let response = post_review(
+        &client,
+        &harness,
+        &review("CREATE", &example("provider-full.yaml"), None),
+    )
+    .await;
+    assert_eq!(response["allowed"], true);
+    volume.publish(&b.cert_pem, &b.key_pem);
+    eventually("cert B", || async {
+        served_serial(&ca, harness.webhook).await == b.serial
+    })
+    .await;
+    let response = post_review(
+        &client,
+        &harness,
+        &review("CREATE", &example("provider-full.yaml"), None),
+    )
+    .await;
+    assert_eq!(response["allowed"], true);
+    let metrics = harness.metrics().await;
+    assert_eq!(
+        sample(&metrics, "sandcap_certificate_expiry_timestamp_seconds"),
+        b.not_after as f64
+    );
+    let failures = |metrics: &str| {
+        sample(
+            metrics,
+            r#"sandcap_certificate_reloads_total{result="failure"}"#,
+        )
+    };
+    assert_eq!(failures(&metrics), 0.0);
+
+    // A certificate with another certificate's key.
+    let (c, d) = (ca.leaf(0xC3), ca.leaf(0xD4));
+    volume.publish(&c.cert_pem, &d.key_pem);
+    eventually("the mismatch to be counted", || async {
+        failures(&harness.metrics().await) == 1.0
+    })
+    .await;
+    assert_eq!(served_serial(&ca, harness.webhook).await, b.serial);
+
+    // A certificate written in place and caught half way.
+    std::fs::write(
+        volume.dir.path().join("..data").join("tls.crt"),
+        &c.cert_pem[..c.cert_pem.len() / 2],
+    )
+    .unwrap();
+    std::fs::write(volume.dir.path().join("..data").join("tls.key"), &c.key_pem).unwrap();
+    eventually("the half-written pair to be counted", || async {
+        failures(&harness.metrics().await) >= 2.0
+    })
+    .await;
+    assert_eq!(served_serial(&ca, harness.webhook).await, b.serial);
+    let metrics = harness.metrics().await;
+    assert_eq!(
+        sample(&metrics, "sandcap_certificate_expiry_timestamp_seconds"),
+        b.not_after as f64
+    );
+
+    // Finished writing: now it loads.
+    std::fs::write(
+        volume.dir.path().join("..data").join("tls.crt"),
+        &c.cert_pem,
+    )
+    .unwrap();
+    eventually("cert C", || async {
+        served_serial(&ca, harness.webhook).await == c.serial
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn shutdown_finishes_in_flight_reviews_and_stops_accepting() {
+    let (harness, _client, ca, _volume) = serving().await;
+    let body = serde_json::to_vec(&review("CREATE", &example("provider-full.yaml"), None)).unwrap();
+    let mut in_flight = tls_connect(&ca, harness.webhook, &[]).await;
+    let head = format!(
+        "POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    in_flight.write_all(head.as_bytes()).await.unwrap();
+    in_flight.write_all(&body[..100]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    harness.shutdown.cancel();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        TcpStream::connect(harness.webhook).await.is_err(),
+        "no new connections after shutdown"
+    );
+    in_flight.write_all(&body[100..]).await.unwrap();
+    let answer = String::from_utf8_lossy(&read_until_closed(&mut in_flight).await).to_string();
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    assert!(answer.contains(r#""allowed":true"#), "{answer}");
+    tokio::time::timeout(Duration::from_secs(5), harness.stopped)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
+
+// ---- the binary -----------------------------------------------------------------------------------
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn sandcap_run_serves_until_sigterm_and_exits_zero() {
+    let (webhook, admin) = (free_port(), free_port());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sandcap"))
+        .args(["run", "--webhook-only", "--tls-self-signed"])
+        .args([
+            "--webhook-addr",
+            &format!("127.0.0.1:{webhook}"),
+            "--admin-addr",
+            &format!("127.0.0.1:{admin}"),
+        ])
+        .env("SANDCAP_LOG_FORMAT", "json")
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ready = (0..200).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        http_get(admin, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+    });
+    assert!(ready, "sandcap run never became ready");
+
+    // The certificate is generated at startup: nothing to trust in advance.
+    let client = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .build()
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let answer: Value = runtime.block_on(async {
+        let body = serde_json::to_vec(&review(
+            "CREATE",
+            &example("provider-removed-key.yaml"),
+            None,
+        ))
+        .unwrap();
+        let url = format!("https://127.0.0.1:{webhook}/validate");
+        client
+            .post(url)
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    });
+    assert_eq!(answer["response"]["allowed"], false);
+
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = wait_with_timeout(&mut child, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0));
+    let mut logs = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut logs)
+        .unwrap();
+    let first: Value = serde_json::from_str(logs.lines().next().unwrap()).expect("JSON logs");
+    assert_eq!(first["level"], "INFO");
+    let denial = logs
+        .lines()
+        .find(|l| l.contains("\"denied\""))
+        .expect("the denial is logged");
+    let denial: Value = serde_json::from_str(denial).unwrap();
+    assert_eq!(denial["span"]["kind"], "SandboxProvider");
+    assert_eq!(denial["span"]["allowed"], false);
+    assert!(
+        !logs.contains("oldstyle-worker"),
+        "request bodies are never logged"
+    );
+}
+
+fn wait_with_timeout(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            panic!("sandcap did not exit within {limit:?} of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A minimal HTTP/1.1 GET, so the polling loop needs no runtime.
+fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    Some(answer)
+}
