@@ -1,0 +1,27 @@
+//! Arbitrary bytes as an AdmissionReview body: the decode and review path the webhook runs.
+//! Whatever comes in, the answer is a 200 or a 400 carrying an AdmissionReview, never a panic.
+//!
+//!     cargo +nightly fuzz run admission_review fuzz/corpus/admission_review fuzz/seeds -- -dict=fuzz/admission.dict
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use sandcap::admission;
+use sandcap::validation::{MAX_WARNING_LEN, Options};
+use serde_json::Value;
+
+fuzz_target!(|data: &[u8]| {
+    let allow_worker_urls = data.first().is_some_and(|b| b & 1 == 1);
+    let answer = admission::handle(data, &Options { allow_worker_urls });
+    assert!(matches!(answer.status, 200 | 400), "status {}", answer.status);
+    let body: Value = serde_json::from_slice(&answer.body).expect("the answer is JSON");
+    let response = &body["response"];
+    assert_eq!(response["allowed"].as_bool(), Some(answer.outcome.allowed()));
+    if !answer.outcome.allowed() {
+        assert!(!response["status"]["message"].as_str().unwrap_or_default().is_empty(), "a denial says why");
+        assert!(matches!(response["status"]["code"].as_u64(), Some(400 | 403)));
+    }
+    for warning in response["warnings"].as_array().into_iter().flatten() {
+        assert!(warning.as_str().is_some_and(|w| w.len() < MAX_WARNING_LEN));
+    }
+});
