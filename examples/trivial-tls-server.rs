@@ -20,7 +20,11 @@ const FIXED: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionRevi
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let addr: SocketAddr = std::env::args().nth(1).as_deref().unwrap_or("127.0.0.1:9443").parse()?;
+    let addr: SocketAddr = std::env::args()
+        .nth(1)
+        .as_deref()
+        .unwrap_or("127.0.0.1:9443")
+        .parse()?;
     let resolver = Arc::new(CertResolver::default());
     let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
     resolver.install(&tls::self_signed()?, &metrics);
@@ -32,6 +36,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let shutdown = CancellationToken::new();
     tokio::spawn(server::cancel_on_signal(shutdown.clone()));
     eprintln!("trivial handler listening on https://{addr}/validate");
-    server::serve_https(listener, tls::server_config(resolver), app, &Limits::default(), shutdown).await;
+    server::serve_https(
+        listener,
+        tls::server_config(resolver),
+        app,
+        &Limits::default(),
+        shutdown,
+    )
+    .await;
     Ok(())
 }

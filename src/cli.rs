@@ -589,3 +589,58 @@ fn load_secrets(paths: &[PathBuf]) -> Result<Secrets, CliError> {
     }
     Ok(Secrets(secrets))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_args(args: &[&str]) -> Result<RunArgs, clap::Error> {
+        let cli = Cli::try_parse_from(["sandcap", "run"].iter().chain(args))?;
+        match cli.command {
+            Command::Run(args) => Ok(*args),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn run_defaults_follow_the_flag_table() {
+        let args = run_args(&[]).unwrap();
+        assert_eq!(args.webhook_addr.to_string(), "0.0.0.0:8443");
+        assert_eq!(args.admin_addr.to_string(), "0.0.0.0:8080");
+        assert_eq!(args.tls_reload_interval, Duration::from_secs(10));
+        assert_eq!(
+            (args.probe_interval, args.probe_timeout),
+            (Duration::from_secs(300), Duration::from_secs(5))
+        );
+        assert!(args.leader_elect && !args.webhook_only && !args.tls_self_signed);
+        assert_eq!(args.leader_election_namespace(), args.pod_namespace);
+        assert_eq!(args.log_format, LogFormat::Text);
+    }
+
+    #[test]
+    fn run_reads_durations_and_boolean_values() {
+        let args = run_args(&[
+            "--tls-reload-interval",
+            "1m 30s",
+            "--leader-elect=false",
+            "--log-format",
+            "json",
+        ])
+        .unwrap();
+        assert_eq!(args.tls_reload_interval, Duration::from_secs(90));
+        assert!(!args.leader_elect);
+        assert_eq!(args.log_format, LogFormat::Json);
+        assert!(run_args(&["--leader-elect"]).unwrap().leader_elect);
+        assert!(run_args(&["--probe-interval", "soon"]).is_err());
+    }
+
+    #[test]
+    fn run_refuses_contradicting_certificate_and_mode_flags() {
+        assert!(
+            run_args(&["--tls-cert", "c.pem"]).is_err(),
+            "a certificate needs its key"
+        );
+        assert!(run_args(&["--tls-cert", "c", "--tls-key", "k", "--tls-self-signed"]).is_err());
+        assert!(run_args(&["--webhook-only", "--controllers-only"]).is_err());
+    }
+}

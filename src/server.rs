@@ -7,7 +7,10 @@
 //! that tests and the benchmark's trivial server run exactly this stack.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -21,6 +24,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use prometheus_client::registry::Registry;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -47,6 +51,11 @@ pub struct Limits {
     pub header_timeout: Duration,
     /// Time to read the body and answer; past it the client gets 408.
     pub request_timeout: Duration,
+    /// A connection that has sent nothing for this long is closed. Longer than the apiserver's
+    /// own idle timeout for pooled connections (90 s), so that the server never closes a
+    /// connection just as the client reuses it. Before its first request a connection gets only
+    /// `header_timeout`.
+    pub idle_timeout: Duration,
     pub max_body: usize,
     /// Requests buffered and reviewed at once: bounds memory (`max_body` each) and CPU.
     pub max_in_flight: usize,
@@ -60,6 +69,7 @@ impl Default for Limits {
             handshake_timeout: Duration::from_secs(5),
             header_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(120),
             max_body: MAX_BODY,
             max_in_flight: 64,
             drain_timeout: Duration::from_secs(15),
@@ -367,6 +377,8 @@ pub async fn serve_https(
             http: http.clone(),
             app: app.clone(),
             handshake_timeout: limits.handshake_timeout,
+            first_request_timeout: limits.header_timeout,
+            idle_timeout: limits.idle_timeout,
         };
         connections.spawn(connection.serve(tcp, peer, shutdown.clone()));
     }
@@ -388,6 +400,8 @@ struct Connection {
     http: auto::Builder<TokioExecutor>,
     app: Router,
     handshake_timeout: Duration,
+    first_request_timeout: Duration,
+    idle_timeout: Duration,
 }
 
 impl Connection {
@@ -399,12 +413,20 @@ impl Connection {
                 Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
                 Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
             };
+        let last_read = LastRead::new();
+        let stream = Watched {
+            inner: stream,
+            last_read: last_read.clone(),
+        };
         let connection = self
             .http
             .serve_connection(TokioIo::new(stream), TowerToHyperService::new(self.app));
         tokio::pin!(connection);
         let result = tokio::select! {
             result = connection.as_mut() => result,
+            () = last_read.quiet(self.first_request_timeout, self.idle_timeout) => {
+                return tracing::debug!(%peer, "closing a quiet connection");
+            }
             () = shutdown.cancelled() => {
                 connection.as_mut().graceful_shutdown();
                 connection.await
@@ -413,6 +435,94 @@ impl Connection {
         if let Err(e) = result {
             tracing::debug!(%peer, error = %e, "connection closed with an error");
         }
+    }
+}
+
+/// When a connection last received bytes. hyper's header timeout covers neither a client that
+/// never sends a first byte nor an idle keep-alive connection, so this watches for both.
+#[derive(Clone)]
+struct LastRead {
+    origin: Instant,
+    /// Milliseconds after `origin`, plus one; 0 while nothing has been read.
+    at: Arc<AtomicU64>,
+}
+
+impl LastRead {
+    fn new() -> LastRead {
+        LastRead {
+            origin: Instant::now(),
+            at: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn touch(&self) {
+        let millis = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.at.store(millis.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// Returns once nothing was read for `first` (before any read) or `idle` (after one).
+    async fn quiet(&self, first: Duration, idle: Duration) {
+        loop {
+            let deadline = match self.at.load(Ordering::Relaxed) {
+                0 => self.origin + first,
+                at => self.origin + Duration::from_millis(at - 1) + idle,
+            };
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline.into()).await;
+        }
+    }
+}
+
+/// A stream that records its reads in a [`LastRead`].
+struct Watched<S> {
+    inner: S,
+    last_read: LastRead,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let result = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.last_read.touch();
+        }
+        result
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 

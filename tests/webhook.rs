@@ -166,6 +166,7 @@ fn test_limits() -> Limits {
         handshake_timeout: Duration::from_secs(1),
         header_timeout: Duration::from_secs(1),
         request_timeout: Duration::from_secs(2),
+        idle_timeout: Duration::from_secs(3),
         drain_timeout: Duration::from_secs(5),
         ..Limits::default()
     }
@@ -685,8 +686,9 @@ async fn slow_clients_are_cut_off_without_holding_up_others() {
         .write_all(b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n{\"apiVersion\":")
         .await
         .unwrap();
-    // A TCP connection that never starts the handshake.
+    // A TCP connection that never starts the handshake, and a TLS one that never sends a request.
     let mut silent = TcpStream::connect(harness.webhook).await.unwrap();
+    let mut idle = tls_connect(&ca, harness.webhook, &[]).await;
 
     // Meanwhile another client is served at once.
     let started = std::time::Instant::now();
@@ -708,6 +710,7 @@ async fn slow_clients_are_cut_off_without_holding_up_others() {
     let answered = String::from_utf8_lossy(&read_until_closed(&mut stalled_body).await).to_string();
     assert!(answered.starts_with("HTTP/1.1 408"), "{answered}");
     read_until_closed(&mut silent).await;
+    read_until_closed(&mut idle).await;
 }
 
 #[tokio::test]
