@@ -186,13 +186,13 @@ impl Checker {
     fn known_fields(&mut self, map: &Map<String, Value>, path: &str, allowed: &[&str]) {
         for key in map.keys().filter(|k| !allowed.contains(&k.as_str())) {
             let hint = if Capability::from_key(key).is_some() || REMOVED_KEYS.contains(&key.as_str()) {
-                format!("; capability keys belong under {path}.sandboxCapabilities")
+                format!(" (capability keys belong under {path}.sandboxCapabilities)")
             } else {
                 String::new()
             };
             self.problem(
                 format!("{path}.{key}"),
-                format!("unknown field; allowed fields are {}{hint}", allowed.join(", ")),
+                format!("unknown field (allowed fields: {}){hint}", allowed.join(", ")),
             );
         }
     }
@@ -253,7 +253,7 @@ impl Checker {
         if let (Some(new), Some(old)) = (new, old)
             && new != old
         {
-            self.problem(path, format!("field is immutable (was {}); {instead}", compact(old)));
+            self.problem(path, format!("field is immutable (was {}): {instead}", compact(old)));
         }
     }
 
@@ -326,7 +326,7 @@ impl Checker {
         if !options.allow_worker_urls {
             self.problem(
                 "spec.worker.url",
-                "worker URLs are refused because the operator runs without --allow-worker-urls; use spec.worker.service",
+                "worker URLs are refused because the operator runs without --allow-worker-urls: use spec.worker.service instead",
             );
             return;
         }
@@ -370,7 +370,7 @@ impl Checker {
         if let Some(kind) = kind
             && !DRIVER_KINDS.contains(&kind)
         {
-            self.problem(format!("{path}.kind"), format!("{kind:?} is not a driver kind; use sandbox_provider or environment_driver (or omit it)"));
+            self.problem(format!("{path}.kind"), format!("{kind:?} is not a driver kind: use sandbox_provider or environment_driver (or omit it)"));
         }
         if let Some(name) = self.optional_string(d, path, "displayName") {
             let n = name.chars().count();
@@ -412,12 +412,12 @@ impl Checker {
                 Some(cap) => declared[cap as usize] = self.boolean(value, &at),
                 None if REMOVED_KEYS.contains(&key.as_str()) => self.problem(
                     at,
-                    "unknown capability key: it was removed from the contract (concurrency is no longer declared); delete it",
+                    "unknown capability key: it was removed from the contract (concurrency is no longer declared), delete it",
                 ),
                 None => self.problem(
                     at,
                     format!(
-                        "unknown capability key; the keys are {}",
+                        "unknown capability key (the keys are {})",
                         Capability::ALL.map(Capability::key).join(", ")
                     ),
                 ),
@@ -461,7 +461,7 @@ impl Checker {
         if let Some(p) = policy
             && !POLICIES.contains(&p)
         {
-            self.problem("spec.policy", format!("{p:?} is not a policy; use Ephemeral or ReuseByEnvironment"));
+            self.problem("spec.policy", format!("{p:?} is not a policy: use Ephemeral or ReuseByEnvironment"));
         }
         let environment = self.optional_string(spec, "spec", "environment");
         if policy == Some("ReuseByEnvironment") && environment.is_none_or(str::is_empty) {
