@@ -5,6 +5,6 @@
 
 pub mod api;
 pub mod cli;
-pub mod metrics;
 pub mod contract;
+pub mod metrics;
 pub mod validation;

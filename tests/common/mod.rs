@@ -3,7 +3,8 @@
 
 use sandcap::api::{
     ConfigSource, DeclaredCapabilities, DriverDeclaration, LeasePolicy, ProviderRef, SandboxLease,
-    SandboxLeaseSpec, SandboxProvider, SandboxProviderSpec, SecretKeyRef, ServiceRef, WorkerRef, WorkloadRef,
+    SandboxLeaseSpec, SandboxProvider, SandboxProviderSpec, SecretKeyRef, ServiceRef, WorkerRef,
+    WorkloadRef,
 };
 use sandcap::contract::{Capability, SecretLookup, Verified};
 use serde_json::{Value, json};
@@ -79,7 +80,11 @@ pub fn lease(provider: &str, driver_key: &str) -> SandboxLease {
     let mut l = SandboxLease::new(
         "run-42",
         SandboxLeaseSpec {
-            provider_ref: ProviderRef { name: provider.into(), driver_key: driver_key.into(), ..Default::default() },
+            provider_ref: ProviderRef {
+                name: provider.into(),
+                driver_key: driver_key.into(),
+                ..Default::default()
+            },
             ..Default::default()
         },
     );
@@ -94,8 +99,12 @@ pub fn reuse(mut l: SandboxLease) -> SandboxLease {
 }
 
 pub fn job_workload(mut l: SandboxLease, api_version: &str, kind: &str) -> SandboxLease {
-    l.spec.workload_ref =
-        Some(WorkloadRef { api_version: api_version.into(), kind: kind.into(), name: "w".into(), ..Default::default() });
+    l.spec.workload_ref = Some(WorkloadRef {
+        api_version: api_version.into(),
+        kind: kind.into(),
+        name: "w".into(),
+        ..Default::default()
+    });
     l
 }
 
@@ -103,7 +112,11 @@ pub fn config_from(mut l: SandboxLease, refs: &[(&str, &str)]) -> SandboxLease {
     l.spec.config_from = refs
         .iter()
         .map(|(name, key)| ConfigSource {
-            secret_key_ref: SecretKeyRef { name: (*name).into(), key: (*key).into(), ..Default::default() },
+            secret_key_ref: SecretKeyRef {
+                name: (*name).into(),
+                key: (*key).into(),
+                ..Default::default()
+            },
             ..Default::default()
         })
         .collect();
@@ -111,7 +124,9 @@ pub fn config_from(mut l: SandboxLease, refs: &[(&str, &str)]) -> SandboxLease {
 }
 
 /// A Secret store: (name, key, value) triples.
-pub fn secrets(entries: &'static [(&'static str, &'static str, &'static str)]) -> impl Fn(&SecretKeyRef) -> SecretLookup {
+pub fn secrets(
+    entries: &'static [(&'static str, &'static str, &'static str)],
+) -> impl Fn(&SecretKeyRef) -> SecretLookup {
     move |r| {
         let in_secret: Vec<_> = entries.iter().filter(|(n, _, _)| *n == r.name).collect();
         if in_secret.is_empty() {
@@ -120,7 +135,9 @@ pub fn secrets(entries: &'static [(&'static str, &'static str, &'static str)]) -
         in_secret
             .iter()
             .find(|(_, k, _)| *k == r.key)
-            .map_or(SecretLookup::MissingKey, |(_, _, v)| SecretLookup::Found(v.as_bytes().to_vec()))
+            .map_or(SecretLookup::MissingKey, |(_, _, v)| {
+                SecretLookup::Found(v.as_bytes().to_vec())
+            })
     }
 }
 
@@ -172,7 +189,9 @@ pub fn lease_json() -> Value {
 /// Sets `value` at a JSON pointer, creating nothing: the parent must exist.
 pub fn set(mut v: Value, pointer: &str, value: Value) -> Value {
     let (parent, key) = pointer.rsplit_once('/').expect("pointer has a parent");
-    let target = v.pointer_mut(parent).unwrap_or_else(|| panic!("no parent at {parent}"));
+    let target = v
+        .pointer_mut(parent)
+        .unwrap_or_else(|| panic!("no parent at {parent}"));
     match target {
         Value::Object(map) => {
             map.insert(key.into(), value);
@@ -185,6 +204,9 @@ pub fn set(mut v: Value, pointer: &str, value: Value) -> Value {
 
 pub fn remove(mut v: Value, pointer: &str) -> Value {
     let (parent, key) = pointer.rsplit_once('/').expect("pointer has a parent");
-    v.pointer_mut(parent).and_then(Value::as_object_mut).expect("parent object").remove(key);
+    v.pointer_mut(parent)
+        .and_then(Value::as_object_mut)
+        .expect("parent object")
+        .remove(key);
     v
 }
