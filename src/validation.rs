@@ -90,7 +90,7 @@ impl Verdict {
 pub fn review(object: &Value, old: Option<&Value>, options: &Options) -> Verdict {
     let mut c = Checker::default();
     let Some(root) = object.as_object() else {
-        c.problem("", "the object is not a JSON object");
+        c.problem("object", "must be a JSON object");
         return c.finish();
     };
     match field(root, "apiVersion") {
@@ -101,6 +101,7 @@ pub fn review(object: &Value, old: Option<&Value>, options: &Options) -> Verdict
         ),
         _ => c.problem("apiVersion", format!("required: {API_VERSION:?}")),
     }
+    c.metadata(root);
     match field(root, "kind")
         .and_then(Value::as_str)
         .and_then(Kind::from_kind)
@@ -305,6 +306,18 @@ impl Checker {
                 path,
                 format!("field is immutable (was {}): {instead}", compact(old)),
             );
+        }
+    }
+
+    /// The apiserver checks names itself; `sandcap validate` repeats it so the offline verdict
+    /// matches what `kubectl apply` would say.
+    fn metadata(&mut self, root: &Map<String, Value>) {
+        let Some(meta) = field(root, "metadata").and_then(|m| self.object(m, "metadata")) else {
+            self.problem("metadata.name", "required");
+            return;
+        };
+        if let Some(name) = self.required_string(meta, "metadata", "name") {
+            self.dns_subdomain(name, "metadata.name");
         }
     }
 

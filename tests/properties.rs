@@ -170,7 +170,7 @@ proptest! {
     #[test]
     fn validation_is_total(value in arbitrary_json()) {
         for kind in ["SandboxProvider", "SandboxLease"] {
-            let object = json!({"apiVersion": "sandcap.dev/v1alpha1", "kind": kind, "spec": value.clone()});
+            let object = json!({"apiVersion": "sandcap.dev/v1alpha1", "kind": kind, "metadata": {"name": "x"}, "spec": value.clone()});
             let v = review(&object, None, &Options::default());
             prop_assert!(v.allowed() || !v.message().is_empty());
         }

@@ -578,10 +578,10 @@ fn immutable_fields_on_update_say_what_to_do_instead() {
 #[test]
 fn objects_that_are_not_sandcap_resources_are_denied_with_a_reason() {
     let cases = [
-        (json!([1, 2]), ": the object is not a JSON object"),
+        (json!([1, 2]), "object: must be a JSON object"),
         (
             json!({"apiVersion": "v1", "kind": "Secret"}),
-            "apiVersion: unsupported apiVersion \"v1\", expected \"sandcap.dev/v1alpha1\"; kind: must be SandboxProvider or SandboxLease",
+            "apiVersion: unsupported apiVersion \"v1\", expected \"sandcap.dev/v1alpha1\"; metadata.name: required; kind: must be SandboxProvider or SandboxLease",
         ),
         (
             set(provider_json(), "/apiVersion", json!("sandcap.dev/v1")),
@@ -590,6 +590,14 @@ fn objects_that_are_not_sandcap_resources_are_denied_with_a_reason() {
         (
             set(provider_json(), "/spec", json!("x")),
             "spec: must be an object, got a string",
+        ),
+        (
+            remove(provider_json(), "/metadata"),
+            "metadata.name: required",
+        ),
+        (
+            set(lease_json(), "/metadata/name", json!("Run_42")),
+            "metadata.name: \"Run_42\" is not a valid resource name",
         ),
     ];
     for (object, expected) in cases {
