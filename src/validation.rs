@@ -90,7 +90,7 @@ impl Verdict {
 pub fn review(object: &Value, old: Option<&Value>, options: &Options) -> Verdict {
     let mut c = Checker::default();
     let Some(root) = object.as_object() else {
-        c.problem("", "the object is not a JSON object");
+        c.problem("object", "must be a JSON object");
         return c.finish();
     };
     match field(root, "apiVersion") {
@@ -101,6 +101,7 @@ pub fn review(object: &Value, old: Option<&Value>, options: &Options) -> Verdict
         ),
         _ => c.problem("apiVersion", format!("required: {API_VERSION:?}")),
     }
+    c.metadata(root);
     match field(root, "kind")
         .and_then(Value::as_str)
         .and_then(Kind::from_kind)
@@ -204,14 +205,14 @@ impl Checker {
         for key in map.keys().filter(|k| !allowed.contains(&k.as_str())) {
             let hint =
                 if Capability::from_key(key).is_some() || REMOVED_KEYS.contains(&key.as_str()) {
-                    format!("; capability keys belong under {path}.sandboxCapabilities")
+                    format!(" (capability keys belong under {path}.sandboxCapabilities)")
                 } else {
                     String::new()
                 };
             self.problem(
                 format!("{path}.{key}"),
                 format!(
-                    "unknown field; allowed fields are {}{hint}",
+                    "unknown field (allowed fields: {}){hint}",
                     allowed.join(", ")
                 ),
             );
@@ -303,8 +304,20 @@ impl Checker {
         {
             self.problem(
                 path,
-                format!("field is immutable (was {}); {instead}", compact(old)),
+                format!("field is immutable (was {}): {instead}", compact(old)),
             );
+        }
+    }
+
+    /// The apiserver checks names itself; `sandcap validate` repeats it so the offline verdict
+    /// matches what `kubectl apply` would say.
+    fn metadata(&mut self, root: &Map<String, Value>) {
+        let Some(meta) = field(root, "metadata").and_then(|m| self.object(m, "metadata")) else {
+            self.problem("metadata.name", "required");
+            return;
+        };
+        if let Some(name) = self.required_string(meta, "metadata", "name") {
+            self.dns_subdomain(name, "metadata.name");
         }
     }
 
@@ -392,7 +405,7 @@ impl Checker {
         if !options.allow_worker_urls {
             self.problem(
                 "spec.worker.url",
-                "worker URLs are refused because the operator runs without --allow-worker-urls; use spec.worker.service",
+                "worker URLs are refused because the operator runs without --allow-worker-urls: use spec.worker.service instead",
             );
             return;
         }
@@ -448,7 +461,7 @@ impl Checker {
         if let Some(kind) = kind
             && !DRIVER_KINDS.contains(&kind)
         {
-            self.problem(format!("{path}.kind"), format!("{kind:?} is not a driver kind; use sandbox_provider or environment_driver (or omit it)"));
+            self.problem(format!("{path}.kind"), format!("{kind:?} is not a driver kind: use sandbox_provider or environment_driver (or omit it)"));
         }
         if let Some(name) = self.optional_string(d, path, "displayName") {
             let n = name.chars().count();
@@ -508,12 +521,12 @@ impl Checker {
                 Some(cap) => declared[cap as usize] = self.boolean(value, &at),
                 None if REMOVED_KEYS.contains(&key.as_str()) => self.problem(
                     at,
-                    "unknown capability key: it was removed from the contract (concurrency is no longer declared); delete it",
+                    "unknown capability key: it was removed from the contract (concurrency is no longer declared), delete it",
                 ),
                 None => self.problem(
                     at,
                     format!(
-                        "unknown capability key; the keys are {}",
+                        "unknown capability key (the keys are {})",
                         Capability::ALL.map(Capability::key).join(", ")
                     ),
                 ),
@@ -563,7 +576,7 @@ impl Checker {
         {
             self.problem(
                 "spec.policy",
-                format!("{p:?} is not a policy; use Ephemeral or ReuseByEnvironment"),
+                format!("{p:?} is not a policy: use Ephemeral or ReuseByEnvironment"),
             );
         }
         let environment = self.optional_string(spec, "spec", "environment");
