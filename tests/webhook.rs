@@ -366,7 +366,7 @@ async fn a_denied_provider_gets_the_contract_message_and_its_warnings() {
     assert_eq!(
         response["status"]["message"],
         "spec.environmentDrivers[0].sandboxCapabilities.concurrentSyncAndExec: unknown capability key: it was \
-         removed from the contract (concurrency is no longer declared); delete it"
+         removed from the contract (concurrency is no longer declared), delete it"
     );
     assert_eq!(
         response["warnings"],
@@ -375,6 +375,10 @@ async fn a_denied_provider_gets_the_contract_message_and_its_warnings() {
             "spec.environmentDrivers[0]: nativeSyncIn and nativeSyncOut differ; the worker verifies them only as a pair"
         ])
     );
+    // Word for word what `sandcap validate` says about the same file.
+    let offline = sandcap::validation::review(&example("provider-removed-key.yaml"), None, &Options::default());
+    assert_eq!(response["status"]["message"], offline.message());
+    assert_eq!(response["warnings"], json!(offline.warnings));
     let metrics = harness.metrics().await;
     let series = r#"sandcap_admission_requests_total{kind="SandboxProvider",operation="CREATE",verdict="denied"}"#;
     assert_eq!(sample(&metrics, series), 1.0, "{metrics}");
@@ -416,7 +420,7 @@ async fn updates_keep_plugin_key_and_provider_ref_immutable() {
     assert_eq!(response["allowed"], false);
     assert_eq!(
         response["status"]["message"],
-        r#"spec.pluginKey: field is immutable (was "acme.kubernetes-sandbox-provider"); to register another plugin, create a new SandboxProvider"#
+        r#"spec.pluginKey: field is immutable (was "acme.kubernetes-sandbox-provider"): to register another plugin, create a new SandboxProvider"#
     );
 
     let old = example("lease-reuse.yaml");
@@ -425,7 +429,7 @@ async fn updates_keep_plugin_key_and_provider_ref_immutable() {
     let response = post_review(&client, &harness, &review("UPDATE", &new, Some(&old))).await;
     assert_eq!(
         response["status"]["message"],
-        r#"spec.providerRef: field is immutable (was {"driverKey":"kubernetes","name":"acme-kubernetes"}); to use another provider or driver, create a new SandboxLease"#
+        r#"spec.providerRef: field is immutable (was {"driverKey":"kubernetes","name":"acme-kubernetes"}): to use another provider or driver, create a new SandboxLease"#
     );
 
     // Changing anything else is fine.
