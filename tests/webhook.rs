@@ -376,7 +376,11 @@ async fn a_denied_provider_gets_the_contract_message_and_its_warnings() {
         ])
     );
     // Word for word what `sandcap validate` says about the same file.
-    let offline = sandcap::validation::review(&example("provider-removed-key.yaml"), None, &Options::default());
+    let offline = sandcap::validation::review(
+        &example("provider-removed-key.yaml"),
+        None,
+        &Options::default(),
+    );
     assert_eq!(response["status"]["message"], offline.message());
     assert_eq!(response["warnings"], json!(offline.warnings));
     let metrics = harness.metrics().await;
