@@ -146,16 +146,14 @@ fn decode(body: &[u8], outcome: &mut Outcome) -> Result<Request, String> {
     let review: Value =
         serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
     let Value::Object(mut review) = review else {
-        return Err(format!(
-            "the body is {}, not an {KIND} object",
-            type_name(&review)
-        ));
+        return Err(format!("the body is not an {KIND} object"));
     };
     match review.get("apiVersion").and_then(Value::as_str) {
         Some(API_VERSION) => {}
         Some(other) => {
             return Err(format!(
-                "apiVersion: unsupported {other:?}, this webhook speaks {API_VERSION:?}"
+                "apiVersion: unsupported {:?}, this webhook speaks {API_VERSION:?}",
+                clip(other)
             ));
         }
         None => return Err(format!("apiVersion: required ({API_VERSION:?})")),
@@ -187,7 +185,7 @@ fn decode(body: &[u8], outcome: &mut Outcome) -> Result<Request, String> {
     if group == GROUP && sub_resource.is_empty() {
         outcome.kind = Kind::from_kind(kind);
     }
-    outcome.name = string(&request, "name").to_string();
+    outcome.name = clip(string(&request, "name")).to_string();
     outcome.dry_run = request
         .get("dryRun")
         .and_then(Value::as_bool)
@@ -218,7 +216,7 @@ fn answer(request: Request, options: &Options, outcome: &mut Outcome) -> Respons
     };
     if outcome.name.is_empty() {
         // CREATE with generateName has no request.name yet; the object's metadata says more.
-        outcome.name = validation::identify(&object).1;
+        outcome.name = clip(&validation::identify(&object).1).to_string();
     }
     let verdict = validation::review(&object, request.old_object.as_ref(), options);
     let warnings = verdict
@@ -247,11 +245,10 @@ pub fn truncate_warning(warning: &str) -> String {
     if warning.len() < MAX_WARNING_LEN {
         return warning.to_string();
     }
-    let mut end = MAX_WARNING_LEN - 1 - ELLIPSIS.len();
-    while !warning.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}{ELLIPSIS}", &warning[..end])
+    format!(
+        "{}{ELLIPSIS}",
+        prefix(warning, MAX_WARNING_LEN - 1 - ELLIPSIS.len())
+    )
 }
 
 fn take_object(request: &mut Map<String, Value>, key: &str) -> Option<Value> {
@@ -262,15 +259,18 @@ fn string<'a>(map: &'a Map<String, Value>, key: &str) -> &'a str {
     map.get(key).and_then(Value::as_str).unwrap_or_default()
 }
 
-fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
+/// A client-chosen string echoed in answers and logs, cut to the longest name Kubernetes allows.
+fn clip(s: &str) -> &str {
+    prefix(s, 253)
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
+fn prefix(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
     }
+    &s[..end]
 }
 
 #[derive(Serialize)]

@@ -328,6 +328,17 @@ async fn post_review(client: &reqwest::Client, harness: &Harness, review: &Value
     body["response"].clone()
 }
 
+/// Reviews the complete example provider, which is allowed.
+async fn review_full_provider(client: &reqwest::Client, harness: &Harness) {
+    let response = post_review(
+        client,
+        harness,
+        &review("CREATE", &example("provider-full.yaml"), None),
+    )
+    .await;
+    assert_eq!(response["allowed"], true, "{response}");
+}
+
 #[tokio::test]
 async fn an_allowed_provider_and_lease() {
     let (harness, client, _ca, _volume) = serving().await;
@@ -585,43 +596,19 @@ async fn oversized_bodies_wrong_paths_and_methods_are_refused() {
     let (harness, client, _ca, _volume) = serving().await;
     let huge = vec![b' '; server::MAX_BODY + 1];
     assert_eq!(post(&client, &harness, huge).await.0, 413);
+    let status =
+        |request: reqwest::RequestBuilder| async move { request.send().await.unwrap().status() };
     assert_eq!(
-        client
-            .post(harness.url("/mutate"))
-            .body("{}")
-            .send()
-            .await
-            .unwrap()
-            .status(),
+        status(client.post(harness.url("/mutate")).body("{}")).await,
         404
     );
+    assert_eq!(status(client.get(harness.url("/validate"))).await, 405);
     assert_eq!(
-        client
-            .get(harness.url("/validate"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        405
-    );
-    assert_eq!(
-        client
-            .put(harness.url("/validate"))
-            .body("{}")
-            .send()
-            .await
-            .unwrap()
-            .status(),
+        status(client.put(harness.url("/validate")).body("{}")).await,
         405
     );
     // Still serving.
-    let response = post_review(
-        &client,
-        &harness,
-        &review("CREATE", &example("provider-full.yaml"), None),
-    )
-    .await;
-    assert_eq!(response["allowed"], true);
+    review_full_provider(&client, &harness).await;
 }
 
 #[tokio::test]
@@ -700,13 +687,7 @@ async fn slow_clients_are_cut_off_without_holding_up_others() {
 
     // Meanwhile another client is served at once.
     let started = std::time::Instant::now();
-    let response = post_review(
-        &client,
-        &harness,
-        &review("CREATE", &example("provider-full.yaml"), None),
-    )
-    .await;
-    assert_eq!(response["allowed"], true);
+    review_full_provider(&client, &harness).await;
     assert!(
         started.elapsed() < Duration::from_secs(1),
         "{:?}",
@@ -740,13 +721,7 @@ async fn plain_http_on_the_tls_port_fails_the_handshake_only() {
             .await
             .is_err()
     );
-    let response = post_review(
-        &client,
-        &harness,
-        &review("CREATE", &example("provider-full.yaml"), None),
-    )
-    .await;
-    assert_eq!(response["allowed"], true);
+    review_full_provider(&client, &harness).await;
 }
 
 #[tokio::test]
@@ -833,6 +808,14 @@ async fn readyz_waits_for_a_certificate_and_metrics_show_it() {
     );
 }
 
+async fn wait_serving(ca: &Ca, harness: &Harness, serial: u8) {
+    let what = format!("the certificate with serial {serial:#x}");
+    eventually(&what, || async {
+        served_serial(ca, harness.webhook).await == serial
+    })
+    .await;
+}
+
 /// The serial of the certificate the server presents on a fresh connection.
 async fn served_serial(ca: &Ca, addr: SocketAddr) -> u8 {
     let tls = tls_connect(ca, addr, &[]).await;
@@ -847,31 +830,13 @@ async fn certificates_rotate_without_a_restart_and_bad_pairs_are_ignored() {
     let (a, b) = (ca.leaf(0xA1), ca.leaf(0xB2));
     assert_eq!(served_serial(&ca, harness.webhook).await, 1);
     volume.publish(&a.cert_pem, &a.key_pem);
-    eventually("cert A", || async {
-        served_serial(&ca, harness.webhook).await == a.serial
-    })
-    .await;
+    wait_serving(&ca, &harness, a.serial).await;
 
     // A connection opened before the swap keeps working across it.
-    let response = post_review(
-        &client,
-        &harness,
-        &review("CREATE", &example("provider-full.yaml"), None),
-    )
-    .await;
-    assert_eq!(response["allowed"], true);
+    review_full_provider(&client, &harness).await;
     volume.publish(&b.cert_pem, &b.key_pem);
-    eventually("cert B", || async {
-        served_serial(&ca, harness.webhook).await == b.serial
-    })
-    .await;
-    let response = post_review(
-        &client,
-        &harness,
-        &review("CREATE", &example("provider-full.yaml"), None),
-    )
-    .await;
-    assert_eq!(response["allowed"], true);
+    wait_serving(&ca, &harness, b.serial).await;
+    review_full_provider(&client, &harness).await;
     let metrics = harness.metrics().await;
     assert_eq!(
         sample(&metrics, "sandcap_certificate_expiry_timestamp_seconds"),
@@ -918,10 +883,7 @@ async fn certificates_rotate_without_a_restart_and_bad_pairs_are_ignored() {
         &c.cert_pem,
     )
     .unwrap();
-    eventually("cert C", || async {
-        served_serial(&ca, harness.webhook).await == c.serial
-    })
-    .await;
+    wait_serving(&ca, &harness, c.serial).await;
 }
 
 #[tokio::test]
