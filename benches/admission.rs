@@ -22,6 +22,11 @@ fn bench(c: &mut Criterion) {
     group.bench_function("serde_json decode only (baseline)", |b| {
         b.iter(|| serde_json::from_slice::<serde_json::Value>(black_box(REVIEW)).unwrap())
     });
+    let object =
+        serde_json::from_slice::<serde_json::Value>(REVIEW).unwrap()["request"]["object"].clone();
+    group.bench_function("review only (object already decoded)", |b| {
+        b.iter(|| sandcap::validation::review(black_box(&object), None, &Options::default()))
+    });
     group.bench_function("decode + review + encode", |b| {
         b.iter(|| admission::handle(black_box(REVIEW), &Options::default()))
     });

@@ -14,7 +14,11 @@ cd "$(dirname "$0")/.."
 DURATION=${DURATION:-20s}
 CONNECTIONS=${CONNECTIONS:-50}
 BODY=benches/provider-review.json
-WEBHOOK=127.0.0.1:18443 ADMIN=127.0.0.1:18080 TRIVIAL=127.0.0.1:19443
+# Three free ports, so a stale server elsewhere can never answer in place of the one measured.
+read -r WEBHOOK ADMIN TRIVIAL < <(python3 -c 'import socket
+socks = [socket.socket() for _ in range(3)]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(*("127.0.0.1:%d" % s.getsockname()[1] for s in socks))')
 
 command -v oha >/dev/null || cargo install oha --locked
 cargo build --release --locked --bin sandcap --example trivial-tls-server
@@ -30,6 +34,7 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 curl -sf "http://$ADMIN/readyz" >/dev/null
+for p in "${pids[@]}"; do kill -0 "$p"; done
 
 # One oha run; prints "rps p50_ms p99_ms success_rate".
 load() {
