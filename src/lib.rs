@@ -4,7 +4,8 @@
 //! everything else is a thin shell that feeds them and writes their answers somewhere.
 
 pub mod api;
+pub mod certs;
 pub mod cli;
-pub mod metrics;
 pub mod contract;
+pub mod metrics;
 pub mod validation;
