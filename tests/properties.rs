@@ -1,0 +1,212 @@
+//! Property tests for the invariants of `effective = verified ∩ declared ∩ narrowing`.
+
+mod common;
+
+use common::ALL_METHODS;
+use proptest::prelude::*;
+use sandcap::api::{DeclaredCapabilities, DriverDeclaration, LeasePolicy};
+use sandcap::contract::{
+    Capability, Declared, Narrowing, Reason, Verified, resolve, resolve_driver,
+};
+use sandcap::validation::{Options, review};
+use serde_json::{Value, json};
+
+fn verified() -> impl Strategy<Value = Verified> {
+    let noise = prop::sample::select(vec![
+        "initialize",
+        "environmentTeleport",
+        "",
+        "environmentexecute",
+    ]);
+    (
+        prop::sample::subsequence(ALL_METHODS.to_vec(), 0..=6),
+        prop::collection::vec(noise, 0..3),
+        any::<bool>(),
+    )
+        .prop_map(|(methods, noise, failed)| {
+            if failed {
+                Verified::nothing()
+            } else {
+                Verified::methods(methods.into_iter().chain(noise))
+            }
+        })
+}
+
+fn driver() -> impl Strategy<Value = DriverDeclaration> {
+    (
+        prop::array::uniform6(prop::option::of(any::<bool>())),
+        prop::option::of(any::<bool>()),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(keys, legacy, has_caps, sandbox)| {
+            let mut caps = DeclaredCapabilities::default();
+            for (cap, v) in Capability::ALL.into_iter().zip(keys) {
+                caps.set(cap, v);
+            }
+            DriverDeclaration {
+                driver_key: "d".into(),
+                kind: Some(
+                    if sandbox {
+                        "sandbox_provider"
+                    } else {
+                        "environment_driver"
+                    }
+                    .into(),
+                ),
+                supports_reusable_leases: legacy,
+                sandbox_capabilities: has_caps.then_some(caps),
+                ..Default::default()
+            }
+        })
+}
+
+fn narrowing() -> impl Strategy<Value = Narrowing> {
+    (
+        any::<bool>(),
+        prop::option::of(prop::sample::select(vec![
+            LeasePolicy::Ephemeral,
+            LeasePolicy::ReuseByEnvironment,
+        ])),
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(identity, policy, job, nfs, config)| Narrowing {
+            identity_failure: identity.then(|| "identity".into()),
+            policy,
+            job_backend: job.then(|| "job".into()),
+            native_file_sync_unsupported: nfs,
+            config_failure: config.then(|| "config".into()),
+        })
+}
+
+/// What the narrowing lets through, written independently of the implementation.
+fn narrowing_allows(n: &Narrowing, cap: Capability) -> bool {
+    use Capability::*;
+    n.identity_failure.is_none()
+        && match cap {
+            ReusableLeases => n
+                .policy
+                .is_none_or(|p| p == LeasePolicy::ReuseByEnvironment),
+            NativeSyncIn | NativeSyncOut => {
+                n.job_backend.is_none() && !n.native_file_sync_unsupported
+            }
+            PersistentProcessSessions | IncrementalSessionOutput => n.config_failure.is_none(),
+            IndependentControlCommands => true,
+        }
+}
+
+fn worker_verifies(v: &Verified, cap: Capability) -> bool {
+    cap.required_methods().iter().all(|m| v.has(m))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn effective_is_exactly_verified_and_declared_and_narrowing(v in verified(), d in driver(), n in narrowing()) {
+        let declared = Declared::from_driver(&d);
+        let r = resolve(&v, &declared, &n);
+        for cap in Capability::ALL {
+            let expected = worker_verifies(&v, cap) && declared.allows(cap) && narrowing_allows(&n, cap);
+            prop_assert_eq!(r.is_granted(cap), expected, "{}", cap);
+        }
+    }
+
+    #[test]
+    fn a_declaration_never_grants_what_the_worker_did_not_verify(v in verified(), d in driver()) {
+        let r = resolve_driver(&v, &d);
+        for cap in Capability::ALL {
+            if r.is_granted(cap) {
+                prop_assert!(worker_verifies(&v, cap), "{} granted without its methods", cap);
+                prop_assert!(!v.is_nothing());
+            }
+        }
+    }
+
+    #[test]
+    fn narrowing_only_removes(v in verified(), d in driver(), n in narrowing()) {
+        let declared = Declared::from_driver(&d);
+        let provider_level = resolve(&v, &declared, &Narrowing::default());
+        let lease_level = resolve(&v, &declared, &n);
+        for cap in Capability::ALL {
+            prop_assert!(!lease_level.is_granted(cap) || provider_level.is_granted(cap));
+        }
+    }
+
+    #[test]
+    fn fewer_verified_methods_never_grant_more(d in driver(), n in narrowing(), drop in 0usize..6) {
+        let declared = Declared::from_driver(&d);
+        let all = resolve(&Verified::methods(ALL_METHODS), &declared, &n);
+        let fewer = resolve(&Verified::methods(ALL_METHODS.iter().enumerate().filter(|(i, _)| *i != drop).map(|(_, m)| *m)), &declared, &n);
+        for cap in Capability::ALL {
+            prop_assert!(!fewer.is_granted(cap) || all.is_granted(cap));
+        }
+    }
+
+    #[test]
+    fn every_capability_is_explained_once_and_consistently(v in verified(), d in driver(), n in narrowing()) {
+        let r = resolve(&v, &Declared::from_driver(&d), &n);
+        prop_assert_eq!(r.explanations.len(), 6);
+        for (e, cap) in r.explanations.iter().zip(Capability::ALL) {
+            prop_assert_eq!(e.capability, cap);
+            prop_assert_eq!(e.granted, r.is_granted(cap));
+            prop_assert_eq!(e.granted, e.reason == Reason::Granted);
+            prop_assert!(!e.message.is_empty());
+        }
+    }
+
+    #[test]
+    fn sync_capabilities_are_verified_together(v in verified(), d in driver(), n in narrowing()) {
+        let declared = Declared::from_driver(&d);
+        let r = resolve(&v, &declared, &n);
+        let reason = |c| r.explanations.iter().find(|e| e.capability == c).unwrap().reason;
+        let worker_gate = |x: Reason| matches!(x, Reason::WorkerNotVerified | Reason::MissingWorkerMethods);
+        prop_assert_eq!(worker_gate(reason(Capability::NativeSyncIn)), worker_gate(reason(Capability::NativeSyncOut)));
+    }
+
+    /// The validator answers every JSON value (never panics) and a denial always has a message.
+    #[test]
+    fn validation_is_total(value in arbitrary_json()) {
+        for kind in ["SandboxProvider", "SandboxLease"] {
+            let object = json!({"apiVersion": "sandcap.dev/v1alpha1", "kind": kind, "metadata": {"name": "x"}, "spec": value.clone()});
+            let v = review(&object, None, &Options::default());
+            prop_assert!(v.allowed() || !v.message().is_empty());
+        }
+    }
+}
+
+fn arbitrary_json() -> impl Strategy<Value = Value> {
+    let keys = prop::sample::select(vec![
+        "pluginKey",
+        "version",
+        "worker",
+        "service",
+        "url",
+        "environmentDrivers",
+        "driverKey",
+        "kind",
+        "sandboxCapabilities",
+        "nativeSyncIn",
+        "providerRef",
+        "policy",
+        "configFrom",
+        "secretKeyRef",
+        "x",
+    ]);
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        "[a-zA-Z0-9./_-]{0,12}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 64, 8, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map(keys.clone(), inner, 0..6).prop_map(|m| Value::Object(
+                m.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+            )),
+        ]
+    })
+}
