@@ -232,7 +232,7 @@ pub enum Stored {
     Absent,
     /// Present but not usable; the reason names keys and problems, never contents.
     Unusable(String),
-    Usable(Material),
+    Usable(Box<Material>),
 }
 
 impl Stored {
@@ -242,7 +242,7 @@ impl Stored {
         };
         let empty = BTreeMap::new();
         match Material::from_secret_data(secret.data.as_ref().unwrap_or(&empty)) {
-            Ok(material) => Stored::Usable(material),
+            Ok(material) => Stored::Usable(Box::new(material)),
             Err(reason) => Stored::Unusable(reason),
         }
     }
@@ -454,7 +454,7 @@ pub fn carry_out(
         // Create, and (defensively) any step on material that cannot be built upon.
         _ => return generate(dns_names, now).map(Some),
     };
-    let mut next = current.clone();
+    let mut next = Material::clone(current);
     match action {
         Action::RenewServing { .. } => next.serving = issue_serving(&current.ca, dns_names, now)?,
         Action::PrepareNextCa => next.next_ca = Some(new_ca(now)?),
@@ -692,14 +692,10 @@ async fn sync_ca_bundle(
 }
 
 fn next_ca_published(stored: &Stored, config: Option<&ValidatingWebhookConfiguration>) -> bool {
-    let (
-        Stored::Usable(Material {
-            next_ca: Some(next),
-            ..
-        }),
-        Some(config),
-    ) = (stored, config)
-    else {
+    let (Stored::Usable(material), Some(config)) = (stored, config) else {
+        return false;
+    };
+    let Some(next) = &material.next_ca else {
         return false;
     };
     let webhooks = config.webhooks.as_deref().unwrap_or_default();
@@ -741,7 +737,7 @@ pub async fn reconcile(
                 written = action;
                 new
             }
-            (None, Stored::Usable(current)) => current,
+            (None, Stored::Usable(current)) => *current,
             (None, _) => unreachable!("decide keeps only usable material"),
         };
         if let Some(ca_bundle) =
@@ -813,7 +809,7 @@ mod tests {
     }
 
     fn usable(m: &Material) -> Stored {
-        Stored::Usable(m.clone())
+        Stored::Usable(Box::new(m.clone()))
     }
 
     fn step(m: &Material, action: &Action, now: SystemTime) -> Material {
