@@ -441,34 +441,33 @@ pub fn decide(
     Action::Keep
 }
 
-/// The Secret contents after `action`, or `None` for [`Action::Keep`].
+/// The Secret contents after `action`. Material that cannot be built upon is replaced whatever
+/// the action (decide never asks for that, but a fresh start is the only safe answer).
 pub fn carry_out(
     stored: &Stored,
     action: &Action,
     dns_names: &[String],
     now: SystemTime,
-) -> Result<Option<Material>, rcgen::Error> {
-    let current = match (action, stored) {
-        (Action::Keep, _) => return Ok(None),
-        (_, Stored::Usable(m)) if !matches!(action, Action::Create { .. }) => m,
-        // Create, and (defensively) any step on material that cannot be built upon.
-        _ => return generate(dns_names, now).map(Some),
+) -> Result<Material, rcgen::Error> {
+    let Stored::Usable(current) = stored else {
+        return generate(dns_names, now);
     };
     let mut next = Material::clone(current);
     match action {
+        Action::Keep => {}
+        Action::Create { .. } => return generate(dns_names, now),
         Action::RenewServing { .. } => next.serving = issue_serving(&current.ca, dns_names, now)?,
         Action::PrepareNextCa => next.next_ca = Some(new_ca(now)?),
         Action::PromoteNextCa => {
             let Some(ca) = next.next_ca.take() else {
-                return generate(dns_names, now).map(Some);
+                return generate(dns_names, now);
             };
             next.serving = issue_serving(&ca, dns_names, now)?;
             next.retired_ca = Some(std::mem::replace(&mut next.ca, ca).cert);
         }
         Action::DropRetiredCa => next.retired_ca = None,
-        Action::Keep | Action::Create { .. } => unreachable!("handled above"),
     }
-    Ok(Some(next))
+    Ok(next)
 }
 
 /// A new CA and a serving certificate from it.
@@ -729,17 +728,13 @@ pub async fn reconcile(
             next_ca_published(&stored, config.as_ref()),
             now,
         );
-        let material = match (carry_out(&stored, &action, &names, now)?, stored) {
-            (Some(new), _) => {
-                if !write_secret(&secrets, opts, secret.as_ref(), &new).await? {
-                    continue;
-                }
-                written = action;
-                new
+        let material = carry_out(&stored, &action, &names, now)?;
+        if action != Action::Keep {
+            if !write_secret(&secrets, opts, secret.as_ref(), &material).await? {
+                continue;
             }
-            (None, Stored::Usable(current)) => *current,
-            (None, _) => unreachable!("decide keeps only usable material"),
-        };
+            written = action;
+        }
         if let Some(ca_bundle) =
             sync_ca_bundle(&configs, opts, config.as_ref(), &material.ca_bundle()).await?
         {
@@ -813,9 +808,7 @@ mod tests {
     }
 
     fn step(m: &Material, action: &Action, now: SystemTime) -> Material {
-        carry_out(&usable(m), action, &names(), now)
-            .unwrap()
-            .unwrap()
+        carry_out(&usable(m), action, &names(), now).unwrap()
     }
 
     #[test]

@@ -127,6 +127,10 @@ async fn published_bundle(client: &Client) -> String {
     bundles[0].clone()
 }
 
+fn expected(action: Action, ca_bundle: BundleSync) -> Outcome {
+    Outcome { action, ca_bundle }
+}
+
 async fn reconcile(client: &Client, now: SystemTime) -> Outcome {
     certs::reconcile(client, &opts(), now).await.unwrap()
 }
@@ -194,13 +198,7 @@ async fn leaves_fresh_certificates_alone() {
         .resource_version;
     for later in [Duration::ZERO, DAY, 200 * DAY] {
         let outcome = reconcile(&client, t0() + later).await;
-        assert_eq!(
-            outcome,
-            Outcome {
-                action: Action::Keep,
-                ca_bundle: BundleSync::UpToDate
-            }
-        );
+        assert_eq!(outcome, expected(Action::Keep, BundleSync::UpToDate));
     }
     assert_eq!(
         secret(&client).await.unwrap().metadata.resource_version,
@@ -257,10 +255,7 @@ async fn rotates_the_ca_without_ever_breaking_trust() {
     let outcome = reconcile(&client, now).await;
     assert_eq!(
         outcome,
-        Outcome {
-            action: Action::PrepareNextCa,
-            ca_bundle: BundleSync::Patched
-        }
+        expected(Action::PrepareNextCa, BundleSync::Patched)
     );
     let prepared = material(&client).await;
     let next = prepared.next_ca.clone().unwrap();
@@ -283,10 +278,7 @@ async fn rotates_the_ca_without_ever_breaking_trust() {
     now += CA_PUBLISH_GRACE;
     assert_eq!(
         reconcile(&client, now).await,
-        Outcome {
-            action: Action::PromoteNextCa,
-            ca_bundle: BundleSync::Patched
-        }
+        expected(Action::PromoteNextCa, BundleSync::Patched)
     );
     let promoted = material(&client).await;
     assert_eq!(promoted.ca.cert().pem(), next.cert().pem());
@@ -303,10 +295,7 @@ async fn rotates_the_ca_without_ever_breaking_trust() {
     now += CA_RETIRE_GRACE;
     assert_eq!(
         reconcile(&client, now).await,
-        Outcome {
-            action: Action::DropRetiredCa,
-            ca_bundle: BundleSync::Patched
-        }
+        expected(Action::DropRetiredCa, BundleSync::Patched)
     );
     let bundle = published_bundle(&client).await;
     assert_eq!(bundle, next.cert().pem());
@@ -332,10 +321,7 @@ async fn never_promotes_a_ca_the_apiserver_has_not_seen() {
     let later = now + 30 * DAY;
     assert_eq!(
         reconcile(&client, later).await,
-        Outcome {
-            action: Action::Keep,
-            ca_bundle: BundleSync::ConfigMissing
-        }
+        expected(Action::Keep, BundleSync::ConfigMissing)
     );
     let m = material(&client).await;
     assert!(m.next_ca.is_some() && m.retired_ca.is_none());
@@ -356,10 +342,7 @@ async fn restores_a_ca_bundle_someone_else_changed() {
 
     assert_eq!(
         reconcile(&client, t0()).await,
-        Outcome {
-            action: Action::Keep,
-            ca_bundle: BundleSync::Patched
-        }
+        expected(Action::Keep, BundleSync::Patched)
     );
     assert_eq!(
         published_bundle(&client).await,
@@ -431,13 +414,7 @@ async fn a_replica_that_loses_the_create_race_adopts_the_winners_secret() {
     });
     let client = cluster(Some(funcs)).await;
     let outcome = reconcile(&client, t0()).await;
-    assert_eq!(
-        outcome,
-        Outcome {
-            action: Action::Keep,
-            ca_bundle: BundleSync::Patched
-        }
-    );
+    assert_eq!(outcome, expected(Action::Keep, BundleSync::Patched));
     assert_eq!(
         material(&client).await.to_secret_data(),
         winner.to_secret_data(),
@@ -459,9 +436,7 @@ async fn a_replica_with_a_stale_read_does_not_clobber_a_renewal() {
     let action = Action::RenewServing {
         reason: "test".into(),
     };
-    let theirs = certs::carry_out(&Stored::Usable(current), &action, &names, now)
-        .unwrap()
-        .unwrap();
+    let theirs = certs::carry_out(&Stored::Usable(current), &action, &names, now).unwrap();
     let their_data = theirs.to_secret_data();
     let fired = Arc::new(AtomicBool::new(false));
     let seen = fired.clone();
@@ -565,10 +540,7 @@ async fn concurrent_replicas_agree_on_one_certificate() {
     apiserver_trusts(&bundle, m.serving.cert().pem(), t0()).unwrap();
     assert_eq!(
         reconcile(&client, t0()).await,
-        Outcome {
-            action: Action::Keep,
-            ca_bundle: BundleSync::UpToDate
-        }
+        expected(Action::Keep, BundleSync::UpToDate)
     );
 }
 
