@@ -27,6 +27,8 @@ from cloudcoil.models.prometheus_operator import v1 as prometheus_operator
 
 CHART = pathlib.Path(__file__).resolve().parents[2] / "charts" / "sandcap"
 KUBE_VERSION = "1.32"
+# The oldest and newest Kubernetes schemas kubernetes-validate ships: the chart must fit both.
+KUBE_VERSION_RANGE = ("1.25", "1.37")
 RELEASE = "sandcap"
 NAMESPACE = "sandcap-system"
 NONROOT = 65532
@@ -45,13 +47,18 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "selfManaged": {"certificates": {"mode": "selfManaged", "selfManaged": {"secretName": "my-tls"}}},
     "certManager": {"certificates": {"mode": "certManager"}},
     "certManager-issuerRef": {
-        "certificates": {"mode": "certManager", "certManager": {"issuerRef": {"kind": "ClusterIssuer", "name": "corp-ca"}}}
+        "certificates": {
+            "mode": "certManager",
+            "certManager": {"issuerRef": {"kind": "ClusterIssuer", "name": "corp-ca"}},
+        }
     },
     "replicas=1": {"replicaCount": 1},
     "replicas=3": {"replicaCount": 3, "podAntiAffinity": "hard"},
     "serviceMonitor": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
     "networkPolicy": {"networkPolicy": {"enabled": True, "egress": EGRESS}},
-    "networkPolicy-ingress-only": {"networkPolicy": {"enabled": True, "webhookFrom": [{"ipBlock": {"cidr": "172.18.0.0/16"}}]}},
+    "networkPolicy-ingress-only": {
+        "networkPolicy": {"enabled": True, "webhookFrom": [{"ipBlock": {"cidr": "172.18.0.0/16"}}]}
+    },
     "secretNamespaces": {"secretNamespaces": ["team-a", "team-b"]},
     "secretsClusterWide": {"secretsClusterWide": True},
     "priorityClassName": {"priorityClassName": "system-cluster-critical"},
@@ -122,11 +129,11 @@ def rbac_rules(objects: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict
     return [(o, rule) for o in objects if o["kind"] in ("Role", "ClusterRole") for rule in o.get("rules", [])]
 
 
-def validate_object(obj: dict[str, Any]) -> None:
+def validate_object(obj: dict[str, Any], kube_version: str = KUBE_VERSION) -> None:
     model = CRD_MODELS.get((obj["apiVersion"], obj["kind"]))
     if model is None:
         # Raises SchemaNotFoundError for a kind it does not know: such an object fails the test.
-        kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+        kubernetes_validate.validate(obj, kube_version, strict=True)
         return
     round_trip = model.model_validate(obj).model_dump(mode="json", by_alias=True, exclude_unset=True)
     assert round_trip == obj, f"{obj['kind']} has fields its CRD does not define:\n{obj}\n!=\n{round_trip}"
@@ -211,6 +218,23 @@ def test_rendered_objects_validate(scenario: str) -> None:
         validate_object(obj)
 
 
+EVERYTHING_ON = {
+    "replicaCount": 3,
+    "priorityClassName": "system-cluster-critical",
+    "secretNamespaces": ["team-a"],
+    "serviceMonitor": {"enabled": True},
+    "networkPolicy": {"enabled": True, "egress": EGRESS},
+    "webhook": {"exemptNamespaces": ["kube-system"]},
+}
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSION_RANGE)
+@pytest.mark.parametrize("mode", ["selfManaged", "certManager"])
+def test_objects_fit_the_supported_kubernetes_range(kube_version: str, mode: str) -> None:
+    for obj in render({**EVERYTHING_ON, "certificates": {"mode": mode}}) + chart_crds():
+        validate_object(obj, kube_version)
+
+
 def test_chart_crds_validate_and_match_repo() -> None:
     crds = chart_crds()
     assert {c["metadata"]["name"] for c in crds} == {"sandboxproviders.sandcap.dev", "sandboxleases.sandcap.dev"}
@@ -219,6 +243,35 @@ def test_chart_crds_validate_and_match_repo() -> None:
     repo = CHART.parents[1] / "crds"
     for path in (CHART / "crds").glob("*.yaml"):
         assert path.read_text() == (repo / path.name).read_text(), f"{path} differs from crds/{path.name}"
+
+
+def test_names_follow_the_release_name() -> None:
+    """Another release name: every name sandcap is told about matches the object it names."""
+    with helm.Chart.load(CHART) as chart:
+        manifests = chart.render({}, name="platform", namespace="infra")
+    objects = [d for p, t in manifests.items() if p.endswith(".yaml") for d in yaml.safe_load_all(t) if d]
+    variables = env(objects)
+    assert (
+        variables["SANDCAP_WEBHOOK_CONFIG_NAME"]
+        == one(objects, "ValidatingWebhookConfiguration")["metadata"]["name"]
+        == "platform-sandcap"
+    )
+    assert (
+        variables["SANDCAP_SERVICE_NAME"] == one(objects, "Service")["metadata"]["name"] == "platform-sandcap-webhook"
+    )
+    assert variables["SANDCAP_CERT_SECRET_NAME"] == "platform-sandcap-webhook-tls"
+    assert {o["metadata"].get("namespace") for o in objects} == {"infra", None}
+
+
+@pytest.mark.parametrize("mode", ["selfManaged", "certManager"])
+def test_notes_tell_the_admin_how_to_check(mode: str) -> None:
+    notes = render_text({"certificates": {"mode": mode}})["sandcap/templates/NOTES.txt"]
+    assert "kubectl -n sandcap-system rollout status deployment/sandcap" in notes
+    assert 'denied by "validate.sandcap.dev"' in notes and "--dry-run=server" in notes
+    if mode == "selfManaged":
+        assert "get secret sandcap-webhook-tls" in notes
+    else:
+        assert "get certificate sandcap-webhook" in notes
 
 
 # ---- the admission webhook ------------------------------------------------------------------
@@ -281,7 +334,9 @@ def test_self_managed_wiring(scenario: str) -> None:
     variables = env(objects)
     secret = variables["SANDCAP_CERT_SECRET_NAME"]
     assert variables["SANDCAP_SELF_MANAGED_CERTS"] == "true"
-    assert variables["SANDCAP_WEBHOOK_CONFIG_NAME"] == one(objects, "ValidatingWebhookConfiguration")["metadata"]["name"]
+    assert (
+        variables["SANDCAP_WEBHOOK_CONFIG_NAME"] == one(objects, "ValidatingWebhookConfiguration")["metadata"]["name"]
+    )
     assert variables["SANDCAP_SERVICE_NAME"] == one(objects, "Service")["metadata"]["name"]
     assert (variables["SANDCAP_TLS_CERT"], variables["SANDCAP_TLS_KEY"]) == ("/tls/tls.crt", "/tls/tls.key")
     if scenario == "selfManaged":
@@ -324,7 +379,10 @@ def test_cert_manager_wiring(scenario: str) -> None:
         ca = certificates[f"{RELEASE}-ca"]
         assert ca["spec"]["isCA"] is True
         issuers = {i["metadata"]["name"]: i["spec"] for i in of_kind(objects, "Issuer")}
-        assert issuers == {f"{RELEASE}-selfsigned": {"selfSigned": {}}, f"{RELEASE}-ca": {"ca": {"secretName": ca["spec"]["secretName"]}}}
+        assert issuers == {
+            f"{RELEASE}-selfsigned": {"selfSigned": {}},
+            f"{RELEASE}-ca": {"ca": {"secretName": ca["spec"]["secretName"]}},
+        }
         assert serving["spec"]["issuerRef"]["name"] == f"{RELEASE}-ca"
     else:
         assert not of_kind(objects, "Issuer") and list(certificates) == [f"{RELEASE}-webhook"]
@@ -345,8 +403,16 @@ def test_no_rbac_wildcards(scenario: str) -> None:
 def test_cluster_role_grants_only_what_the_controllers_use() -> None:
     roles = {r["metadata"]["name"]: r for r in of_kind(render({}), "ClusterRole")}
     assert roles[RELEASE]["rules"] == [
-        {"apiGroups": ["sandcap.dev"], "resources": ["sandboxproviders", "sandboxleases"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": ["sandcap.dev"], "resources": ["sandboxproviders/status", "sandboxleases/status"], "verbs": ["patch"]},
+        {
+            "apiGroups": ["sandcap.dev"],
+            "resources": ["sandboxproviders", "sandboxleases"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {
+            "apiGroups": ["sandcap.dev"],
+            "resources": ["sandboxproviders/status", "sandboxleases/status"],
+            "verbs": ["patch"],
+        },
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
 
@@ -357,7 +423,12 @@ def test_leader_election_role() -> None:
     assert role["metadata"]["namespace"] == NAMESPACE
     assert role["rules"] == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["sandcap-controller"], "verbs": ["get", "update"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["sandcap-controller"],
+            "verbs": ["get", "update"],
+        },
     ]
     assert env(objects)["SANDCAP_LEADER_ELECT"] == "true"
     off = render(SCENARIOS["no-leader-election"])
@@ -377,7 +448,10 @@ def secret_readers(objects: list[dict[str, Any]]) -> dict[tuple[str, str | None]
 def test_secret_access_is_opt_in_per_namespace() -> None:
     assert secret_readers(render({})) == {}
     objects = render(SCENARIOS["secretNamespaces"])
-    assert secret_readers(objects) == {("Role", "team-a"): ["get", "list", "watch"], ("Role", "team-b"): ["get", "list", "watch"]}
+    assert secret_readers(objects) == {
+        ("Role", "team-a"): ["get", "list", "watch"],
+        ("Role", "team-b"): ["get", "list", "watch"],
+    }
     sa = one(objects, "ServiceAccount")["metadata"]["name"]
     for binding in of_kind(objects, "RoleBinding"):
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
@@ -387,11 +461,18 @@ def test_secret_access_is_opt_in_per_namespace() -> None:
 def test_bindings_point_at_rendered_roles_and_service_account() -> None:
     for scenario in ("default", "secretNamespaces", "secretsClusterWide", "existing-serviceaccount"):
         objects = render(SCENARIOS[scenario])
-        roles = {(r["kind"], r["metadata"]["name"], r["metadata"].get("namespace")) for r in of_kind(objects, "Role") + of_kind(objects, "ClusterRole")}
+        roles = {
+            (r["kind"], r["metadata"]["name"], r["metadata"].get("namespace"))
+            for r in of_kind(objects, "Role") + of_kind(objects, "ClusterRole")
+        }
         sa = one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
         for binding in of_kind(objects, "RoleBinding") + of_kind(objects, "ClusterRoleBinding"):
             ref = binding["roleRef"]
-            assert (ref["kind"], ref["name"], binding["metadata"].get("namespace") if ref["kind"] == "Role" else None) in roles
+            assert (
+                ref["kind"],
+                ref["name"],
+                binding["metadata"].get("namespace") if ref["kind"] == "Role" else None,
+            ) in roles
             assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
     assert not of_kind(render(SCENARIOS["existing-serviceaccount"]), "ServiceAccount")
 
@@ -441,7 +522,10 @@ def test_pdb_only_with_more_than_one_replica(replicas: int) -> None:
     else:
         assert len(pdbs) == 1 and pdbs[0]["spec"]["minAvailable"] == 1
         assert pdbs[0]["spec"]["selector"] == one(objects, "Deployment")["spec"]["selector"]
-    assert of_kind(render({"replicaCount": replicas, "podDisruptionBudget": {"enabled": False}}), "PodDisruptionBudget") == []
+    assert (
+        of_kind(render({"replicaCount": replicas, "podDisruptionBudget": {"enabled": False}}), "PodDisruptionBudget")
+        == []
+    )
 
 
 def test_high_availability_defaults() -> None:
@@ -482,7 +566,10 @@ def test_network_policy_only_when_enabled() -> None:
     assert not of_kind(render({}), "NetworkPolicy")
     ingress_only = one(render(SCENARIOS["networkPolicy-ingress-only"]), "NetworkPolicy")["spec"]
     assert ingress_only["policyTypes"] == ["Ingress"] and "egress" not in ingress_only
-    assert ingress_only["ingress"][0] == {"ports": [{"port": "webhook", "protocol": "TCP"}], "from": [{"ipBlock": {"cidr": "172.18.0.0/16"}}]}
+    assert ingress_only["ingress"][0] == {
+        "ports": [{"port": "webhook", "protocol": "TCP"}],
+        "from": [{"ipBlock": {"cidr": "172.18.0.0/16"}}],
+    }
     spec = one(render(SCENARIOS["networkPolicy"]), "NetworkPolicy")["spec"]
     assert spec["policyTypes"] == ["Ingress", "Egress"]
     assert {p["port"] for p in spec["egress"][0]["ports"]} == {53}, "DNS is always allowed once egress is restricted"
