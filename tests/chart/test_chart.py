@@ -427,7 +427,7 @@ def test_leader_election_role() -> None:
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
             "resourceNames": ["sandcap-controller"],
-            "verbs": ["get", "update"],
+            "verbs": ["get", "update", "patch"],
         },
     ]
     assert env(objects)["SANDCAP_LEADER_ELECT"] == "true"
