@@ -313,25 +313,6 @@ fn resolve_lease_whose_driver_or_pin_does_not_match_is_all_off_not_an_error() {
     }
 }
 
-#[test]
-fn crds_prints_what_crds_dir_holds() {
-    let o = sandcap(&["crds"]);
-    let mut on_disk: Vec<_> = std::fs::read_dir("crds")
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    on_disk.sort();
-    let concatenated: String = on_disk
-        .iter()
-        .map(|p| std::fs::read_to_string(p).unwrap())
-        .collect();
-    assert_eq!(
-        stdout(&o),
-        concatenated,
-        "crds/ is stale: run `sandcap crds` (see README)"
-    );
-}
-
 /// Every bad input: one line on stderr naming the file and the problem, exit 2, no panic.
 #[test]
 fn bad_input_gets_a_one_line_error_naming_the_file() {
