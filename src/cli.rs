@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::api::{Capabilities, Explanation, LeasePolicy, SandboxLease, SandboxProvider, SecretKeyRef};
 use crate::contract::{self, SecretLookup, Verified};
+use crate::probe::{self, ProbeOutcome, Prober};
 use crate::validation::{self, Options, Verdict};
 
 #[derive(Debug, Parser)]
@@ -73,8 +74,12 @@ pub struct ResolveArgs {
     #[arg(long = "secret")]
     pub secrets: Vec<PathBuf>,
     /// The worker's verified methods (default: the provider file's status.worker.supportedMethods).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', conflicts_with = "worker_url")]
     pub worker_methods: Option<Vec<String>>,
+    /// Probe the worker at this http(s) URL live (JSON-RPC `initialize`) and use what it verifies;
+    /// a failed probe verifies nothing.
+    #[arg(long)]
+    pub worker_url: Option<String>,
     #[arg(short, long, value_enum, default_value_t)]
     pub output: TableOutput,
 }
@@ -222,9 +227,10 @@ struct ResolveRecord {
 
 fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, CliError> {
     let provider: SandboxProvider = load_one(&args.provider, validation::Kind::SandboxProvider)?;
-    let verified = match &args.worker_methods {
-        Some(methods) => Verified::methods(methods.iter().map(|m| m.trim()).filter(|m| !m.is_empty())),
-        None => contract::verified_from_status(&provider),
+    let verified = match (&args.worker_methods, &args.worker_url) {
+        (Some(methods), _) => Verified::methods(methods.iter().map(|m| m.trim()).filter(|m| !m.is_empty())),
+        (None, Some(url)) => probe_live(url, &provider)?,
+        (None, None) => contract::verified_from_status(&provider),
     };
     let records = match &args.lease {
         Some(lease_path) => {
@@ -285,6 +291,21 @@ fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, CliError> {
         TableOutput::Table => records.iter().try_for_each(|r| write_table(out, r)),
     };
     Ok(0)
+}
+
+/// One live probe; a failure is reported on stderr and verifies nothing, as in the controller.
+fn probe_live(url: &str, provider: &SandboxProvider) -> Result<Verified, CliError> {
+    let url = probe::parse_worker_url(url).map_err(|e| CliError::Usage(format!("--worker-url {e}")))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Usage(format!("cannot start the probe: {e}")))?;
+    let prober = Prober::new(probe::DEFAULT_TIMEOUT, true, "sandcap-resolve");
+    let outcome = runtime.block_on(prober.probe_url(&url, &provider.spec));
+    if let ProbeOutcome::Failed { message } = &outcome {
+        eprintln!("sandcap: {message}; nothing is verified");
+    }
+    Ok(outcome.verified())
 }
 
 fn write_table(out: &mut dyn Write, r: &ResolveRecord) -> std::io::Result<()> {

@@ -6,5 +6,6 @@
 pub mod api;
 pub mod cli;
 pub mod metrics;
+pub mod probe;
 pub mod contract;
 pub mod validation;
