@@ -543,7 +543,12 @@ pub fn resolve_lease(
 /// The methods a provider's status says its worker verified (what `resolve` and the lease
 /// controller use when they do not probe themselves).
 pub fn verified_from_status(provider: &SandboxProvider) -> Verified {
-    match provider.status.as_ref().and_then(|s| s.worker.as_ref()) {
+    verified_from_worker(provider.status.as_ref().and_then(|s| s.worker.as_ref()))
+}
+
+/// What a published worker status verifies: its methods only if the probe succeeded.
+pub fn verified_from_worker(worker: Option<&crate::api::WorkerStatus>) -> Verified {
+    match worker {
         Some(w) if w.probe == crate::api::ProbeResult::Succeeded => Verified::methods(w.supported_methods.iter().cloned()),
         _ => Verified::nothing(),
     }

@@ -8,4 +8,5 @@ pub mod cli;
 pub mod metrics;
 pub mod probe;
 pub mod contract;
+pub mod controller;
 pub mod validation;

@@ -77,6 +77,11 @@ impl Prober {
         Prober { http, timeout, allow_worker_urls, instance_id: instance_id.into(), next_id: Arc::default() }
     }
 
+    /// Whether `spec.worker.url` is probed (`--allow-worker-urls`).
+    pub fn allows_urls(&self) -> bool {
+        self.allow_worker_urls
+    }
+
     /// Probes the provider's worker at the endpoint its spec names.
     pub async fn probe(&self, provider: &SandboxProvider) -> ProbeOutcome {
         match endpoint(&provider.spec.worker, self.allow_worker_urls) {
