@@ -167,7 +167,7 @@ impl FakeApi {
             .build()
             .await
             .expect("the in-memory API builds");
-        FakeApi { client, writes }
+        FakeApi { client: Client::new(ClusterScoped(client), "default"), writes }
     }
 
     pub fn write_count(&self) -> usize {
@@ -231,4 +231,52 @@ pub fn metrics() -> (Metrics, Registry) {
 pub fn context(api: &FakeApi, providers: Store<SandboxProvider>, metrics: Metrics) -> Arc<Context> {
     let prober = Prober::new(Duration::from_secs(2), true, "test");
     Context::new(api.client.clone(), providers, prober, metrics, Duration::from_secs(300), "test")
+}
+
+/// kube-fake-client 0.3 registers every custom resource as namespaced (its registry has no scope
+/// information), so it refuses the cluster-scoped SandboxProvider. This service stores providers in
+/// a hidden namespace of the fake and takes that namespace back out of every answer, so the code
+/// under test sees cluster-scoped providers exactly as from a real apiserver.
+#[derive(Clone)]
+struct ClusterScoped(Client);
+
+const PROVIDERS: &str = "/apis/sandcap.dev/v1alpha1/sandboxproviders";
+const HIDDEN_NAMESPACE: &str = "cluster-scoped";
+
+impl tower::Service<http::Request<kube::client::Body>> for ClusterScoped {
+    type Response = http::Response<kube::client::Body>;
+    type Error = kube::Error;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, kube::Error>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), kube::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<kube::client::Body>) -> Self::Future {
+        let inner = self.0.clone();
+        Box::pin(async move {
+            let (mut parts, body) = request.into_parts();
+            let Some(rest) = parts.uri.path().strip_prefix(PROVIDERS).map(str::to_string) else {
+                return inner.send(http::Request::from_parts(parts, body)).await;
+            };
+            let query = parts.uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+            let moved = format!("/apis/sandcap.dev/v1alpha1/namespaces/{HIDDEN_NAMESPACE}/sandboxproviders{rest}{query}");
+            parts.uri = moved.parse().expect("a valid path");
+            let (parts, body) = inner.send(http::Request::from_parts(parts, body)).await?.into_parts();
+            let bytes = body.collect_bytes().await?;
+            let Ok(mut answer) = serde_json::from_slice::<Value>(&bytes) else {
+                return Ok(http::Response::from_parts(parts, bytes.into()));
+            };
+            let objects = match answer.get_mut("items").and_then(Value::as_array_mut) {
+                Some(items) => items.iter_mut().collect(),
+                None => vec![&mut answer],
+            };
+            for object in objects {
+                if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+                    meta.remove("namespace");
+                }
+            }
+            Ok(http::Response::from_parts(parts, serde_json::to_vec(&answer).expect("serializes").into()))
+        })
+    }
 }
