@@ -19,8 +19,7 @@ use sandcap::api::{
 };
 use sandcap::contract::{Capability, Reason, SecretLookup};
 use sandcap::controller::{
-    Context, LeaseSecrets, leases_for_provider, leases_for_secret, provider_status, reconcile_lease,
-    reconcile_provider,
+    Context, LeaseSecrets, leases_for_provider, leases_for_secret, provider_status, reconcile_lease, reconcile_provider,
 };
 use serde_json::{Value, json};
 use support::{ALL_METHODS, FakeApi, Worker, all_true, context, lease, metrics, provider, secret, store_of};
@@ -54,7 +53,10 @@ async fn provider_status_after_a_good_probe() {
 
     assert_eq!(status.observed_generation, Some(1));
     let w = status.worker.as_ref().unwrap();
-    assert_eq!((w.probe, w.supported_methods.clone()), (ProbeResult::Succeeded, ALL_METHODS.map(String::from).to_vec()));
+    assert_eq!(
+        (w.probe, w.supported_methods.clone()),
+        (ProbeResult::Succeeded, ALL_METHODS.map(String::from).to_vec())
+    );
     assert!(w.last_probe_time.is_some());
     let driver = &status.drivers[0];
     assert_eq!(driver.declared, [("nativeSyncIn".into(), false), ("reusableLeases".into(), true)].into());
@@ -140,7 +142,8 @@ async fn a_declaration_change_re_probes_and_records_the_capabilities_that_turned
         [(
             "Warning".to_string(),
             "CapabilitiesRevoked".to_string(),
-            "driver kubernetes: nativeSyncIn (DeclaredFalse), incrementalSessionOutput (NotOptedIn) now off".to_string()
+            "driver kubernetes: nativeSyncIn (DeclaredFalse), incrementalSessionOutput (NotOptedIn) now off"
+                .to_string()
         )]
     );
 }
@@ -178,7 +181,8 @@ async fn nothing_is_written_or_probed_when_nothing_changed() {
     assert_eq!(api.providers().get("acme").await.unwrap().status, stored.status);
     // The next probe is due when the interval (300s) since the last one has passed (60s ago, or
     // 61s if a second boundary passed since the seed).
-    let after = |secs| format!("{:?}", kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(secs)));
+    let after =
+        |secs| format!("{:?}", kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(secs)));
     assert!([after(240), after(239)].contains(&format!("{action:?}")), "{action:?}");
 }
 
@@ -259,7 +263,9 @@ async fn an_ephemeral_lease_loses_reuse_and_pins_its_provider() {
         })
     );
     assert_eq!(status.observed_generation, Some(1));
-    for (type_, reason) in [("Resolved", "Resolved"), ("ConfigResolved", "ConfigResolved"), ("PluginIdentity", "Pinned")] {
+    for (type_, reason) in
+        [("Resolved", "Resolved"), ("ConfigResolved", "ConfigResolved"), ("PluginIdentity", "Pinned")]
+    {
         let c = cond(&status.conditions, type_);
         assert_eq!((c.status.as_str(), c.reason.as_str(), c.observed_generation), ("True", reason, Some(1)));
     }
@@ -363,7 +369,10 @@ fn a_forbidden_secret_is_unreadable_and_other_errors_are_retried() {
     let mut secrets = LeaseSecrets::default();
     secrets.record("creds", api_error(403)).expect("403 is an answer");
     let creds = sandcap::api::SecretKeyRef { name: "creds".into(), key: "config.json".into(), ..Default::default() };
-    assert_eq!(secrets.lookup(&creds), SecretLookup::Unreadable("sandcap is not allowed to get it (403 Forbidden)".into()));
+    assert_eq!(
+        secrets.lookup(&creds),
+        SecretLookup::Unreadable("sandcap is not allowed to get it (403 Forbidden)".into())
+    );
     assert!(secrets.record("other", api_error(500)).is_err(), "a 500 must fail the reconcile, not narrow");
     secrets.record("gone", Ok(None)).unwrap();
     let gone = sandcap::api::SecretKeyRef { name: "gone".into(), key: "k".into(), ..Default::default() };
@@ -454,7 +463,8 @@ async fn a_provider_status_change_re_resolves_its_leases() {
     }
     // The worker drops environmentSyncOut; the provider controller publishes it.
     let without_sync_out: Vec<&str> = ALL_METHODS.into_iter().filter(|m| *m != "environmentSyncOut").collect();
-    let changed = f.api.set_provider_status("acme", &seeded_status(&f.provider, &without_sync_out, SignedDuration::ZERO)).await;
+    let changed =
+        f.api.set_provider_status("acme", &seeded_status(&f.provider, &without_sync_out, SignedDuration::ZERO)).await;
     let ctx = context(&f.api, store_of([changed]), metrics().0);
     let lease_store = store_of(f.api.leases("team-a").list(&Default::default()).await.unwrap().items);
 

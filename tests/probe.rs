@@ -121,7 +121,9 @@ async fn serve_once(response: String) -> (String, tokio::task::JoinHandle<Value>
             if let Some((head, body)) = text.split_once("\r\n\r\n") {
                 let length: usize = head
                     .lines()
-                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
+                    .find_map(|l| {
+                        l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap())
+                    })
                     .unwrap_or(0);
                 if body.len() >= length {
                     break body.to_string();

@@ -8,13 +8,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource};
-use kube_fake_client::{PatchType, interceptor};
 use kube_fake_client::ClientBuilder;
+use kube_fake_client::{PatchType, interceptor};
 use prometheus_client::registry::Registry;
 use sandcap::api::{SandboxLease, SandboxProvider};
 use sandcap::controller::Context;
@@ -49,7 +50,8 @@ impl Worker {
             .expect("the reference worker starts");
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line).expect("it prints its address");
-        let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+        let addr =
+            line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line {line:?}"));
         Worker { child, url: format!("http://{addr}/rpc") }
     }
 
@@ -155,7 +157,7 @@ impl FakeApi {
             .with_resource::<SandboxLease>()
             .with_status_subresource::<SandboxProvider>()
             .with_status_subresource::<SandboxLease>()
-            .with_interceptor_funcs(interceptor::Funcs::new().patch_status(move |ctx| {
+            .with_interceptor_funcs(interceptor::Funcs::new().patch(release_lease_ownership).patch_status(move |ctx| {
                 log.lock().unwrap().push(StatusWrite {
                     name: ctx.name.to_string(),
                     field_manager: ctx.params.field_manager.clone(),
@@ -194,14 +196,22 @@ impl FakeApi {
 
     pub async fn create_secret(&self, s: &Secret) {
         let ns = s.metadata.namespace.as_deref().expect("namespaced");
-        Api::<Secret>::namespaced(self.client.clone(), ns).create(&PostParams::default(), s).await.expect("create secret");
+        Api::<Secret>::namespaced(self.client.clone(), ns)
+            .create(&PostParams::default(), s)
+            .await
+            .expect("create secret");
     }
 
     /// Sets a provider's status directly (as an earlier reconcile would have), bypassing the log.
-    pub async fn set_provider_status(&self, name: &str, status: &sandcap::api::SandboxProviderStatus) -> SandboxProvider {
+    pub async fn set_provider_status(
+        &self,
+        name: &str,
+        status: &sandcap::api::SandboxProviderStatus,
+    ) -> SandboxProvider {
         let before = self.write_count();
         let patch = json!({"status": status});
-        let p = self.providers().patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("status");
+        let p =
+            self.providers().patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("status");
         self.writes.lock().unwrap().truncate(before);
         p
     }
@@ -260,7 +270,8 @@ impl tower::Service<http::Request<kube::client::Body>> for ClusterScoped {
                 return inner.send(http::Request::from_parts(parts, body)).await;
             };
             let query = parts.uri.query().map(|q| format!("?{q}")).unwrap_or_default();
-            let moved = format!("/apis/sandcap.dev/v1alpha1/namespaces/{HIDDEN_NAMESPACE}/sandboxproviders{rest}{query}");
+            let moved =
+                format!("/apis/sandcap.dev/v1alpha1/namespaces/{HIDDEN_NAMESPACE}/sandboxproviders{rest}{query}");
             parts.uri = moved.parse().expect("a valid path");
             let (parts, body) = inner.send(http::Request::from_parts(parts, body)).await?.into_parts();
             let bytes = body.collect_bytes().await?;
@@ -278,5 +289,43 @@ impl tower::Service<http::Request<kube::client::Body>> for ClusterScoped {
             }
             Ok(http::Response::from_parts(parts, serde_json::to_vec(&answer).expect("serializes").into()))
         })
+    }
+}
+
+/// kube-fake-client 0.3 keeps a field manager's ownership of a field after a strategic-merge patch
+/// deletes the field; a real apiserver drops it. The leader-election lock releases a Lease that way
+/// and then takes it by a non-forced apply, which the fake would refuse as a conflict forever. So a
+/// patch that clears a Lease's holder is replayed here as an update, which leaves no owners behind.
+fn release_lease_ownership(ctx: interceptor::PatchContext<'_>) -> kube_fake_client::Result<Option<Value>> {
+    let releases = ctx.patch_type != PatchType::ApplyPatch
+        && ctx.patch.get("kind").and_then(Value::as_str) == Some("Lease")
+        && ctx.patch.pointer("/spec/holderIdentity").is_some_and(Value::is_null);
+    if !releases {
+        return Ok(None);
+    }
+    let lease: Lease = ctx.client.get(ctx.namespace, ctx.name)?;
+    let mut merged = serde_json::to_value(&lease)?;
+    merge(&mut merged, ctx.patch);
+    let lease: Lease = serde_json::from_value(merged)?;
+    let updated = ctx.client.update(ctx.namespace, &lease, &PostParams::default())?;
+    Ok(Some(serde_json::to_value(updated)?))
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge(target: &mut Value, patch: &Value) {
+    let Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let map = target.as_object_mut().expect("an object");
+    for (key, value) in patch {
+        if value.is_null() {
+            map.remove(key);
+        } else {
+            merge(map.entry(key.clone()).or_insert(Value::Null), value);
+        }
     }
 }
