@@ -9,34 +9,31 @@
 //!
 //! Baseline in the same run: the pure `contract::resolve_lease` over the same leases, no API.
 //!
-//! The in-memory API here is not kube-fake-client (the tests' one): that keeps every object as a
-//! `serde_json::Value` tree with a server-side-apply field-ownership trie, about 40 KB per lease,
-//! so at 10,000 leases it alone would dominate the process's memory. This one answers exactly the
-//! two requests the lease reconciler makes and keeps objects as JSON bytes, as etcd does, so the
-//! peak memory printed is essentially the controller's (its lease and provider stores) plus the
-//! stored JSON.
+//! The in-memory API is the tests' `support::apiserver::MiniApi` (objects kept as JSON bytes), not
+//! kube-fake-client: that one keeps every object as a `serde_json::Value` tree plus a
+//! server-side-apply field-ownership trie, about 40 KB per lease, so at 10,000 leases it alone
+//! would dominate the process's memory. With MiniApi the peak printed is essentially the
+//! controller's (its lease and provider stores, the reconciles in flight) plus the stored JSON.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 use std::collections::HashMap;
-use std::convert::Infallible;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use futures::future::BoxFuture;
-use http::{Method, Request, Response, StatusCode};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::client::Body;
+use kube::api::{Api, PostParams};
 use kube::runtime::reflector::Store;
-use sandcap::api::{ProbeResult, SandboxLease, SandboxLeaseStatus, SandboxProvider, WorkerStatus};
+use sandcap::api::{ProbeResult, SandboxLease, SandboxProvider, WorkerStatus};
 use sandcap::contract::{self, SecretLookup};
 use sandcap::controller::{Context, leases_for_provider, provider_status, reconcile_lease};
 use sandcap::probe::Prober;
 use serde_json::{Value, json};
+use support::apiserver::MiniApi;
 use support::{ALL_METHODS, all_true, lease, metrics, provider, secret, store_of};
 
 const PROVIDERS: usize = 100;
@@ -46,87 +43,8 @@ const BIG_PROVIDER_LEASES: usize = 1_000;
 const NAMESPACES: usize = 10;
 /// As the controller's `LEASE_CONCURRENCY`.
 const CONCURRENCY: usize = 32;
+const LEASE_RESOURCE: &str = "sandcap.dev/v1alpha1/sandboxleases";
 const SECRET_JSON: &str = r#"{"apiToken": "long-enough-token"}"#;
-
-type Key = (String, String);
-
-/// The apiserver as far as the lease reconciler sees it: `GET` a Secret, server-side apply a
-/// lease's status. Everything else is a 404.
-#[derive(Clone, Default)]
-struct BenchApi {
-    secrets: Arc<HashMap<Key, Vec<u8>>>,
-    leases: Arc<HashMap<Key, Vec<u8>>>,
-    statuses: Arc<Mutex<HashMap<Key, Vec<u8>>>>,
-    writes: Arc<AtomicUsize>,
-}
-
-impl tower::Service<Request<Body>> for BenchApi {
-    type Response = Response<Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Response<Body>, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let api = self.clone();
-        Box::pin(async move { Ok(api.answer(request).await) })
-    }
-}
-
-impl BenchApi {
-    async fn answer(&self, request: Request<Body>) -> Response<Body> {
-        let (parts, body) = request.into_parts();
-        let path: Vec<&str> = parts.uri.path().trim_matches('/').split('/').collect();
-        match (&parts.method, path.as_slice()) {
-            (&Method::GET, ["api", "v1", "namespaces", ns, "secrets", name]) => {
-                match self.secrets.get(&(ns.to_string(), name.to_string())) {
-                    Some(secret) => respond(StatusCode::OK, secret.clone()),
-                    None => not_found(),
-                }
-            }
-            (
-                &Method::PATCH,
-                ["apis", "sandcap.dev", "v1alpha1", "namespaces", ns, "sandboxleases", name, "status"],
-            ) => {
-                let key = (ns.to_string(), name.to_string());
-                let apply =
-                    parts.headers.get(http::header::CONTENT_TYPE).is_some_and(|v| v == "application/apply-patch+yaml");
-                let (Some(stored), true) = (self.leases.get(&key), apply) else { return not_found() };
-                let patch: Value = serde_json::from_slice(&body.collect_bytes().await.expect("a body")).expect("JSON");
-                let mut object: Value = serde_json::from_slice(stored).expect("stored JSON");
-                object["status"] = patch["status"].clone();
-                self.statuses.lock().unwrap().insert(key, serde_json::to_vec(&patch["status"]).expect("serializes"));
-                self.writes.fetch_add(1, Ordering::Relaxed);
-                respond(StatusCode::OK, serde_json::to_vec(&object).expect("serializes"))
-            }
-            _ => not_found(),
-        }
-    }
-
-    /// The leases as a watch would now deliver them: the created objects with their applied status.
-    fn current_leases(&self) -> Vec<SandboxLease> {
-        let statuses = self.statuses.lock().unwrap();
-        self.leases
-            .iter()
-            .map(|(key, stored)| {
-                let mut l: SandboxLease = serde_json::from_slice(stored).expect("stored JSON");
-                l.status = statuses.get(key).map(|s| serde_json::from_slice::<SandboxLeaseStatus>(s).expect("status"));
-                l
-            })
-            .collect()
-    }
-}
-
-fn respond(status: StatusCode, body: Vec<u8>) -> Response<Body> {
-    Response::builder().status(status).header("content-type", "application/json").body(body.into()).expect("a response")
-}
-
-fn not_found() -> Response<Body> {
-    let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404});
-    respond(StatusCode::NOT_FOUND, serde_json::to_vec(&status).expect("serializes"))
-}
 
 fn provider_of(i: usize) -> String {
     if i < BIG_PROVIDER_LEASES {
@@ -139,14 +57,14 @@ fn provider_of(i: usize) -> String {
 /// Every fourth lease reads its namespace's Secret; every third asks for reuse; every fifth is Job-backed.
 fn lease_spec(i: usize) -> Value {
     let mut spec = json!({"config": {"backend": "sandbox-cr"}});
-    if i % 4 == 0 {
+    if i.is_multiple_of(4) {
         spec["configFrom"] = json!([{"secretKeyRef": {"name": "creds", "key": "config.json"}}]);
     }
-    if i % 3 == 0 {
+    if i.is_multiple_of(3) {
         spec["policy"] = json!("ReuseByEnvironment");
         spec["environment"] = json!(format!("env-{i}"));
     }
-    if i % 5 == 0 {
+    if i.is_multiple_of(5) {
         spec["backend"] = json!("job");
     }
     spec
@@ -181,8 +99,8 @@ async fn reconcile_all(leases: Vec<Arc<SandboxLease>>, ctx: &Arc<Context>) -> Du
     started.elapsed()
 }
 
-fn context(api: &BenchApi, providers: Store<SandboxProvider>) -> Arc<Context> {
-    let client = kube::Client::new(api.clone(), "default");
+fn context(api: &MiniApi, providers: Store<SandboxProvider>) -> Arc<Context> {
+    let client = api.client();
     let prober = Prober::new(Duration::from_secs(5), false, "bench");
     Context::new(client, providers, prober, metrics().0, Duration::from_secs(300), "bench")
 }
@@ -204,28 +122,21 @@ fn main() {
 async fn run() {
     // Setup, not timed: providers with a published status, one Secret per namespace, the leases.
     let providers: Vec<SandboxProvider> = (0..PROVIDERS).map(|i| published_provider(i, all_true())).collect();
-    let secrets = (0..NAMESPACES)
-        .map(|ns| {
-            let s = secret(&format!("team-{ns}"), "creds", "config.json", SECRET_JSON);
-            ((format!("team-{ns}"), "creds".to_string()), serde_json::to_vec(&s).expect("serializes"))
-        })
-        .collect();
-    let leases: Vec<SandboxLease> = (0..LEASES)
-        .map(|i| {
-            let mut l = lease(&format!("team-{}", i % NAMESPACES), &format!("run-{i}"), &provider_of(i), lease_spec(i));
-            l.metadata.uid = Some(format!("uid-lease-{i}"));
-            l.metadata.generation = Some(1);
-            l
-        })
-        .collect();
-    let stored = leases
-        .iter()
-        .map(|l| {
-            let key = (l.metadata.namespace.clone().unwrap(), l.metadata.name.clone().unwrap());
-            (key, serde_json::to_vec(l).expect("serializes"))
-        })
-        .collect();
-    let api = BenchApi { secrets: Arc::new(secrets), leases: Arc::new(stored), ..Default::default() };
+    let api = MiniApi::default();
+    let client = api.client();
+    for ns in 0..NAMESPACES {
+        let s = secret(&format!("team-{ns}"), "creds", "config.json", SECRET_JSON);
+        Api::<Secret>::namespaced(client.clone(), &format!("team-{ns}"))
+            .create(&PostParams::default(), &s)
+            .await
+            .unwrap();
+    }
+    for i in 0..LEASES {
+        let l = lease(&format!("team-{}", i % NAMESPACES), &format!("run-{i}"), &provider_of(i), lease_spec(i));
+        let api = Api::<SandboxLease>::namespaced(client.clone(), l.metadata.namespace.as_deref().unwrap());
+        api.create(&PostParams::default(), &l).await.unwrap();
+    }
+    let leases: Vec<SandboxLease> = api.stored(LEASE_RESOURCE);
     let ctx = context(&api, store_of(providers.clone()));
     println!(
         "controller_scale: {PROVIDERS} providers, {LEASES} leases ({BIG_PROVIDER_LEASES} on provider-0), {} read a \
@@ -248,13 +159,13 @@ async fn run() {
 
     // First resolution: every lease resolved and its status written.
     let initial = reconcile_all(leases.into_iter().map(Arc::new).collect(), &ctx).await;
-    assert_eq!(api.writes.load(Ordering::Relaxed), LEASES, "every lease gets a status");
+    assert_eq!(api.status_writes(), LEASES, "every lease gets a status");
     print_rate(&format!("initial   reconcile_lease, {LEASES} status writes"), initial, Some(baseline));
 
     // The watch delivers the written leases; reconciled again, nothing has changed.
-    let lease_store = store_of(api.current_leases());
+    let lease_store = store_of(api.stored::<SandboxLease>(LEASE_RESOURCE));
     let steady = reconcile_all(lease_store.state(), &ctx).await;
-    assert_eq!(api.writes.load(Ordering::Relaxed), LEASES, "nothing changed, nothing written");
+    assert_eq!(api.status_writes(), LEASES, "nothing changed, nothing written");
     print_rate("steady    reconcile_lease, nothing changed, 0 writes", steady, Some(baseline));
 
     // provider-0's declaration changes (nativeSyncIn: false) and its new status is published; the
@@ -272,7 +183,7 @@ async fn run() {
     let mapped = dependents.len();
     reconcile_all(dependents, &ctx).await;
     let change = started.elapsed();
-    let rewritten = api.writes.load(Ordering::Relaxed) - LEASES;
+    let rewritten = api.status_writes() - LEASES;
     println!(
         "change    provider-0 declaration change -> its {mapped} leases re-resolved: {:.3} s ({rewritten} status writes)",
         change.as_secs_f64()

@@ -231,6 +231,7 @@ async fn controllers(
     let (providers, provider_writer) = reflector::store();
     let provider_changes = watcher(Api::<SandboxProvider>::all(client.clone()), watcher::Config::default())
         .default_backoff()
+        .modify(drop_managed_fields)
         .reflect(provider_writer)
         .touched_objects();
     let ctx = Context::new(client.clone(), providers, prober, metrics, options.probe_interval, &options.identity);
@@ -270,25 +271,42 @@ where
     let (store, writer) = reflector::store();
     let stream = watcher(api, watcher::Config::default().any_semantic())
         .default_backoff()
+        .modify(drop_managed_fields)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
     (store, stream)
 }
 
-/// Secret changes after the initial list (metadata only: values never enter this stream). The
-/// initial list is skipped because every lease is resolved at startup anyway.
+/// Nothing reads `managedFields`, and they can be as large as the rest of the object: the caches
+/// hold every provider and lease, so they are dropped on the way in.
+fn drop_managed_fields<K: Resource>(obj: &mut K) {
+    obj.managed_fields_mut().clear();
+}
+
+/// Secret changes (metadata only: values never enter this stream). The first list is skipped,
+/// since every lease is resolved at startup anyway; a later re-list (after a watch gap too long
+/// to resume) is passed on, as it may hide changes.
 fn secret_changes(
     client: Client,
 ) -> impl Stream<Item = Result<PartialObjectMeta<Secret>, watcher::Error>> + Send + 'static {
     let api = Api::<PartialObjectMeta<Secret>>::all(client);
-    watcher(api, watcher::Config::default()).default_backoff().filter_map(|event| {
-        future::ready(match event {
-            Ok(watcher::Event::Apply(s) | watcher::Event::Delete(s)) => Some(Ok(s)),
-            Ok(_) => None,
-            Err(e) => Some(Err(e)),
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .scan(false, |listed, event| {
+            let item = match event {
+                Ok(watcher::Event::Apply(s) | watcher::Event::Delete(s)) => Some(Ok(s)),
+                Ok(watcher::Event::InitApply(s)) if *listed => Some(Ok(s)),
+                Ok(watcher::Event::InitDone) => {
+                    *listed = true;
+                    None
+                }
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            };
+            future::ready(Some(item))
         })
-    })
+        .filter_map(future::ready)
 }
 
 async fn log_outcome<K: Resource, E: std::fmt::Display>(

@@ -2,6 +2,8 @@
 //! and an in-memory Kubernetes API (kube-fake-client) that records every status write.
 #![allow(dead_code)]
 
+pub mod apiserver;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
