@@ -15,7 +15,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
-use super::{Context, Error, apply_status, condition, now, tri_condition};
+use super::{Conditions, Context, Error, apply_status, now};
 use crate::api::{SandboxLease, SandboxLeaseStatus, SecretKeyRef};
 use crate::contract::{self, Capability, LeaseResolution, SecretLookup, Verified};
 
@@ -54,40 +54,36 @@ async fn reconcile(lease: &SandboxLease, ctx: &Context) -> Result<Action, Error>
 /// The status a lease should have after this resolution: pure, so tests can check it.
 /// `pinned` is set once, from the first resolution whose identity check passed, and kept.
 pub fn lease_status(lease: &SandboxLease, r: &LeaseResolution, now: &Time) -> SandboxLeaseStatus {
-    let generation = lease.metadata.generation;
     let previous = lease.status.as_ref();
-    let conditions = previous.map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let conditions = Conditions {
+        generation: lease.metadata.generation,
+        previous: previous.map(|s| s.conditions.as_slice()).unwrap_or_default(),
+        now,
+    };
     let pinned = previous.and_then(|s| s.pinned.clone()).or_else(|| r.pin.clone());
     let identity = match (&r.identity, &pinned) {
-        (Ok(()), Some(p)) => condition(
-            "PluginIdentity",
-            true,
-            "Pinned",
-            format!("pinned to provider uid {}, pluginKey {}, driver {}", p.provider_uid, p.plugin_key, p.driver_key),
-            generation,
-            conditions,
-            now,
-        ),
+        (Ok(()), Some(p)) => {
+            let message = format!(
+                "pinned to provider uid {}, pluginKey {}, driver {}",
+                p.provider_uid, p.plugin_key, p.driver_key
+            );
+            conditions.set("PluginIdentity", true, "Pinned", message)
+        }
         // Identity holds but nothing to pin: the provider has no uid (never from a real apiserver).
         (Ok(()), None) => {
-            let message = "the provider has no uid to pin".to_string();
-            condition("PluginIdentity", false, "PluginIdentityFailed", message, generation, conditions, now)
+            conditions.set("PluginIdentity", false, "PluginIdentityFailed", "the provider has no uid to pin".into())
         }
-        (Err(why), _) => {
-            condition("PluginIdentity", false, "PluginIdentityFailed", why.clone(), generation, conditions, now)
-        }
+        (Err(why), _) => conditions.set("PluginIdentity", false, "PluginIdentityFailed", why.clone()),
     };
     let config = match &r.config {
         Some(Ok(())) => {
             let message = format!("config and {} configFrom entries resolved and valid", lease.spec.config_from.len());
-            tri_condition("ConfigResolved", "True", "ConfigResolved", message, generation, conditions, now)
+            conditions.set_tri("ConfigResolved", "True", "ConfigResolved", message)
         }
-        Some(Err(why)) => {
-            tri_condition("ConfigResolved", "False", "ConfigResolutionFailed", why.clone(), generation, conditions, now)
-        }
+        Some(Err(why)) => conditions.set_tri("ConfigResolved", "False", "ConfigResolutionFailed", why.clone()),
         None => {
             let message = "config is resolved once the plugin identity check passes".to_string();
-            tri_condition("ConfigResolved", "Unknown", "PluginIdentityFailed", message, generation, conditions, now)
+            conditions.set_tri("ConfigResolved", "Unknown", "PluginIdentityFailed", message)
         }
     };
     let caps = &r.resolution.capabilities;
@@ -95,16 +91,15 @@ pub fn lease_status(lease: &SandboxLease, r: &LeaseResolution, now: &Time) -> Sa
     let resolved = match &r.identity {
         Ok(()) => {
             let list = if granted.is_empty() { "none".to_string() } else { granted.join(", ") };
-            let message = format!("{} of 6 capabilities granted: {list}", granted.len());
-            condition("Resolved", true, "Resolved", message, generation, conditions, now)
+            conditions.set("Resolved", true, "Resolved", format!("{} of 6 capabilities granted: {list}", granted.len()))
         }
         Err(_) => {
             let message = "every capability is off: the plugin identity check failed".to_string();
-            condition("Resolved", false, "PluginIdentityFailed", message, generation, conditions, now)
+            conditions.set("Resolved", false, "PluginIdentityFailed", message)
         }
     };
     SandboxLeaseStatus {
-        observed_generation: generation,
+        observed_generation: lease.metadata.generation,
         conditions: vec![resolved, config, identity],
         pinned,
         effective_policy: Some(r.effective_policy),
@@ -137,7 +132,8 @@ pub struct LeaseSecrets(BTreeMap<String, Read>);
 enum Read {
     Found(BTreeMap<String, ByteString>),
     Missing,
-    Forbidden,
+    /// Why it cannot be read; safe to show.
+    Unreadable(&'static str),
 }
 
 impl LeaseSecrets {
@@ -157,14 +153,18 @@ impl LeaseSecrets {
         Ok(secrets)
     }
 
-    /// Records what a GET of Secret `name` returned. Missing and forbidden are answers the status
-    /// reports (config narrowing); any other error is transient and fails the reconcile instead,
-    /// so an apiserver hiccup never flips capabilities off.
+    /// Records what a GET of Secret `name` returned. Missing, forbidden and undecodable are answers
+    /// the status reports (config narrowing); any other error is transient and fails the reconcile
+    /// instead, so an apiserver hiccup never flips capabilities off. A decoding error's text is not
+    /// passed on: it could quote the Secret.
     pub fn record(&mut self, name: &str, got: Result<Option<Secret>, kube::Error>) -> Result<(), kube::Error> {
         let read = match got {
             Ok(Some(secret)) => Read::Found(secret.data.unwrap_or_default()),
             Ok(None) => Read::Missing,
-            Err(kube::Error::Api(status)) if status.code == 403 => Read::Forbidden,
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                Read::Unreadable("sandcap is not allowed to get it (403 Forbidden)")
+            }
+            Err(kube::Error::SerdeError(_)) => Read::Unreadable("the apiserver's answer could not be decoded"),
             Err(e) => return Err(e),
         };
         self.0.insert(name.to_string(), read);
@@ -174,9 +174,7 @@ impl LeaseSecrets {
     pub fn lookup(&self, r: &SecretKeyRef) -> SecretLookup {
         match self.0.get(&r.name) {
             None | Some(Read::Missing) => SecretLookup::MissingSecret,
-            Some(Read::Forbidden) => {
-                SecretLookup::Unreadable("sandcap is not allowed to get it (403 Forbidden)".into())
-            }
+            Some(Read::Unreadable(why)) => SecretLookup::Unreadable(why.to_string()),
             Some(Read::Found(data)) => {
                 data.get(&r.key).map_or(SecretLookup::MissingKey, |v| SecretLookup::Found(v.0.clone()))
             }

@@ -336,38 +336,33 @@ fn now() -> Time {
     Time(Timestamp::from_second(now.as_second()).unwrap_or(now))
 }
 
-/// A metav1.Condition whose `lastTransitionTime` moves only when its status does.
-fn condition(
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: String,
+/// Builds one status's metav1.Conditions: each keeps its `lastTransitionTime` while its status
+/// stays the same, so an unchanged condition compares equal and is not rewritten.
+struct Conditions<'a> {
     generation: Option<i64>,
-    previous: &[Condition],
-    now: &Time,
-) -> Condition {
-    tri_condition(type_, if status { "True" } else { "False" }, reason, message, generation, previous, now)
+    previous: &'a [Condition],
+    now: &'a Time,
 }
 
-fn tri_condition(
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: String,
-    generation: Option<i64>,
-    previous: &[Condition],
-    now: &Time,
-) -> Condition {
-    let last_transition_time = previous
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == status)
-        .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
-    Condition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: reason.into(),
-        message,
-        observed_generation: generation,
-        last_transition_time,
+impl Conditions<'_> {
+    fn set(&self, type_: &str, status: bool, reason: &str, message: String) -> Condition {
+        self.set_tri(type_, if status { "True" } else { "False" }, reason, message)
+    }
+
+    /// `status` is `True`, `False` or `Unknown`.
+    fn set_tri(&self, type_: &str, status: &str, reason: &str, message: String) -> Condition {
+        let last_transition_time = self
+            .previous
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == status)
+            .map_or_else(|| self.now.clone(), |c| c.last_transition_time.clone());
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message,
+            observed_generation: self.generation,
+            last_transition_time,
+        }
     }
 }

@@ -14,7 +14,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 
-use super::{Context, Error, apply_status, condition, now};
+use super::{Conditions, Context, Error, apply_status, now};
 use crate::api::{DriverStatus, ProbeResult, SandboxProvider, SandboxProviderStatus, WorkerStatus};
 use crate::contract::{self, Capability, Declared};
 use crate::metrics::ResultLabels;
@@ -103,27 +103,19 @@ pub fn provider_status(provider: &SandboxProvider, worker: WorkerStatus, now: &T
         }
         ProbeResult::Succeeded => (true, "ProbeSucceeded", worker.message.clone()),
     };
-    let worker_verified = condition("WorkerVerified", verified_ok, reason, message, generation, previous, now);
+    let conditions = Conditions { generation, previous, now };
+    let worker_verified = conditions.set("WorkerVerified", verified_ok, reason, message);
     let ready = if verified_ok {
-        let granted = drivers
+        let granted: Vec<String> = drivers
             .iter()
             .map(|d| {
                 format!("{} {}/6", d.driver_key, Capability::ALL.iter().filter(|c| d.capabilities.get(**c)).count())
             })
-            .collect::<Vec<_>>()
-            .join(", ");
-        condition(
-            "Ready",
-            true,
-            "CapabilitiesResolved",
-            format!("capabilities granted: {granted}"),
-            generation,
-            previous,
-            now,
-        )
+            .collect();
+        conditions.set("Ready", true, "CapabilitiesResolved", format!("capabilities granted: {}", granted.join(", ")))
     } else {
         let message = "the worker is not verified, so every capability is off".to_string();
-        condition("Ready", false, "WorkerNotVerified", message, generation, previous, now)
+        conditions.set("Ready", false, "WorkerNotVerified", message)
     };
     SandboxProviderStatus {
         observed_generation: generation,
