@@ -179,3 +179,28 @@ async fn a_worker_url_is_not_probed_without_the_flag() {
     let allowed = Prober::new(Duration::from_secs(5), true, "test").probe(&provider).await;
     assert!(matches!(allowed, ProbeOutcome::Succeeded { .. }));
 }
+
+fn resolve_with_worker_url(url: &str) -> (Value, String) {
+    let provider = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/provider-full.yaml");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandcap"))
+        .args(["resolve", "--provider", provider, "--driver", "kubernetes", "--worker-url", url, "-o", "json"])
+        .output()
+        .expect("sandcap runs");
+    assert!(out.status.success(), "{out:?}");
+    (serde_json::from_slice(&out.stdout).expect("JSON"), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn resolve_probes_a_worker_url_live() {
+    let worker = Worker::with_methods(&ALL_METHODS);
+    let (record, stderr) = resolve_with_worker_url(&worker.url);
+    assert_eq!(record["capabilities"]["nativeSyncIn"], true, "{record}");
+    assert_eq!(record["effectivePolicy"], "ReuseByEnvironment");
+    assert!(stderr.is_empty(), "{stderr}");
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (record, stderr) = resolve_with_worker_url(&format!("http://127.0.0.1:{port}/rpc"));
+    let explanations = record["explanations"].as_array().unwrap();
+    assert!(explanations.iter().all(|e| e["reason"] == "WorkerNotVerified"), "{record}");
+    assert!(stderr.contains("cannot connect") && stderr.contains("nothing is verified"), "{stderr}");
+}
