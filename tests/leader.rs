@@ -1,5 +1,5 @@
 //! Leader election against the in-memory API: one holder at a time, handover on release and after
-//! the holder dies. Lease duration 2s here (15s in production) so expiry happens within the test.
+//! the holder dies. Lease duration 4s here (15s in production) so expiry happens within the test.
 
 mod support;
 
@@ -28,7 +28,7 @@ fn candidate(api: &FakeApi, identity: &str) -> Candidate {
         lease_name: "sandcap-controller".into(),
         namespace: "default".into(),
         identity: identity.into(),
-        timing: Timing { duration: Duration::from_secs(2), grace: Duration::from_secs(1) },
+        timing: Timing { duration: Duration::from_secs(4), grace: Duration::from_secs(2) },
     };
     let leading = Arc::new(AtomicBool::new(false));
     let flag = leading.clone();
@@ -77,7 +77,7 @@ async fn one_holder_at_a_time_with_handover_on_release_and_on_death() {
     assert_eq!(a.metrics.leader.get(), 1);
     assert_eq!(holder(&api).await.as_deref(), Some("replica-a"));
 
-    // While a renews, b waits: several lease durations pass without b leading.
+    // While a renews, b waits: more than a lease duration passes without b leading.
     let b = candidate(&api, "replica-b");
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert!(a.leads() && !b.leads());
