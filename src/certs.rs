@@ -27,8 +27,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
 };
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -96,9 +96,7 @@ impl Cert {
             (Some(Ok(_)), Some(_)) => return Err("holds more than one PEM block".into()),
             _ => return Err("is not a PEM certificate".into()),
         };
-        let x509 = pem
-            .parse_x509()
-            .map_err(|e| format!("is not a valid X.509 certificate ({e})"))?;
+        let x509 = pem.parse_x509().map_err(|e| format!("is not a valid X.509 certificate ({e})"))?;
         let dns_names = match x509.subject_alternative_name() {
             Ok(Some(san)) => san
                 .value
@@ -158,10 +156,7 @@ impl Cert {
 
     /// True once less than a third of the lifetime is left (or the certificate is not valid now).
     fn due_for_renewal(&self, now: SystemTime) -> bool {
-        let lifetime = self
-            .not_after
-            .duration_since(self.not_before)
-            .unwrap_or_default();
+        let lifetime = self.not_after.duration_since(self.not_before).unwrap_or_default();
         match self.not_after.duration_since(now) {
             Ok(left) => now < self.not_before || left < lifetime / RENEW_DIVISOR,
             Err(_) => true,
@@ -178,34 +173,23 @@ pub struct KeyedCert {
 
 impl fmt::Debug for KeyedCert {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyedCert")
-            .field("cert", &self.cert.common_name)
-            .field("key_pem", &"<redacted>")
-            .finish()
+        f.debug_struct("KeyedCert").field("cert", &self.cert.common_name).field("key_pem", &"<redacted>").finish()
     }
 }
 
 impl KeyedCert {
     fn parse(cert: &str, key: &str) -> Result<KeyedCert, String> {
         let parsed = Cert::from_pem(cert)?;
-        let pair = KeyPair::from_pem(key)
-            .map_err(|_| "private key is not a PKCS#8 PEM key".to_string())?;
+        let pair = KeyPair::from_pem(key).map_err(|_| "private key is not a PKCS#8 PEM key".to_string())?;
         if pair.public_key_raw() != parsed.public_key.as_slice() {
             return Err("private key does not belong to the certificate".into());
         }
-        Ok(KeyedCert {
-            cert: parsed,
-            key_pem: key.to_string(),
-        })
+        Ok(KeyedCert { cert: parsed, key_pem: key.to_string() })
     }
 
     fn generated(cert: rcgen::Certificate, key: &KeyPair) -> Result<KeyedCert, rcgen::Error> {
-        let parsed =
-            Cert::from_pem(&cert.pem()).map_err(|_| rcgen::Error::CouldNotParseCertificate)?;
-        Ok(KeyedCert {
-            cert: parsed,
-            key_pem: key.serialize_pem(),
-        })
+        let parsed = Cert::from_pem(&cert.pem()).map_err(|_| rcgen::Error::CouldNotParseCertificate)?;
+        Ok(KeyedCert { cert: parsed, key_pem: key.serialize_pem() })
     }
 
     pub fn cert(&self) -> &Cert {
@@ -249,22 +233,15 @@ impl Stored {
 }
 
 fn text<'a>(data: &'a BTreeMap<String, ByteString>, key: &str) -> Result<Option<&'a str>, String> {
-    data.get(key)
-        .map(|value| std::str::from_utf8(&value.0).map_err(|_| format!("{key} is not UTF-8 text")))
-        .transpose()
+    data.get(key).map(|value| std::str::from_utf8(&value.0).map_err(|_| format!("{key} is not UTF-8 text"))).transpose()
 }
 
 fn required<'a>(data: &'a BTreeMap<String, ByteString>, key: &str) -> Result<&'a str, String> {
     text(data, key)?.ok_or_else(|| format!("{key} is missing"))
 }
 
-fn keyed(
-    data: &BTreeMap<String, ByteString>,
-    cert_key: &str,
-    key_key: &str,
-) -> Result<KeyedCert, String> {
-    KeyedCert::parse(required(data, cert_key)?, required(data, key_key)?)
-        .map_err(|e| format!("{cert_key}: {e}"))
+fn keyed(data: &BTreeMap<String, ByteString>, cert_key: &str, key_key: &str) -> Result<KeyedCert, String> {
+    KeyedCert::parse(required(data, cert_key)?, required(data, key_key)?).map_err(|e| format!("{cert_key}: {e}"))
 }
 
 impl Material {
@@ -279,12 +256,7 @@ impl Material {
             .map(Cert::from_pem)
             .transpose()
             .map_err(|e| format!("{RETIRED_CA_CRT}: {e}"))?;
-        Ok(Material {
-            ca,
-            next_ca,
-            retired_ca,
-            serving,
-        })
+        Ok(Material { ca, next_ca, retired_ca, serving })
     }
 
     pub fn to_secret_data(&self) -> BTreeMap<String, ByteString> {
@@ -309,11 +281,7 @@ impl Material {
     /// The PEM bundle every webhook's `caBundle` must hold: the CA, then the next or retired one.
     pub fn ca_bundle(&self) -> String {
         let mut bundle = String::new();
-        let certs = [
-            Some(&self.ca.cert),
-            self.next_ca.as_ref().map(|n| &n.cert),
-            self.retired_ca.as_ref(),
-        ];
+        let certs = [Some(&self.ca.cert), self.next_ca.as_ref().map(|n| &n.cert), self.retired_ca.as_ref()];
         for cert in certs.into_iter().flatten() {
             bundle.push_str(cert.pem().trim_end());
             bundle.push('\n');
@@ -324,11 +292,7 @@ impl Material {
 
 /// `<svc>`, `<svc>.<ns>` and `<svc>.<ns>.svc`: the names the apiserver may use for the Service.
 pub fn dns_names(service: &str, namespace: &str) -> Vec<String> {
-    vec![
-        service.to_string(),
-        format!("{service}.{namespace}"),
-        format!("{service}.{namespace}.svc"),
-    ]
+    vec![service.to_string(), format!("{service}.{namespace}"), format!("{service}.{namespace}.svc")]
 }
 
 /// Whether a PEM bundle (a webhook's `caBundle`) contains this certificate.
@@ -366,14 +330,8 @@ impl fmt::Display for Action {
             Action::RenewServing { reason } => {
                 write!(f, "renewed the serving certificate ({reason})")
             }
-            Action::PrepareNextCa => write!(
-                f,
-                "created the next CA and published it next to the current one"
-            ),
-            Action::PromoteNextCa => write!(
-                f,
-                "switched to the next CA; the old one stays trusted for a while"
-            ),
+            Action::PrepareNextCa => write!(f, "created the next CA and published it next to the current one"),
+            Action::PromoteNextCa => write!(f, "switched to the next CA; the old one stays trusted for a while"),
             Action::DropRetiredCa => write!(f, "removed the retired CA from the caBundle"),
         }
     }
@@ -381,29 +339,18 @@ impl fmt::Display for Action {
 
 /// Decides the next step. `next_ca_published`: every webhook's caBundle already holds the next CA
 /// (see [`bundle_contains`]); a CA is never used before the apiservers trust it.
-pub fn decide(
-    stored: &Stored,
-    dns_names: &[String],
-    next_ca_published: bool,
-    now: SystemTime,
-) -> Action {
+pub fn decide(stored: &Stored, dns_names: &[String], next_ca_published: bool, now: SystemTime) -> Action {
     let m = match stored {
         Stored::Absent => {
-            return Action::Create {
-                reason: "no certificate Secret yet".into(),
-            };
+            return Action::Create { reason: "no certificate Secret yet".into() };
         }
         Stored::Unusable(reason) => {
-            return Action::Create {
-                reason: format!("the Secret is unusable: {reason}"),
-            };
+            return Action::Create { reason: format!("the Secret is unusable: {reason}") };
         }
         Stored::Usable(m) => m,
     };
     if now >= m.ca.cert.not_after {
-        return Action::Create {
-            reason: format!("the CA expired at {}", rfc3339(m.ca.cert.not_after)),
-        };
+        return Action::Create { reason: format!("the CA expired at {}", rfc3339(m.ca.cert.not_after)) };
     }
     if let Some(next) = &m.next_ca
         && next_ca_published
@@ -416,22 +363,16 @@ pub fn decide(
     }
     let serving = &m.serving.cert;
     if !serving.issued_by(&m.ca.cert) {
-        return Action::RenewServing {
-            reason: "it was not issued by the current CA".into(),
-        };
+        return Action::RenewServing { reason: "it was not issued by the current CA".into() };
     }
     let (mut have, mut want) = (serving.dns_names.clone(), dns_names.to_vec());
     have.sort();
     want.sort();
     if have != want {
-        return Action::RenewServing {
-            reason: format!("its DNS names should be {}", want.join(", ")),
-        };
+        return Action::RenewServing { reason: format!("its DNS names should be {}", want.join(", ")) };
     }
     if serving.due_for_renewal(now) {
-        return Action::RenewServing {
-            reason: format!("it expires at {}", rfc3339(serving.not_after)),
-        };
+        return Action::RenewServing { reason: format!("it expires at {}", rfc3339(serving.not_after)) };
     }
     if let Some(retired) = &m.retired_ca
         && (now >= retired.not_after || now >= serving.not_before + BACKDATE + CA_RETIRE_GRACE)
@@ -474,12 +415,7 @@ pub fn carry_out(
 pub fn generate(dns_names: &[String], now: SystemTime) -> Result<Material, rcgen::Error> {
     let ca = new_ca(now)?;
     let serving = issue_serving(&ca, dns_names, now)?;
-    Ok(Material {
-        ca,
-        next_ca: None,
-        retired_ca: None,
-        serving,
-    })
+    Ok(Material { ca, next_ca: None, retired_ca: None, serving })
 }
 
 /// The CA's identity: used to create it and, from its common name, to sign with it later (the
@@ -487,34 +423,19 @@ pub fn generate(dns_names: &[String], now: SystemTime) -> Result<Material, rcgen
 fn ca_params(common_name: &str) -> CertificateParams {
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, common_name);
+    params.distinguished_name.push(DnType::CommonName, common_name);
     // Path length 0: this CA signs serving certificates only, never another CA.
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
     params
 }
 
 /// A new self-signed CA (ECDSA P-256) valid for [`CA_LIFETIME`].
 pub fn new_ca(now: SystemTime) -> Result<KeyedCert, rcgen::Error> {
     let key = KeyPair::generate()?;
-    let created = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
+    let created = now.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs();
     // Unique per CA (time and key), so the CAs in one caBundle are told apart by name too.
-    let tail = key
-        .public_key_raw()
-        .iter()
-        .rev()
-        .take(4)
-        .map(|b| format!("{b:02x}"))
-        .collect::<String>();
+    let tail = key.public_key_raw().iter().rev().take(4).map(|b| format!("{b:02x}")).collect::<String>();
     let mut params = ca_params(&format!("sandcap-webhook-ca@{created}-{tail}"));
     params.not_before = (now - BACKDATE).into();
     params.not_after = (now + CA_LIFETIME).into();
@@ -523,22 +444,12 @@ pub fn new_ca(now: SystemTime) -> Result<KeyedCert, rcgen::Error> {
 
 /// A serving certificate for `dns_names` signed by `ca`, valid for [`SERVING_LIFETIME`] or until
 /// the CA expires, whichever is sooner.
-pub fn issue_serving(
-    ca: &KeyedCert,
-    dns_names: &[String],
-    now: SystemTime,
-) -> Result<KeyedCert, rcgen::Error> {
-    let issuer = Issuer::new(
-        ca_params(&ca.cert.common_name),
-        KeyPair::from_pem(&ca.key_pem)?,
-    );
+pub fn issue_serving(ca: &KeyedCert, dns_names: &[String], now: SystemTime) -> Result<KeyedCert, rcgen::Error> {
+    let issuer = Issuer::new(ca_params(&ca.cert.common_name), KeyPair::from_pem(&ca.key_pem)?);
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::new(dns_names.to_vec())?;
     params.distinguished_name = DistinguishedName::new();
-    params.distinguished_name.push(
-        DnType::CommonName,
-        dns_names.last().map(String::as_str).unwrap_or("sandcap"),
-    );
+    params.distinguished_name.push(DnType::CommonName, dns_names.last().map(String::as_str).unwrap_or("sandcap"));
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     params.use_authority_key_identifier_extension = true;
@@ -571,9 +482,7 @@ pub enum CertError {
     Generate(#[from] rcgen::Error),
     #[error("Kubernetes API error: {0}")]
     Kube(#[from] kube::Error),
-    #[error(
-        "other replicas kept changing the Secret or webhook configuration ({MAX_ATTEMPTS} conflicts in a row)"
-    )]
+    #[error("other replicas kept changing the Secret or webhook configuration ({MAX_ATTEMPTS} conflicts in a row)")]
     Contended,
 }
 
@@ -613,8 +522,7 @@ async fn write_secret(
             let mut secret = existing.clone();
             secret.data = Some(material.to_secret_data());
             secret.string_data = None;
-            api.replace(&opts.secret_name, &PostParams::default(), &secret)
-                .await
+            api.replace(&opts.secret_name, &PostParams::default(), &secret).await
         }
         None => {
             let secret = Secret {
@@ -622,14 +530,8 @@ async fn write_secret(
                     name: Some(opts.secret_name.clone()),
                     namespace: Some(opts.namespace.clone()),
                     labels: Some(BTreeMap::from([
-                        (
-                            "app.kubernetes.io/managed-by".to_string(),
-                            "sandcap".to_string(),
-                        ),
-                        (
-                            "app.kubernetes.io/component".to_string(),
-                            "webhook-certificate".to_string(),
-                        ),
+                        ("app.kubernetes.io/managed-by".to_string(), "sandcap".to_string()),
+                        ("app.kubernetes.io/component".to_string(), "webhook-certificate".to_string()),
                     ])),
                     ..ObjectMeta::default()
                 },
@@ -665,25 +567,15 @@ async fn sync_ca_bundle(
         "value": config.metadata.resource_version,
     })];
     for (i, webhook) in config.webhooks.iter().flatten().enumerate() {
-        if webhook
-            .client_config
-            .ca_bundle
-            .as_ref()
-            .map(|b| b.0.as_slice())
-            != Some(bundle.as_bytes())
-        {
+        if webhook.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()) != Some(bundle.as_bytes()) {
             ops.push(json!({"op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"), "value": encoded}));
         }
     }
     if ops.len() == 1 {
         return Ok(Some(BundleSync::UpToDate));
     }
-    let patch =
-        Patch::Json::<()>(serde_json::from_value(json!(ops)).expect("a JSON patch built above"));
-    match api
-        .patch(&opts.webhook_config_name, &PatchParams::default(), &patch)
-        .await
-    {
+    let patch = Patch::Json::<()>(serde_json::from_value(json!(ops)).expect("a JSON patch built above"));
+    match api.patch(&opts.webhook_config_name, &PatchParams::default(), &patch).await {
         Ok(_) => Ok(Some(BundleSync::Patched)),
         Err(e) if lost_race(&e) => Ok(None),
         Err(e) => Err(e),
@@ -699,21 +591,14 @@ fn next_ca_published(stored: &Stored, config: Option<&ValidatingWebhookConfigura
     };
     let webhooks = config.webhooks.as_deref().unwrap_or_default();
     !webhooks.is_empty()
-        && webhooks.iter().all(|w| {
-            w.client_config
-                .ca_bundle
-                .as_ref()
-                .is_some_and(|b| bundle_contains(&b.0, &next.cert))
-        })
+        && webhooks
+            .iter()
+            .all(|w| w.client_config.ca_bundle.as_ref().is_some_and(|b| bundle_contains(&b.0, &next.cert)))
 }
 
 /// One round at time `now`: read the Secret and the webhook configuration, write what [`decide`]
 /// says, then bring the caBundle in line with the Secret. Safe to run on every replica at once.
-pub async fn reconcile(
-    client: &Client,
-    opts: &CertOptions,
-    now: SystemTime,
-) -> Result<Outcome, CertError> {
+pub async fn reconcile(client: &Client, opts: &CertOptions, now: SystemTime) -> Result<Outcome, CertError> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &opts.namespace);
     let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let names = dns_names(&opts.service_name, &opts.namespace);
@@ -722,12 +607,7 @@ pub async fn reconcile(
         let secret = secrets.get_opt(&opts.secret_name).await?;
         let config = configs.get_opt(&opts.webhook_config_name).await?;
         let stored = Stored::from_secret(secret.as_ref());
-        let action = decide(
-            &stored,
-            &names,
-            next_ca_published(&stored, config.as_ref()),
-            now,
-        );
+        let action = decide(&stored, &names, next_ca_published(&stored, config.as_ref()), now);
         let material = carry_out(&stored, &action, &names, now)?;
         if action != Action::Keep {
             if !write_secret(&secrets, opts, secret.as_ref(), &material).await? {
@@ -735,13 +615,8 @@ pub async fn reconcile(
             }
             written = action;
         }
-        if let Some(ca_bundle) =
-            sync_ca_bundle(&configs, opts, config.as_ref(), &material.ca_bundle()).await?
-        {
-            return Ok(Outcome {
-                action: written,
-                ca_bundle,
-            });
+        if let Some(ca_bundle) = sync_ca_bundle(&configs, opts, config.as_ref(), &material.ca_bundle()).await? {
+            return Ok(Outcome { action: written, ca_bundle });
         }
     }
     Err(CertError::Contended)
@@ -813,26 +688,18 @@ mod tests {
 
     #[test]
     fn absent_or_unusable_secret_is_created() {
-        assert!(matches!(
-            decide(&Stored::Absent, &names(), false, t0()),
-            Action::Create { .. }
-        ));
+        assert!(matches!(decide(&Stored::Absent, &names(), false, t0()), Action::Create { .. }));
         let mut data = fresh().to_secret_data();
         data.insert(TLS_KEY.into(), ByteString(b"garbage".to_vec()));
-        let Stored::Unusable(reason) = Stored::from_secret(Some(&Secret {
-            data: Some(data),
-            ..Secret::default()
-        })) else {
+        let Stored::Unusable(reason) = Stored::from_secret(Some(&Secret { data: Some(data), ..Secret::default() }))
+        else {
             panic!("a garbage key must make the Secret unusable");
         };
         assert_eq!(reason, "tls.crt: private key is not a PKCS#8 PEM key");
         let action = decide(&Stored::Unusable(reason), &names(), false, t0());
         assert_eq!(
             action,
-            Action::Create {
-                reason: "the Secret is unusable: tls.crt: private key is not a PKCS#8 PEM key"
-                    .into()
-            }
+            Action::Create { reason: "the Secret is unusable: tls.crt: private key is not a PKCS#8 PEM key".into() }
         );
     }
 
@@ -842,33 +709,18 @@ mod tests {
         let other = fresh();
         let cases: [(&str, &[u8], &str); 4] = [
             (CA_CRT, b"", "ca.crt: is not a PEM certificate"),
-            (
-                CA_KEY,
-                other.ca.key_pem().as_bytes(),
-                "ca.crt: private key does not belong to the certificate",
-            ),
+            (CA_KEY, other.ca.key_pem().as_bytes(), "ca.crt: private key does not belong to the certificate"),
             (TLS_CRT, &[0xff, 0xfe], "tls.crt is not UTF-8 text"),
-            (
-                NEXT_CA_CRT,
-                m.ca.cert.pem().as_bytes(),
-                "next-ca.key is missing",
-            ),
+            (NEXT_CA_CRT, m.ca.cert.pem().as_bytes(), "next-ca.key is missing"),
         ];
         for (key, value, expected) in cases {
             let mut data = m.to_secret_data();
             data.insert(key.into(), ByteString(value.to_vec()));
-            assert_eq!(
-                Material::from_secret_data(&data).unwrap_err(),
-                expected,
-                "{key}"
-            );
+            assert_eq!(Material::from_secret_data(&data).unwrap_err(), expected, "{key}");
         }
         let mut data = m.to_secret_data();
         data.remove(TLS_KEY);
-        assert_eq!(
-            Material::from_secret_data(&data).unwrap_err(),
-            "tls.key is missing"
-        );
+        assert_eq!(Material::from_secret_data(&data).unwrap_err(), "tls.key is missing");
     }
 
     #[test]
@@ -876,18 +728,9 @@ mod tests {
         let m = fresh();
         assert!(m.serving.cert.issued_by(&m.ca.cert));
         assert_eq!(m.serving.cert.dns_names(), names().as_slice());
-        assert_eq!(
-            m.serving.cert.not_after().duration_since(t0()).unwrap(),
-            SERVING_LIFETIME
-        );
-        assert_eq!(
-            m.ca.cert.not_after().duration_since(t0()).unwrap(),
-            CA_LIFETIME
-        );
-        assert_eq!(
-            t0().duration_since(m.ca.cert.not_before()).unwrap(),
-            BACKDATE
-        );
+        assert_eq!(m.serving.cert.not_after().duration_since(t0()).unwrap(), SERVING_LIFETIME);
+        assert_eq!(m.ca.cert.not_after().duration_since(t0()).unwrap(), CA_LIFETIME);
+        assert_eq!(t0().duration_since(m.ca.cert.not_before()).unwrap(), BACKDATE);
         let back = Material::from_secret_data(&m.to_secret_data()).unwrap();
         assert_eq!(back.to_secret_data(), m.to_secret_data());
         assert_eq!(m.ca_bundle(), m.ca.cert.pem());
@@ -906,11 +749,7 @@ mod tests {
     fn fresh_material_is_kept() {
         let m = fresh();
         for later in [Duration::ZERO, DAY, 200 * DAY] {
-            assert_eq!(
-                decide(&usable(&m), &names(), false, t0() + later),
-                Action::Keep,
-                "{later:?}"
-            );
+            assert_eq!(decide(&usable(&m), &names(), false, t0() + later), Action::Keep, "{later:?}");
         }
     }
 
@@ -924,37 +763,22 @@ mod tests {
             "{action:?}"
         );
         let renewed = step(&m, &action, now);
-        assert_eq!(
-            renewed.ca.cert.pem(),
-            m.ca.cert.pem(),
-            "the CA (and so the caBundle) must not change"
-        );
+        assert_eq!(renewed.ca.cert.pem(), m.ca.cert.pem(), "the CA (and so the caBundle) must not change");
         assert_eq!(renewed.ca_bundle(), m.ca_bundle());
         assert_ne!(renewed.serving.cert.pem(), m.serving.cert.pem());
         assert!(renewed.serving.cert.issued_by(&m.ca.cert));
-        assert_eq!(
-            decide(&usable(&renewed), &names(), false, now),
-            Action::Keep
-        );
+        assert_eq!(decide(&usable(&renewed), &names(), false, now), Action::Keep);
     }
 
     #[test]
     fn serving_certificate_is_renewed_when_names_change_or_the_ca_differs() {
         let m = fresh();
         let other_names = dns_names("renamed", "sandcap-system");
-        assert!(matches!(
-            decide(&usable(&m), &other_names, false, t0()),
-            Action::RenewServing { .. }
-        ));
-        let foreign = Material {
-            serving: fresh().serving,
-            ..m.clone()
-        };
+        assert!(matches!(decide(&usable(&m), &other_names, false, t0()), Action::RenewServing { .. }));
+        let foreign = Material { serving: fresh().serving, ..m.clone() };
         assert_eq!(
             decide(&usable(&foreign), &names(), false, t0()),
-            Action::RenewServing {
-                reason: "it was not issued by the current CA".into()
-            }
+            Action::RenewServing { reason: "it was not issued by the current CA".into() }
         );
     }
 
@@ -970,9 +794,7 @@ mod tests {
     fn expired_ca_starts_over() {
         let m = fresh();
         let action = decide(&usable(&m), &names(), false, t0() + CA_LIFETIME);
-        assert!(
-            matches!(action, Action::Create { ref reason } if reason.starts_with("the CA expired at "))
-        );
+        assert!(matches!(action, Action::Create { ref reason } if reason.starts_with("the CA expired at ")));
     }
 
     #[test]
@@ -981,56 +803,31 @@ mod tests {
         let m = fresh();
         // Keep the serving certificate young so that only the CA drives the decisions.
         let mut now = t0() + 7 * YEAR;
-        let m = Material {
-            serving: issue_serving(&m.ca, &names, now).unwrap(),
-            ..m
-        };
+        let m = Material { serving: issue_serving(&m.ca, &names, now).unwrap(), ..m };
 
-        assert_eq!(
-            decide(&usable(&m), &names, false, now),
-            Action::PrepareNextCa
-        );
+        assert_eq!(decide(&usable(&m), &names, false, now), Action::PrepareNextCa);
         let prepared = step(&m, &Action::PrepareNextCa, now);
         let next = prepared.next_ca.clone().unwrap();
-        assert_eq!(
-            prepared.ca_bundle(),
-            format!("{}{}", m.ca.cert.pem(), next.cert.pem())
-        );
-        assert_eq!(
-            prepared.serving.cert.pem(),
-            m.serving.cert.pem(),
-            "nothing is signed by the next CA yet"
-        );
+        assert_eq!(prepared.ca_bundle(), format!("{}{}", m.ca.cert.pem(), next.cert.pem()));
+        assert_eq!(prepared.serving.cert.pem(), m.serving.cert.pem(), "nothing is signed by the next CA yet");
 
         // Published, but not for long enough; or old enough, but not published: wait.
         now += CA_PUBLISH_GRACE / 2;
         assert_eq!(decide(&usable(&prepared), &names, true, now), Action::Keep);
         now += CA_PUBLISH_GRACE;
         assert_eq!(decide(&usable(&prepared), &names, false, now), Action::Keep);
-        assert_eq!(
-            decide(&usable(&prepared), &names, true, now),
-            Action::PromoteNextCa
-        );
+        assert_eq!(decide(&usable(&prepared), &names, true, now), Action::PromoteNextCa);
 
         let promoted = step(&prepared, &Action::PromoteNextCa, now);
         assert_eq!(promoted.ca.cert.pem(), next.cert.pem());
         assert!(promoted.serving.cert.issued_by(&next.cert));
         assert!(promoted.next_ca.is_none());
         assert_eq!(promoted.retired_ca.as_ref().unwrap().pem(), m.ca.cert.pem());
-        assert_eq!(
-            promoted.ca_bundle(),
-            format!("{}{}", next.cert.pem(), m.ca.cert.pem())
-        );
+        assert_eq!(promoted.ca_bundle(), format!("{}{}", next.cert.pem(), m.ca.cert.pem()));
 
-        assert_eq!(
-            decide(&usable(&promoted), &names, false, now + CA_RETIRE_GRACE / 2),
-            Action::Keep
-        );
+        assert_eq!(decide(&usable(&promoted), &names, false, now + CA_RETIRE_GRACE / 2), Action::Keep);
         let later = now + CA_RETIRE_GRACE;
-        assert_eq!(
-            decide(&usable(&promoted), &names, false, later),
-            Action::DropRetiredCa
-        );
+        assert_eq!(decide(&usable(&promoted), &names, false, later), Action::DropRetiredCa);
         let done = step(&promoted, &Action::DropRetiredCa, later);
         assert_eq!(done.ca_bundle(), next.cert.pem());
         assert_eq!(decide(&usable(&done), &names, false, later), Action::Keep);
@@ -1042,30 +839,17 @@ mod tests {
         let now = t0() + 7 * YEAR;
         let m = step(&fresh(), &Action::PrepareNextCa, now);
         // The serving certificate from t0 expired long ago; the unpublished next CA must not wait.
-        assert!(matches!(
-            decide(&usable(&m), &names, false, now),
-            Action::RenewServing { .. }
-        ));
+        assert!(matches!(decide(&usable(&m), &names, false, now), Action::RenewServing { .. }));
         let renewed = step(&m, &decide(&usable(&m), &names, false, now), now);
-        assert!(
-            renewed.serving.cert.issued_by(&m.ca.cert),
-            "still signed by the published CA"
-        );
-        assert_eq!(
-            renewed.next_ca.unwrap().cert.pem(),
-            m.next_ca.unwrap().cert.pem()
-        );
+        assert!(renewed.serving.cert.issued_by(&m.ca.cert), "still signed by the published CA");
+        assert_eq!(renewed.next_ca.unwrap().cert.pem(), m.next_ca.unwrap().cert.pem());
     }
 
     #[test]
     fn bundle_contains_compares_certificates_not_text() {
         let m = fresh();
         let other = fresh();
-        let bundle = format!(
-            "{}\n\n{}",
-            other.ca.cert.pem(),
-            m.ca.cert.pem().replace('\n', "\r\n")
-        );
+        let bundle = format!("{}\n\n{}", other.ca.cert.pem(), m.ca.cert.pem().replace('\n', "\r\n"));
         assert!(bundle_contains(bundle.as_bytes(), &m.ca.cert));
         assert!(!bundle_contains(other.ca.cert.pem().as_bytes(), &m.ca.cert));
         assert!(!bundle_contains(b"not pem", &m.ca.cert));

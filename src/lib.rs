@@ -7,5 +7,7 @@ pub mod api;
 pub mod certs;
 pub mod cli;
 pub mod contract;
+pub mod controller;
 pub mod metrics;
+pub mod probe;
 pub mod validation;

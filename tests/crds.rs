@@ -48,10 +48,7 @@ fn crd_directories_match_sandcap_crds() {
             if update {
                 fs::remove_file(&path).unwrap();
             } else {
-                stale.push(format!(
-                    "{} is not produced by `sandcap crds`",
-                    path.display()
-                ));
+                stale.push(format!("{} is not produced by `sandcap crds`", path.display()));
             }
         }
     }
