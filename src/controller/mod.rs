@@ -64,6 +64,9 @@ pub struct ControllerOptions {
     pub lease_namespace: String,
     /// This replica's leader identity (the pod name); also the probe's `instanceInfo.instanceId`.
     pub identity: String,
+    /// Namespaces whose Secrets leases may read for `configFrom`; empty means every namespace.
+    /// With a list, Secrets are watched per namespace, so RBAC can stay namespaced.
+    pub secret_namespaces: Vec<String>,
 }
 
 impl Default for ControllerOptions {
@@ -76,6 +79,7 @@ impl Default for ControllerOptions {
             lease_name: "sandcap-controller".into(),
             lease_namespace: "default".into(),
             identity: "sandcap".into(),
+            secret_namespaces: Vec::new(),
         }
     }
 }
@@ -249,7 +253,7 @@ async fn controllers(
     let lease_controller = Controller::for_stream(lease_stream, leases)
         .with_config(ControllerConfig::default().concurrency(LEASE_CONCURRENCY))
         .watches_stream(provider_changes, move |p: SandboxProvider| leases_for_provider(&by_provider, &p.name_any()))
-        .watches_stream(secret_changes(client), move |s| {
+        .watches_stream(secret_changes(client, &options.secret_namespaces), move |s| {
             leases_for_secret(&by_secret, &s.namespace().unwrap_or_default(), &s.name_any())
         })
         .graceful_shutdown_on(shutdown.cancelled_owned())
@@ -284,13 +288,25 @@ fn drop_managed_fields<K: Resource>(obj: &mut K) {
     obj.managed_fields_mut().clear();
 }
 
-/// Secret changes (metadata only: values never enter this stream). The first list is skipped,
-/// since every lease is resolved at startup anyway; a later re-list (after a watch gap too long
-/// to resume) is passed on, as it may hide changes.
+/// Secret changes (metadata only: values never enter this stream), in `namespaces` or in every
+/// namespace when the list is empty.
 fn secret_changes(
     client: Client,
+    namespaces: &[String],
 ) -> impl Stream<Item = Result<PartialObjectMeta<Secret>, watcher::Error>> + Send + 'static {
-    let api = Api::<PartialObjectMeta<Secret>>::all(client);
+    let apis = if namespaces.is_empty() {
+        vec![Api::<PartialObjectMeta<Secret>>::all(client)]
+    } else {
+        namespaces.iter().map(|ns| Api::namespaced(client.clone(), ns)).collect()
+    };
+    futures::stream::select_all(apis.into_iter().map(|api| secret_watch(api).boxed()))
+}
+
+/// One Secret watch. The first list is skipped, since every lease is resolved at startup anyway;
+/// a later re-list (after a watch gap too long to resume) is passed on, as it may hide changes.
+fn secret_watch(
+    api: Api<PartialObjectMeta<Secret>>,
+) -> impl Stream<Item = Result<PartialObjectMeta<Secret>, watcher::Error>> + Send + 'static {
     watcher(api, watcher::Config::default())
         .default_backoff()
         .scan(false, |listed, event| {
