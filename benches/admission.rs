@@ -12,18 +12,12 @@ use sandcap::validation::Options;
 const REVIEW: &[u8] = include_bytes!("provider-review.json");
 
 fn bench(c: &mut Criterion) {
-    assert!(
-        admission::handle(REVIEW, &Options::default())
-            .outcome
-            .allowed(),
-        "the benchmark review must be allowed"
-    );
+    assert!(admission::handle(REVIEW, &Options::default()).outcome.allowed(), "the benchmark review must be allowed");
     let mut group = c.benchmark_group("admission");
     group.bench_function("serde_json decode only (baseline)", |b| {
         b.iter(|| serde_json::from_slice::<serde_json::Value>(black_box(REVIEW)).unwrap())
     });
-    let object =
-        serde_json::from_slice::<serde_json::Value>(REVIEW).unwrap()["request"]["object"].clone();
+    let object = serde_json::from_slice::<serde_json::Value>(REVIEW).unwrap()["request"]["object"].clone();
     group.bench_function("review only (object already decoded)", |b| {
         b.iter(|| sandcap::validation::review(black_box(&object), None, &Options::default()))
     });

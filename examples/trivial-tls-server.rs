@@ -20,29 +20,16 @@ const FIXED: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionRevi
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let addr: SocketAddr = std::env::args()
-        .nth(1)
-        .as_deref()
-        .unwrap_or("127.0.0.1:9443")
-        .parse()?;
+    let addr: SocketAddr = std::env::args().nth(1).as_deref().unwrap_or("127.0.0.1:9443").parse()?;
     let resolver = Arc::new(CertResolver::default());
     let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
     resolver.install(&tls::self_signed()?, &metrics);
-    let app = Router::new().route(
-        "/validate",
-        post(|_body: Bytes| async { ([(header::CONTENT_TYPE, "application/json")], FIXED) }),
-    );
+    let app = Router::new()
+        .route("/validate", post(|_body: Bytes| async { ([(header::CONTENT_TYPE, "application/json")], FIXED) }));
     let listener = server::bind(addr).await?;
     let shutdown = CancellationToken::new();
     tokio::spawn(server::cancel_on_signal(shutdown.clone()));
     eprintln!("trivial handler listening on https://{addr}/validate");
-    server::serve_https(
-        listener,
-        tls::server_config(resolver),
-        app,
-        &Limits::default(),
-        shutdown,
-    )
-    .await;
+    server::serve_https(listener, tls::server_config(resolver), app, &Limits::default(), shutdown).await;
     Ok(())
 }

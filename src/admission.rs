@@ -121,17 +121,9 @@ pub fn handle(body: &[u8], options: &Options) -> Answer {
 }
 
 fn finish(status: u16, response: &Response, outcome: Outcome) -> Answer {
-    let review = Review {
-        api_version: API_VERSION,
-        kind: KIND,
-        response,
-    };
+    let review = Review { api_version: API_VERSION, kind: KIND, response };
     let body = serde_json::to_vec(&review).expect("a response of strings and booleans serializes");
-    Answer {
-        status,
-        body,
-        outcome,
-    }
+    Answer { status, body, outcome }
 }
 
 /// The parts of `request` the webhook reads.
@@ -143,18 +135,14 @@ struct Request {
 fn decode(body: &[u8], outcome: &mut Outcome) -> Result<Request, String> {
     // serde_json refuses nesting deeper than 128 levels, so a hostile body cannot overflow the
     // stack here, and every Value handed to the rules is at most that deep.
-    let review: Value =
-        serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+    let review: Value = serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
     let Value::Object(mut review) = review else {
         return Err(format!("the body is not an {KIND} object"));
     };
     match review.get("apiVersion").and_then(Value::as_str) {
         Some(API_VERSION) => {}
         Some(other) => {
-            return Err(format!(
-                "apiVersion: unsupported {:?}, this webhook speaks {API_VERSION:?}",
-                clip(other)
-            ));
+            return Err(format!("apiVersion: unsupported {:?}, this webhook speaks {API_VERSION:?}", clip(other)));
         }
         None => return Err(format!("apiVersion: required ({API_VERSION:?})")),
     }
@@ -175,10 +163,7 @@ fn decode(body: &[u8], outcome: &mut Outcome) -> Result<Request, String> {
             .and_then(Operation::parse)
             .ok_or("request.operation: must be CREATE, UPDATE, DELETE or CONNECT")?,
     );
-    let kind = request
-        .get("kind")
-        .and_then(Value::as_object)
-        .ok_or("request.kind: required, an object")?;
+    let kind = request.get("kind").and_then(Value::as_object).ok_or("request.kind: required, an object")?;
     let (group, kind) = (string(kind, "group"), string(kind, "kind"));
     let sub_resource = string(&request, "subResource");
     // Subresources (status, scale) carry the controller's own writes, never a new declaration.
@@ -186,30 +171,18 @@ fn decode(body: &[u8], outcome: &mut Outcome) -> Result<Request, String> {
         outcome.kind = Kind::from_kind(kind);
     }
     outcome.name = clip(string(&request, "name")).to_string();
-    outcome.dry_run = request
-        .get("dryRun")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    Ok(Request {
-        object: take_object(&mut request, "object"),
-        old_object: take_object(&mut request, "oldObject"),
-    })
+    outcome.dry_run = request.get("dryRun").and_then(Value::as_bool).unwrap_or(false);
+    Ok(Request { object: take_object(&mut request, "object"), old_object: take_object(&mut request, "oldObject") })
 }
 
 fn answer(request: Request, options: &Options, outcome: &mut Outcome) -> Response {
-    let reviewed = matches!(
-        outcome.operation,
-        Some(Operation::Create | Operation::Update)
-    ) && outcome.kind.is_some();
+    let reviewed = matches!(outcome.operation, Some(Operation::Create | Operation::Update)) && outcome.kind.is_some();
     if !reviewed {
         outcome.verdict = Some(Verdict::Allowed);
         return Response::allow(&outcome.uid, Vec::new());
     }
     let Some(object) = request.object.filter(Value::is_object) else {
-        let message = format!(
-            "request.object: required for {}, a JSON object",
-            outcome.operation_label()
-        );
+        let message = format!("request.object: required for {}, a JSON object", outcome.operation_label());
         outcome.verdict = Some(Verdict::Invalid);
         outcome.message = message.clone();
         return Response::deny(&outcome.uid, Status::bad_request(message));
@@ -219,21 +192,14 @@ fn answer(request: Request, options: &Options, outcome: &mut Outcome) -> Respons
         outcome.name = clip(&validation::identify(&object).1).to_string();
     }
     let verdict = validation::review(&object, request.old_object.as_ref(), options);
-    let warnings = verdict
-        .warnings
-        .iter()
-        .map(|w| truncate_warning(w))
-        .collect();
+    let warnings = verdict.warnings.iter().map(|w| truncate_warning(w)).collect();
     if verdict.allowed() {
         outcome.verdict = Some(Verdict::Allowed);
         Response::allow(&outcome.uid, warnings)
     } else {
         outcome.verdict = Some(Verdict::Denied);
         outcome.message = verdict.message();
-        Response {
-            warnings,
-            ..Response::deny(&outcome.uid, Status::forbidden(outcome.message.clone()))
-        }
+        Response { warnings, ..Response::deny(&outcome.uid, Status::forbidden(outcome.message.clone())) }
     }
 }
 
@@ -245,10 +211,7 @@ pub fn truncate_warning(warning: &str) -> String {
     if warning.len() < MAX_WARNING_LEN {
         return warning.to_string();
     }
-    format!(
-        "{}{ELLIPSIS}",
-        prefix(warning, MAX_WARNING_LEN - 1 - ELLIPSIS.len())
-    )
+    format!("{}{ELLIPSIS}", prefix(warning, MAX_WARNING_LEN - 1 - ELLIPSIS.len()))
 }
 
 fn take_object(request: &mut Map<String, Value>, key: &str) -> Option<Value> {
@@ -293,21 +256,11 @@ struct Response {
 
 impl Response {
     fn allow(uid: &str, warnings: Vec<String>) -> Response {
-        Response {
-            uid: uid.to_string(),
-            allowed: true,
-            status: None,
-            warnings,
-        }
+        Response { uid: uid.to_string(), allowed: true, status: None, warnings }
     }
 
     fn deny(uid: &str, status: Status) -> Response {
-        Response {
-            uid: uid.to_string(),
-            allowed: false,
-            status: Some(status),
-            warnings: Vec::new(),
-        }
+        Response { uid: uid.to_string(), allowed: false, status: Some(status), warnings: Vec::new() }
     }
 }
 
@@ -322,21 +275,11 @@ struct Status {
 
 impl Status {
     fn forbidden(message: String) -> Status {
-        Status {
-            status: "Failure",
-            code: 403,
-            reason: "Forbidden",
-            message,
-        }
+        Status { status: "Failure", code: 403, reason: "Forbidden", message }
     }
 
     fn bad_request(message: String) -> Status {
-        Status {
-            status: "Failure",
-            code: 400,
-            reason: "BadRequest",
-            message,
-        }
+        Status { status: "Failure", code: 400, reason: "BadRequest", message }
     }
 }
 
@@ -346,8 +289,7 @@ mod tests {
     use serde_json::json;
 
     fn review(request: Value) -> Vec<u8> {
-        serde_json::to_vec(&json!({"apiVersion": API_VERSION, "kind": KIND, "request": request}))
-            .unwrap()
+        serde_json::to_vec(&json!({"apiVersion": API_VERSION, "kind": KIND, "request": request})).unwrap()
     }
 
     fn response(answer: &Answer) -> Value {
@@ -386,10 +328,7 @@ mod tests {
         let mut pod = request("CREATE", json!({"kind": "Pod"}));
         pod["kind"] = json!({"group": "", "version": "v1", "kind": "Pod"});
         let answer = handle(&review(pod), &Options::default());
-        assert_eq!(
-            (answer.status, response(&answer)["allowed"].clone()),
-            (200, json!(true))
-        );
+        assert_eq!((answer.status, response(&answer)["allowed"].clone()), (200, json!(true)));
         assert_eq!(answer.outcome.kind_label(), "other");
 
         let mut delete = request("DELETE", Value::Null);
@@ -402,11 +341,7 @@ mod tests {
     fn status_subresource_writes_are_not_reviewed() {
         let mut status = request("UPDATE", json!({"spec": "not even an object"}));
         status["subResource"] = json!("status");
-        assert!(
-            handle(&review(status), &Options::default())
-                .outcome
-                .allowed()
-        );
+        assert!(handle(&review(status), &Options::default()).outcome.allowed());
     }
 
     #[test]
@@ -414,10 +349,7 @@ mod tests {
         let answer = handle(&review(request("CREATE", Value::Null)), &Options::default());
         let r = response(&answer);
         assert_eq!(answer.status, 200);
-        assert_eq!(
-            (r["allowed"].clone(), r["status"]["code"].clone()),
-            (json!(false), json!(400))
-        );
+        assert_eq!((r["allowed"].clone(), r["status"]["code"].clone()), (json!(false), json!(400)));
         assert_eq!(r["uid"], "u-1");
     }
 

@@ -14,18 +14,13 @@ use kube::CustomResourceExt;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::api::{
-    Capabilities, Explanation, LeasePolicy, SandboxLease, SandboxProvider, SecretKeyRef,
-};
+use crate::api::{Capabilities, Explanation, LeasePolicy, SandboxLease, SandboxProvider, SecretKeyRef};
 use crate::contract::{self, SecretLookup, Verified};
+use crate::probe::{self, ProbeOutcome, Prober};
 use crate::validation::{self, Options, Verdict};
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "sandcap",
-    version,
-    about = "Admission webhook and operator for sandbox-provider capabilities"
-)]
+#[command(name = "sandcap", version, about = "Admission webhook and operator for sandbox-provider capabilities")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -76,12 +71,7 @@ pub struct RunArgs {
     #[arg(long, env = "SANDCAP_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
     pub admin_addr: SocketAddr,
     /// PEM certificate chain (leaf first) for the webhook; polled and reloaded when it changes.
-    #[arg(
-        long,
-        env = "SANDCAP_TLS_CERT",
-        requires = "tls_key",
-        conflicts_with = "tls_self_signed"
-    )]
+    #[arg(long, env = "SANDCAP_TLS_CERT", requires = "tls_key", conflicts_with = "tls_self_signed")]
     pub tls_cert: Option<PathBuf>,
     /// PEM private key matching --tls-cert.
     #[arg(long, env = "SANDCAP_TLS_KEY", requires = "tls_cert")]
@@ -93,11 +83,7 @@ pub struct RunArgs {
     #[arg(long, env = "SANDCAP_TLS_RELOAD_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
     pub tls_reload_interval: Duration,
     /// Run only the admission webhook (no cluster access needed).
-    #[arg(
-        long,
-        env = "SANDCAP_WEBHOOK_ONLY",
-        conflicts_with = "controllers_only"
-    )]
+    #[arg(long, env = "SANDCAP_WEBHOOK_ONLY", conflicts_with = "controllers_only")]
     pub webhook_only: bool,
     /// Run only the controllers.
     #[arg(long, env = "SANDCAP_CONTROLLERS_ONLY")]
@@ -127,11 +113,7 @@ pub struct RunArgs {
     #[arg(long, env = "SANDCAP_LEADER_ELECTION_NAMESPACE")]
     pub leader_election_namespace: Option<String>,
     /// Name of the leader-election Lease.
-    #[arg(
-        long,
-        env = "SANDCAP_LEADER_ELECTION_NAME",
-        default_value = "sandcap-controller"
-    )]
+    #[arg(long, env = "SANDCAP_LEADER_ELECTION_NAME", default_value = "sandcap-controller")]
     pub leader_election_name: String,
     /// The namespace sandcap runs in (set from the downward API).
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
@@ -147,11 +129,7 @@ pub struct RunArgs {
     #[arg(long, env = "SANDCAP_SELF_MANAGED_CERTS")]
     pub self_managed_certs: bool,
     /// The Secret (in --pod-namespace) holding ca.crt, tls.crt and tls.key.
-    #[arg(
-        long,
-        env = "SANDCAP_CERT_SECRET_NAME",
-        default_value = "sandcap-webhook-tls"
-    )]
+    #[arg(long, env = "SANDCAP_CERT_SECRET_NAME", default_value = "sandcap-webhook-tls")]
     pub cert_secret_name: String,
     /// The ValidatingWebhookConfiguration whose caBundle is kept in sync.
     #[arg(long, env = "SANDCAP_WEBHOOK_CONFIG_NAME", default_value = "sandcap")]
@@ -163,9 +141,7 @@ pub struct RunArgs {
 
 impl RunArgs {
     pub fn leader_election_namespace(&self) -> &str {
-        self.leader_election_namespace
-            .as_deref()
-            .unwrap_or(&self.pod_namespace)
+        self.leader_election_namespace.as_deref().unwrap_or(&self.pod_namespace)
     }
 
     /// The leader-election identity: --pod-name, else the hostname.
@@ -205,8 +181,12 @@ pub struct ResolveArgs {
     #[arg(long = "secret")]
     pub secrets: Vec<PathBuf>,
     /// The worker's verified methods (default: the provider file's status.worker.supportedMethods).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', conflicts_with = "worker_url")]
     pub worker_methods: Option<Vec<String>>,
+    /// Probe the worker at this http(s) URL live (JSON-RPC `initialize`) and use what it verifies;
+    /// a failed probe verifies nothing.
+    #[arg(long)]
+    pub worker_url: Option<String>,
     #[arg(short, long, value_enum, default_value_t)]
     pub output: TableOutput,
 }
@@ -215,19 +195,11 @@ pub struct ResolveArgs {
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     #[error("{path}: cannot read: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    Read { path: String, source: std::io::Error },
     #[error("{path}: {message}")]
     Parse { path: String, message: String },
     #[error("{path}: {kind}/{name}: {message}")]
-    Object {
-        path: String,
-        kind: String,
-        name: String,
-        message: String,
-    },
+    Object { path: String, kind: String, name: String, message: String },
     #[error("{0}")]
     Usage(String),
 }
@@ -235,9 +207,7 @@ pub enum CliError {
 /// Runs an offline command, writing to `out`. Returns the process exit code.
 pub fn run(cli: Cli, out: &mut dyn Write) -> Result<i32, CliError> {
     match cli.command {
-        Command::Run(_) => Err(CliError::Usage(
-            "`sandcap run` needs the async runtime that main builds".into(),
-        )),
+        Command::Run(_) => Err(CliError::Usage("`sandcap run` needs the async runtime that main builds".into())),
         Command::Validate(args) => validate(&args, out),
         Command::Resolve(args) => resolve(&args, out),
         Command::Crds => {
@@ -252,13 +222,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<i32, CliError> {
 pub fn crds() -> [(String, String); 2] {
     [SandboxLease::crd(), SandboxProvider::crd()].map(|crd| {
         let file = format!("{}.yaml", crd.metadata.name.as_deref().unwrap_or_default());
-        (
-            file,
-            format!(
-                "---\n{}",
-                serde_yaml_ng::to_string(&crd).expect("CRDs serialize")
-            ),
-        )
+        (file, format!("---\n{}", serde_yaml_ng::to_string(&crd).expect("CRDs serialize")))
     })
 }
 
@@ -269,17 +233,13 @@ pub fn crds_yaml() -> String {
 /// Reads every object in a YAML or JSON file (multi-document; `kind: List` items expanded).
 pub fn load_objects(path: &Path) -> Result<Vec<Value>, CliError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| CliError::Read {
-        path: shown.clone(),
-        source,
-    })?;
+    let text = std::fs::read_to_string(path).map_err(|source| CliError::Read { path: shown.clone(), source })?;
     let mut objects = Vec::new();
     for (i, doc) in serde_yaml_ng::Deserializer::from_str(&text).enumerate() {
-        let value =
-            <Value as serde::Deserialize>::deserialize(doc).map_err(|e| CliError::Parse {
-                path: shown.clone(),
-                message: format!("document {}: not valid YAML or JSON: {e}", i + 1),
-            })?;
+        let value = <Value as serde::Deserialize>::deserialize(doc).map_err(|e| CliError::Parse {
+            path: shown.clone(),
+            message: format!("document {}: not valid YAML or JSON: {e}", i + 1),
+        })?;
         match value {
             Value::Null => {}
             Value::Object(ref map) if map.get("kind").and_then(Value::as_str) == Some("List") => {
@@ -297,11 +257,7 @@ pub fn load_objects(path: &Path) -> Result<Vec<Value>, CliError> {
             other => {
                 return Err(CliError::Parse {
                     path: shown,
-                    message: format!(
-                        "document {}: expected a Kubernetes object, got {}",
-                        i + 1,
-                        kind_of(&other)
-                    ),
+                    message: format!("document {}: expected a Kubernetes object, got {}", i + 1, kind_of(&other)),
                 });
             }
         }
@@ -329,9 +285,7 @@ struct ValidateRecord {
 }
 
 fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
-    let options = Options {
-        allow_worker_urls: args.allow_worker_urls,
-    };
+    let options = Options { allow_worker_urls: args.allow_worker_urls };
     let mut records = Vec::new();
     for path in &args.files {
         for object in load_objects(path)? {
@@ -341,8 +295,7 @@ fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
                     path: path.display().to_string(),
                     kind,
                     name,
-                    message: "unknown kind: sandcap validates SandboxProvider and SandboxLease"
-                        .into(),
+                    message: "unknown kind: sandcap validates SandboxProvider and SandboxLease".into(),
                 });
             }
             let verdict = validation::review(&object, None, &options);
@@ -357,20 +310,14 @@ fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
     }
     let denied = records.iter().any(|r| !r.allowed);
     let _ = match args.output {
-        Output::Json => writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&records).expect("records serialize")
-        ),
+        Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&records).expect("records serialize")),
         Output::Text => records.iter().try_for_each(|r| {
             if r.allowed {
                 writeln!(out, "ALLOWED {}/{}", r.kind, r.name)?;
             } else {
                 writeln!(out, "DENIED {}/{}: {}", r.kind, r.name, r.message)?;
             }
-            r.warnings
-                .iter()
-                .try_for_each(|w| writeln!(out, "WARNING {}/{}: {w}", r.kind, r.name))
+            r.warnings.iter().try_for_each(|w| writeln!(out, "WARNING {}/{}: {w}", r.kind, r.name))
         }),
     };
     Ok(i32::from(denied))
@@ -388,11 +335,10 @@ struct ResolveRecord {
 
 fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, CliError> {
     let provider: SandboxProvider = load_one(&args.provider, validation::Kind::SandboxProvider)?;
-    let verified = match &args.worker_methods {
-        Some(methods) => {
-            Verified::methods(methods.iter().map(|m| m.trim()).filter(|m| !m.is_empty()))
-        }
-        None => contract::verified_from_status(&provider),
+    let verified = match (&args.worker_methods, &args.worker_url) {
+        (Some(methods), _) => Verified::methods(methods.iter().map(|m| m.trim()).filter(|m| !m.is_empty())),
+        (None, Some(url)) => probe_live(url, &provider)?,
+        (None, None) => contract::verified_from_status(&provider),
     };
     let records = match &args.lease {
         Some(lease_path) => {
@@ -407,8 +353,7 @@ fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, CliError> {
             }
             let secrets = load_secrets(&args.secrets)?;
             // The lease names its provider: a file for another provider means that provider is absent.
-            let provider = (provider.metadata.name == Some(lease.spec.provider_ref.name.clone()))
-                .then_some(&provider);
+            let provider = (provider.metadata.name == Some(lease.spec.provider_ref.name.clone())).then_some(&provider);
             let r = contract::resolve_lease(&lease, provider, &verified, |r| secrets.lookup(r));
             vec![ResolveRecord {
                 driver_key: r.driver_key,
@@ -448,52 +393,40 @@ fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, CliError> {
     };
     let _ = match args.output {
         TableOutput::Json if records.len() == 1 => {
-            writeln!(
-                out,
-                "{}",
-                serde_json::to_string_pretty(&records[0]).expect("serializes")
-            )
+            writeln!(out, "{}", serde_json::to_string_pretty(&records[0]).expect("serializes"))
         }
-        TableOutput::Json => writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&records).expect("serializes")
-        ),
+        TableOutput::Json => writeln!(out, "{}", serde_json::to_string_pretty(&records).expect("serializes")),
         TableOutput::Table => records.iter().try_for_each(|r| write_table(out, r)),
     };
     Ok(0)
 }
 
+/// One live probe; a failure is reported on stderr and verifies nothing, as in the controller.
+fn probe_live(url: &str, provider: &SandboxProvider) -> Result<Verified, CliError> {
+    let url = probe::parse_worker_url(url).map_err(|e| CliError::Usage(format!("--worker-url {e}")))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Usage(format!("cannot start the probe: {e}")))?;
+    let prober = Prober::new(probe::DEFAULT_TIMEOUT, true, "sandcap-resolve");
+    let outcome = runtime.block_on(prober.probe_url(&url, &provider.spec));
+    if let ProbeOutcome::Failed { message } = &outcome {
+        eprintln!("sandcap: {message}; nothing is verified");
+    }
+    Ok(outcome.verified())
+}
+
 fn write_table(out: &mut dyn Write, r: &ResolveRecord) -> std::io::Result<()> {
-    writeln!(
-        out,
-        "DRIVER {}  EFFECTIVE POLICY {}",
-        r.driver_key,
-        r.effective_policy.as_str()
-    )?;
-    writeln!(
-        out,
-        "{:<28} {:<8} {:<36} MESSAGE",
-        "CAPABILITY", "GRANTED", "REASON"
-    )?;
+    writeln!(out, "DRIVER {}  EFFECTIVE POLICY {}", r.driver_key, r.effective_policy.as_str())?;
+    writeln!(out, "{:<28} {:<8} {:<36} MESSAGE", "CAPABILITY", "GRANTED", "REASON")?;
     for e in &r.explanations {
-        writeln!(
-            out,
-            "{:<28} {:<8} {:<36} {}",
-            e.capability.key(),
-            e.granted,
-            e.reason.as_str(),
-            e.message
-        )?;
+        writeln!(out, "{:<28} {:<8} {:<36} {}", e.capability.key(), e.granted, e.reason.as_str(), e.message)?;
     }
     Ok(())
 }
 
 /// Loads exactly one object of `kind`, refusing one the webhook would deny.
-fn load_one<T: serde::de::DeserializeOwned>(
-    path: &Path,
-    kind: validation::Kind,
-) -> Result<T, CliError> {
+fn load_one<T: serde::de::DeserializeOwned>(path: &Path, kind: validation::Kind) -> Result<T, CliError> {
     let shown = path.display().to_string();
     let mut objects = load_objects(path)?;
     if objects.len() != 1 {
@@ -505,20 +438,9 @@ fn load_one<T: serde::de::DeserializeOwned>(
     let object = objects.remove(0);
     let (found, name) = validation::identify(&object);
     if found != kind.as_str() {
-        return Err(CliError::Object {
-            path: shown,
-            kind: found,
-            name,
-            message: format!("expected a {kind}"),
-        });
+        return Err(CliError::Object { path: shown, kind: found, name, message: format!("expected a {kind}") });
     }
-    let verdict: Verdict = validation::review(
-        &object,
-        None,
-        &Options {
-            allow_worker_urls: true,
-        },
-    );
+    let verdict: Verdict = validation::review(&object, None, &Options { allow_worker_urls: true });
     if !verdict.allowed() {
         return Err(CliError::Object {
             path: shown,
@@ -542,9 +464,7 @@ impl Secrets {
     fn lookup(&self, r: &SecretKeyRef) -> SecretLookup {
         match self.0.get(&r.name) {
             None => SecretLookup::MissingSecret,
-            Some(data) => data
-                .get(&r.key)
-                .map_or(SecretLookup::MissingKey, |v| SecretLookup::Found(v.clone())),
+            Some(data) => data.get(&r.key).map_or(SecretLookup::MissingKey, |v| SecretLookup::Found(v.clone())),
         }
     }
 }
@@ -566,9 +486,7 @@ fn load_secrets(paths: &[PathBuf]) -> Result<Secrets, CliError> {
             let mut data = BTreeMap::new();
             if let Some(map) = object.get("data").and_then(Value::as_object) {
                 for (key, value) in map {
-                    let encoded = value
-                        .as_str()
-                        .ok_or_else(|| err(format!("data.{key} is not a string")))?;
+                    let encoded = value.as_str().ok_or_else(|| err(format!("data.{key} is not a string")))?;
                     let bytes = base64::engine::general_purpose::STANDARD
                         .decode(encoded)
                         .map_err(|_| err(format!("data.{key} is not valid base64")))?;
@@ -578,9 +496,7 @@ fn load_secrets(paths: &[PathBuf]) -> Result<Secrets, CliError> {
             // stringData wins over data, as the apiserver merges them.
             if let Some(map) = object.get("stringData").and_then(Value::as_object) {
                 for (key, value) in map {
-                    let text = value
-                        .as_str()
-                        .ok_or_else(|| err(format!("stringData.{key} is not a string")))?;
+                    let text = value.as_str().ok_or_else(|| err(format!("stringData.{key} is not a string")))?;
                     data.insert(key.clone(), text.as_bytes().to_vec());
                 }
             }
@@ -608,10 +524,7 @@ mod tests {
         assert_eq!(args.webhook_addr.to_string(), "0.0.0.0:8443");
         assert_eq!(args.admin_addr.to_string(), "0.0.0.0:8080");
         assert_eq!(args.tls_reload_interval, Duration::from_secs(10));
-        assert_eq!(
-            (args.probe_interval, args.probe_timeout),
-            (Duration::from_secs(300), Duration::from_secs(5))
-        );
+        assert_eq!((args.probe_interval, args.probe_timeout), (Duration::from_secs(300), Duration::from_secs(5)));
         assert!(args.leader_elect && !args.webhook_only && !args.tls_self_signed);
         assert_eq!(args.leader_election_namespace(), args.pod_namespace);
         assert_eq!(args.log_format, LogFormat::Text);
@@ -619,14 +532,8 @@ mod tests {
 
     #[test]
     fn run_reads_durations_and_boolean_values() {
-        let args = run_args(&[
-            "--tls-reload-interval",
-            "1m 30s",
-            "--leader-elect=false",
-            "--log-format",
-            "json",
-        ])
-        .unwrap();
+        let args =
+            run_args(&["--tls-reload-interval", "1m 30s", "--leader-elect=false", "--log-format", "json"]).unwrap();
         assert_eq!(args.tls_reload_interval, Duration::from_secs(90));
         assert!(!args.leader_elect);
         assert_eq!(args.log_format, LogFormat::Json);
@@ -636,10 +543,7 @@ mod tests {
 
     #[test]
     fn run_refuses_contradicting_certificate_and_mode_flags() {
-        assert!(
-            run_args(&["--tls-cert", "c.pem"]).is_err(),
-            "a certificate needs its key"
-        );
+        assert!(run_args(&["--tls-cert", "c.pem"]).is_err(), "a certificate needs its key");
         assert!(run_args(&["--tls-cert", "c", "--tls-key", "k", "--tls-self-signed"]).is_err());
         assert!(run_args(&["--webhook-only", "--controllers-only"]).is_err());
     }

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::api::{
-    Capabilities, DeclaredCapabilities, DriverDeclaration, Explanation, LeasePolicy, Pinned,
-    SandboxLease, SandboxProvider, SecretKeyRef,
+    Capabilities, DeclaredCapabilities, DriverDeclaration, Explanation, LeasePolicy, Pinned, SandboxLease,
+    SandboxProvider, SecretKeyRef,
 };
 
 pub const METHOD_RESUME_LEASE: &str = "environmentResumeLease";
@@ -25,9 +25,7 @@ pub const METHOD_EXECUTE: &str = "environmentExecute";
 /// Keys that were once part of the contract; the webhook names them when it rejects them.
 pub const REMOVED_KEYS: [&str; 2] = ["concurrentSyncAndExec", "concurrentSyncOperations"];
 
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum Capability {
     ReusableLeases,
@@ -66,14 +64,8 @@ impl Capability {
     /// Every one of these methods must be verified by the worker.
     pub fn required_methods(self) -> &'static [&'static str] {
         match self {
-            Capability::ReusableLeases => &[
-                METHOD_RESUME_LEASE,
-                METHOD_RELEASE_LEASE,
-                METHOD_DESTROY_LEASE,
-            ],
-            Capability::NativeSyncIn | Capability::NativeSyncOut => {
-                &[METHOD_SYNC_IN, METHOD_SYNC_OUT]
-            }
+            Capability::ReusableLeases => &[METHOD_RESUME_LEASE, METHOD_RELEASE_LEASE, METHOD_DESTROY_LEASE],
+            Capability::NativeSyncIn | Capability::NativeSyncOut => &[METHOD_SYNC_IN, METHOD_SYNC_OUT],
             Capability::PersistentProcessSessions
             | Capability::IndependentControlCommands
             | Capability::IncrementalSessionOutput => &[METHOD_EXECUTE],
@@ -82,10 +74,7 @@ impl Capability {
 
     /// Opt-in keys are off unless the declaration says `true`; the others follow the worker.
     pub fn opt_in(self) -> bool {
-        matches!(
-            self,
-            Capability::ReusableLeases | Capability::IncrementalSessionOutput
-        )
+        matches!(self, Capability::ReusableLeases | Capability::IncrementalSessionOutput)
     }
 
     fn is_sync(self) -> bool {
@@ -100,9 +89,7 @@ impl fmt::Display for Capability {
 }
 
 /// The gates, in the order API.md section 3 checks them. `Granted` means none removed it.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum Reason {
     PluginIdentityFailed,
     WorkerNotVerified,
@@ -204,10 +191,7 @@ impl Declared {
 
     /// The present keys, as `status.drivers[].declared` shows them.
     pub fn present(&self) -> BTreeMap<String, bool> {
-        Capability::ALL
-            .into_iter()
-            .filter_map(|c| self.get(c).map(|v| (c.key().to_string(), v)))
-            .collect()
+        Capability::ALL.into_iter().filter_map(|c| self.get(c).map(|v| (c.key().to_string(), v))).collect()
     }
 }
 
@@ -246,49 +230,26 @@ pub fn resolve(verified: &Verified, declared: &Declared, narrowing: &Narrowing) 
             let (reason, message) = first_gate(cap, verified, declared, narrowing);
             let granted = reason == Reason::Granted;
             capabilities.set(cap, granted);
-            Explanation {
-                capability: cap,
-                granted,
-                reason,
-                message,
-            }
+            Explanation { capability: cap, granted, reason, message }
         })
         .collect();
-    Resolution {
-        capabilities,
-        explanations,
-    }
+    Resolution { capabilities, explanations }
 }
 
-fn first_gate(
-    cap: Capability,
-    verified: &Verified,
-    declared: &Declared,
-    narrowing: &Narrowing,
-) -> (Reason, String) {
+fn first_gate(cap: Capability, verified: &Verified, declared: &Declared, narrowing: &Narrowing) -> (Reason, String) {
     if let Some(why) = &narrowing.identity_failure {
         return (Reason::PluginIdentityFailed, why.clone());
     }
     if verified.is_nothing() {
         return (
             Reason::WorkerNotVerified,
-            "the worker verified no methods (probe failed, answered ok: false, or listed none)"
-                .into(),
+            "the worker verified no methods (probe failed, answered ok: false, or listed none)".into(),
         );
     }
-    let missing: Vec<&str> = cap
-        .required_methods()
-        .iter()
-        .copied()
-        .filter(|m| !verified.has(m))
-        .collect();
+    let missing: Vec<&str> = cap.required_methods().iter().copied().filter(|m| !verified.has(m)).collect();
     if !missing.is_empty() {
         let message = if cap.is_sync() && missing.len() == 1 {
-            let present = if missing[0] == METHOD_SYNC_IN {
-                METHOD_SYNC_OUT
-            } else {
-                METHOD_SYNC_IN
-            };
+            let present = if missing[0] == METHOD_SYNC_IN { METHOD_SYNC_OUT } else { METHOD_SYNC_IN };
             format!(
                 "the worker advertises {present} but not {}; the host uses the sync methods only as a pair",
                 missing[0]
@@ -300,16 +261,10 @@ fn first_gate(
     }
     match declared.get(cap) {
         Some(false) => {
-            return (
-                Reason::DeclaredFalse,
-                format!("the driver declares {cap}: false"),
-            );
+            return (Reason::DeclaredFalse, format!("the driver declares {cap}: false"));
         }
         None if cap.opt_in() => {
-            return (
-                Reason::NotOptedIn,
-                format!("{cap} is opt-in and the driver does not declare it true"),
-            );
+            return (Reason::NotOptedIn, format!("{cap} is opt-in and the driver does not declare it true"));
         }
         _ => {}
     }
@@ -319,10 +274,7 @@ fn first_gate(
     {
         return (
             Reason::NarrowedByLeasePolicy,
-            format!(
-                "the lease policy is {}, not ReuseByEnvironment",
-                policy.as_str()
-            ),
+            format!("the lease policy is {}, not ReuseByEnvironment", policy.as_str()),
         );
     }
     if cap.is_sync() {
@@ -336,23 +288,15 @@ fn first_gate(
             );
         }
     }
-    if matches!(
-        cap,
-        Capability::PersistentProcessSessions | Capability::IncrementalSessionOutput
-    ) && let Some(why) = &narrowing.config_failure
+    if matches!(cap, Capability::PersistentProcessSessions | Capability::IncrementalSessionOutput)
+        && let Some(why) = &narrowing.config_failure
     {
         return (Reason::NarrowedByConfigResolution, why.clone());
     }
     let message = if declared.get(cap) == Some(true) {
-        format!(
-            "declared true and the worker verified {}",
-            cap.required_methods().join(", ")
-        )
+        format!("declared true and the worker verified {}", cap.required_methods().join(", "))
     } else {
-        format!(
-            "the driver defers to the worker, which verified {}",
-            cap.required_methods().join(", ")
-        )
+        format!("the driver defers to the worker, which verified {}", cap.required_methods().join(", "))
     };
     (Reason::Granted, message)
 }
@@ -360,10 +304,7 @@ fn first_gate(
 /// Provider-level resolution of one driver: verified ∩ declared. A driver that is not
 /// `kind: sandbox_provider` is never read as a sandbox provider, so nothing is granted.
 pub fn resolve_driver(verified: &Verified, driver: &DriverDeclaration) -> Resolution {
-    let narrowing = Narrowing {
-        identity_failure: driver_kind_failure(driver),
-        ..Narrowing::default()
-    };
+    let narrowing = Narrowing { identity_failure: driver_kind_failure(driver), ..Narrowing::default() };
     resolve(verified, &Declared::from_driver(driver), &narrowing)
 }
 
@@ -379,9 +320,7 @@ fn driver_kind_failure(driver: &DriverDeclaration) -> Option<String> {
 
 /// The policy a lease actually gets: reuse only when the provider is eligible for it.
 pub fn effective_policy(requested: LeasePolicy, provider_level: &Resolution) -> LeasePolicy {
-    if requested == LeasePolicy::ReuseByEnvironment
-        && provider_level.is_granted(Capability::ReusableLeases)
-    {
+    if requested == LeasePolicy::ReuseByEnvironment && provider_level.is_granted(Capability::ReusableLeases) {
         LeasePolicy::ReuseByEnvironment
     } else {
         LeasePolicy::Ephemeral
@@ -407,14 +346,8 @@ pub fn check_identity<'p>(
     let pinned = lease.status.as_ref().and_then(|s| s.pinned.as_ref());
     let Some(provider) = provider else {
         return Err(match pinned {
-            Some(p) => format!(
-                "pinned provider {} (uid {}) no longer exists",
-                wanted.name, p.provider_uid
-            ),
-            None => format!(
-                "provider {} does not exist (yet); the lease is not pinned",
-                wanted.name
-            ),
+            Some(p) => format!("pinned provider {} (uid {}) no longer exists", wanted.name, p.provider_uid),
+            None => format!("provider {} does not exist (yet); the lease is not pinned", wanted.name),
         });
     };
     if let Some(p) = pinned {
@@ -434,22 +367,11 @@ pub fn check_identity<'p>(
             ));
         }
         if p.driver_key != wanted.driver_key {
-            return Err(format!(
-                "lease pinned driver {} but now asks for {}",
-                p.driver_key, wanted.driver_key
-            ));
+            return Err(format!("lease pinned driver {} but now asks for {}", p.driver_key, wanted.driver_key));
         }
     }
-    let Some(driver) = provider
-        .spec
-        .environment_drivers
-        .iter()
-        .find(|d| d.driver_key == wanted.driver_key)
-    else {
-        return Err(format!(
-            "provider {} does not declare driver {}",
-            wanted.name, wanted.driver_key
-        ));
+    let Some(driver) = provider.spec.environment_drivers.iter().find(|d| d.driver_key == wanted.driver_key) else {
+        return Err(format!("provider {} does not declare driver {}", wanted.name, wanted.driver_key));
     };
     driver_kind_failure(driver).map_or(Ok(driver), Err)
 }
@@ -464,12 +386,7 @@ pub fn job_backend(lease: &SandboxLease) -> Option<String> {
         .workload_ref
         .as_ref()
         .filter(|w| w.is_batch_job())
-        .map(|w| {
-            format!(
-                "the lease is Job-backed (spec.workloadRef is batch/v1 Job {})",
-                w.name
-            )
-        })
+        .map(|w| format!("the lease is Job-backed (spec.workloadRef is batch/v1 Job {})", w.name))
 }
 
 /// What a `configFrom` Secret lookup found. `Unreadable` carries a reason safe to show.
@@ -504,10 +421,7 @@ pub fn resolve_config(
                 return Err(format!("configFrom Secret {} has no key {}", r.name, r.key));
             }
             SecretLookup::Unreadable(why) => {
-                return Err(format!(
-                    "configFrom Secret {} key {} could not be read: {why}",
-                    r.name, r.key
-                ));
+                return Err(format!("configFrom Secret {} key {} could not be read: {why}", r.name, r.key));
             }
         };
         // serde_json's error text can quote the input, so only its position is reported.
@@ -521,10 +435,7 @@ pub fn resolve_config(
             )
         })?;
         let Value::Object(_) = overlay else {
-            return Err(format!(
-                "configFrom Secret {} key {} does not hold a JSON object",
-                r.name, r.key
-            ));
+            return Err(format!("configFrom Secret {} key {} does not hold a JSON object", r.name, r.key));
         };
         merge(&mut config, overlay);
     }
@@ -548,14 +459,11 @@ fn merge(base: &mut Value, overlay: Value) {
 
 /// Compiles a `configSchema` with the same validator crate the webhook uses to accept it.
 pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
-    jsonschema::options()
-        .build(schema)
-        .map_err(|e| e.to_string())
+    jsonschema::options().build(schema).map_err(|e| e.to_string())
 }
 
 fn check_config(schema: &Value, config: &Value) -> Result<(), String> {
-    let validator = compile_schema(schema)
-        .map_err(|e| format!("the driver's configSchema does not compile: {e}"))?;
+    let validator = compile_schema(schema).map_err(|e| format!("the driver's configSchema does not compile: {e}"))?;
     // Report where and which keyword failed, never the offending value (it may be a secret).
     let problems: Vec<String> = validator
         .iter_errors(config)
@@ -564,19 +472,13 @@ fn check_config(schema: &Value, config: &Value) -> Result<(), String> {
             let at = e.instance_path().to_string();
             let keyword = e.schema_path().to_string();
             let keyword = keyword.rsplit('/').next().unwrap_or_default().to_string();
-            format!(
-                "{} ({keyword})",
-                if at.is_empty() { "/".to_string() } else { at }
-            )
+            format!("{} ({keyword})", if at.is_empty() { "/".to_string() } else { at })
         })
         .collect();
     if problems.is_empty() {
         Ok(())
     } else {
-        Err(format!(
-            "the resolved config fails the driver's configSchema at {}",
-            problems.join(", ")
-        ))
+        Err(format!("the resolved config fails the driver's configSchema at {}", problems.join(", ")))
     }
 }
 
@@ -605,10 +507,7 @@ pub fn resolve_lease(
     let driver = match check_identity(lease, provider) {
         Ok(driver) => driver,
         Err(why) => {
-            let narrowing = Narrowing {
-                identity_failure: Some(why.clone()),
-                ..Narrowing::default()
-            };
+            let narrowing = Narrowing { identity_failure: Some(why.clone()), ..Narrowing::default() };
             return LeaseResolution {
                 driver_key,
                 effective_policy: LeasePolicy::Ephemeral,
@@ -635,11 +534,7 @@ pub fn resolve_lease(
         driver_key,
         effective_policy: effective_policy(requested, &provider_level),
         resolution: resolve(verified, &declared, &narrowing),
-        pin: if already_pinned {
-            None
-        } else {
-            pin_for(provider, &lease.spec.provider_ref.driver_key)
-        },
+        pin: if already_pinned { None } else { pin_for(provider, &lease.spec.provider_ref.driver_key) },
         identity: Ok(()),
         config: Some(config),
     }
@@ -648,7 +543,12 @@ pub fn resolve_lease(
 /// The methods a provider's status says its worker verified (what `resolve` and the lease
 /// controller use when they do not probe themselves).
 pub fn verified_from_status(provider: &SandboxProvider) -> Verified {
-    match provider.status.as_ref().and_then(|s| s.worker.as_ref()) {
+    verified_from_worker(provider.status.as_ref().and_then(|s| s.worker.as_ref()))
+}
+
+/// What a published worker status verifies: its methods only if the probe succeeded.
+pub fn verified_from_worker(worker: Option<&crate::api::WorkerStatus>) -> Verified {
+    match worker {
         Some(w) if w.probe == crate::api::ProbeResult::Succeeded => {
             Verified::methods(w.supported_methods.iter().cloned())
         }

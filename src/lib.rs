@@ -5,9 +5,12 @@
 
 pub mod admission;
 pub mod api;
+pub mod certs;
 pub mod cli;
 pub mod contract;
+pub mod controller;
 pub mod metrics;
+pub mod probe;
 pub mod server;
 pub mod tls;
 pub mod validation;

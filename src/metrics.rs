@@ -33,9 +33,7 @@ pub struct ResultLabels {
 }
 
 /// Admission runs in microseconds and the apiserver gives up after seconds: cover both ends.
-const ADMISSION_BUCKETS: [f64; 10] = [
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0,
-];
+const ADMISSION_BUCKETS: [f64; 10] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0];
 const RECONCILE_BUCKETS: [f64; 9] = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0];
 
 /// Every metric sandcap exports. Cheap to clone (each family is an `Arc` inside).
@@ -72,38 +70,18 @@ impl Metrics {
             "Admission reviews by kind, operation and verdict",
             m.admission_requests.clone(),
         );
-        r.register(
-            "admission_duration_seconds",
-            "Time to answer one admission review",
-            m.admission_duration.clone(),
-        );
-        r.register(
-            "certificate_reloads",
-            "Serving certificate reloads by result",
-            m.certificate_reloads.clone(),
-        );
+        r.register("admission_duration_seconds", "Time to answer one admission review", m.admission_duration.clone());
+        r.register("certificate_reloads", "Serving certificate reloads by result", m.certificate_reloads.clone());
         r.register(
             "certificate_expiry_timestamp_seconds",
             "Unix time at which the serving certificate expires",
             m.certificate_expiry.clone(),
         );
         r.register("reconciles", "Reconciles by kind", m.reconciles.clone());
-        r.register(
-            "reconcile_failures",
-            "Failed reconciles by kind and error",
-            m.reconcile_failures.clone(),
-        );
-        r.register(
-            "reconcile_duration_seconds",
-            "Time for one reconcile",
-            m.reconcile_duration.clone(),
-        );
+        r.register("reconcile_failures", "Failed reconciles by kind and error", m.reconcile_failures.clone());
+        r.register("reconcile_duration_seconds", "Time for one reconcile", m.reconcile_duration.clone());
         r.register("worker_probes", "Worker probes by result", m.probes.clone());
-        r.register(
-            "leader",
-            "1 while this replica holds the controller leader lease",
-            m.leader.clone(),
-        );
+        r.register("leader", "1 while this replica holds the controller leader lease", m.leader.clone());
         m
     }
 }
@@ -111,7 +89,6 @@ impl Metrics {
 /// The registry in Prometheus text format.
 pub fn encode(registry: &Registry) -> String {
     let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, registry)
-        .expect("writing to a String cannot fail");
+    prometheus_client::encoding::text::encode(&mut out, registry).expect("writing to a String cannot fail");
     out
 }

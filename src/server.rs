@@ -80,10 +80,7 @@ impl Default for Limits {
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    Bind { addr: SocketAddr, source: std::io::Error },
     #[error("give --tls-cert and --tls-key, or --tls-self-signed")]
     NoCertificate,
     #[error(transparent)]
@@ -100,9 +97,7 @@ pub struct Readiness {
 
 impl Readiness {
     pub fn is_ready(&self) -> bool {
-        self.webhook
-            .get()
-            .is_some_and(|resolver| resolver.has_cert())
+        self.webhook.get().is_some_and(|resolver| resolver.has_cert())
     }
 }
 
@@ -116,20 +111,14 @@ pub async fn run(args: RunArgs) -> Result<(), ServerError> {
     let readiness = Readiness::default();
 
     let admin = bind(args.admin_addr).await?;
-    let admin = serve_admin(
-        admin,
-        admin_router(Arc::new(registry), readiness.clone()),
-        shutdown.clone(),
-    );
+    let admin = serve_admin(admin, admin_router(Arc::new(registry), readiness.clone()), shutdown.clone());
     if args.controllers_only {
         return admin.await;
     }
     let webhook = Webhook {
         listener: bind(args.webhook_addr).await?,
         certificate: cert_source(&args)?,
-        options: Options {
-            allow_worker_urls: args.allow_worker_urls,
-        },
+        options: Options { allow_worker_urls: args.allow_worker_urls },
         limits: Limits::default(),
     };
     tokio::try_join!(admin, serve_webhook(webhook, metrics, readiness, shutdown))?;
@@ -139,20 +128,16 @@ pub async fn run(args: RunArgs) -> Result<(), ServerError> {
 
 fn cert_source(args: &RunArgs) -> Result<CertSource, ServerError> {
     match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Ok(CertSource::Files {
-            cert: cert.clone(),
-            key: key.clone(),
-            interval: args.tls_reload_interval,
-        }),
+        (Some(cert), Some(key)) => {
+            Ok(CertSource::Files { cert: cert.clone(), key: key.clone(), interval: args.tls_reload_interval })
+        }
         _ if args.tls_self_signed => Ok(CertSource::SelfSigned),
         _ => Err(ServerError::NoCertificate),
     }
 }
 
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| ServerError::Bind { addr, source })
+    TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })
 }
 
 /// Logs to stdout, filtered by `RUST_LOG` (default `info`). A second call keeps the first setup.
@@ -160,26 +145,17 @@ pub fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
     };
 }
 
 /// Cancels `shutdown` on the first SIGTERM or SIGINT.
 pub async fn cancel_on_signal(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
         tracing::error!("cannot install signal handlers; stop with SIGKILL");
         return;
     };
@@ -187,10 +163,7 @@ pub async fn cancel_on_signal(shutdown: CancellationToken) {
         _ = term.recv() => "SIGTERM",
         _ = int.recv() => "SIGINT",
     };
-    tracing::info!(
-        signal = name,
-        "shutting down: no new connections, finishing in-flight reviews"
-    );
+    tracing::info!(signal = name, "shutting down: no new connections, finishing in-flight reviews");
     shutdown.cancel();
 }
 
@@ -217,19 +190,8 @@ pub async fn serve_webhook(
             tracing::info!("serving a self-signed certificate for localhost and 127.0.0.1");
             None
         }
-        CertSource::Files {
-            cert,
-            key,
-            interval,
-        } => {
-            let watch = tls::watch_files(
-                cert,
-                key,
-                interval,
-                resolver.clone(),
-                metrics.clone(),
-                shutdown.clone(),
-            );
+        CertSource::Files { cert, key, interval } => {
+            let watch = tls::watch_files(cert, key, interval, resolver.clone(), metrics.clone(), shutdown.clone());
             Some(tokio::spawn(watch))
         }
     };
@@ -238,14 +200,7 @@ pub async fn serve_webhook(
         tracing::info!(%addr, "admission webhook listening (POST /validate)");
     }
     let app = webhook_router(webhook.options, metrics);
-    serve_https(
-        webhook.listener,
-        tls::server_config(resolver),
-        app,
-        &webhook.limits,
-        shutdown,
-    )
-    .await;
+    serve_https(webhook.listener, tls::server_config(resolver), app, &webhook.limits, shutdown).await;
     if let Some(watcher) = watcher {
         // It ends with the same shutdown token.
         let _ = watcher.await;
@@ -261,15 +216,10 @@ struct WebhookState {
 
 /// `POST /validate`; other paths are 404 and other methods 405.
 pub fn webhook_router(options: Options, metrics: Metrics) -> Router {
-    Router::new()
-        .route("/validate", post(validate))
-        .with_state(Arc::new(WebhookState { options, metrics }))
+    Router::new().route("/validate", post(validate)).with_state(Arc::new(WebhookState { options, metrics }))
 }
 
-async fn validate(
-    State(state): State<Arc<WebhookState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+async fn validate(State(state): State<Arc<WebhookState>>, body: Result<Bytes, BytesRejection>) -> Response {
     let started = Instant::now();
     let span = tracing::info_span!(
         "review",
@@ -288,20 +238,13 @@ async fn validate(
             span.in_scope(|| tracing::info!(%status, error = %rejection.body_text(), "unreadable request body"));
             count(
                 &state.metrics,
-                &admission::Outcome {
-                    verdict: Some(Verdict::Invalid),
-                    ..Default::default()
-                },
+                &admission::Outcome { verdict: Some(Verdict::Invalid), ..Default::default() },
                 started,
             );
             return rejection.into_response();
         }
     };
-    let Answer {
-        status,
-        body,
-        outcome,
-    } = answer;
+    let Answer { status, body, outcome } = answer;
     span.record("uid", outcome.uid.as_str())
         .record("kind", outcome.kind_label())
         .record("name", outcome.name.as_str())
@@ -329,10 +272,7 @@ fn count(metrics: &Metrics, outcome: &admission::Outcome, started: Instant) {
             verdict,
         })
         .inc();
-    metrics
-        .admission_duration
-        .get_or_create(&KindLabels { kind })
-        .observe(started.elapsed().as_secs_f64());
+    metrics.admission_duration.get_or_create(&KindLabels { kind }).observe(started.elapsed().as_secs_f64());
 }
 
 /// Serves `app` over TLS until `shutdown`, then lets open requests finish (up to
@@ -348,14 +288,9 @@ pub async fn serve_https(
     let app = app
         .layer(GlobalConcurrencyLimitLayer::new(limits.max_in_flight))
         .layer(DefaultBodyLimit::max(limits.max_body))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            limits.request_timeout,
-        ));
+        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, limits.request_timeout));
     let mut http = auto::Builder::new(TokioExecutor::new());
-    http.http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout);
+    http.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_timeout);
     http.http2().timer(TokioTimer::new());
     let acceptor = TlsAcceptor::from(tls);
     let connections = TaskTracker::new();
@@ -384,14 +319,8 @@ pub async fn serve_https(
     }
     drop(listener);
     connections.close();
-    if tokio::time::timeout(limits.drain_timeout, connections.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            open = connections.len(),
-            "connections still open after the drain timeout; closing them"
-        );
+    if tokio::time::timeout(limits.drain_timeout, connections.wait()).await.is_err() {
+        tracing::warn!(open = connections.len(), "connections still open after the drain timeout; closing them");
     }
 }
 
@@ -407,20 +336,14 @@ struct Connection {
 impl Connection {
     async fn serve(self, tcp: TcpStream, peer: SocketAddr, shutdown: CancellationToken) {
         let _ = tcp.set_nodelay(true);
-        let stream =
-            match tokio::time::timeout(self.handshake_timeout, self.acceptor.accept(tcp)).await {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
-            };
-        let last_read = LastRead::new();
-        let stream = Watched {
-            inner: stream,
-            last_read: last_read.clone(),
+        let stream = match tokio::time::timeout(self.handshake_timeout, self.acceptor.accept(tcp)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+            Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
         };
-        let connection = self
-            .http
-            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(self.app));
+        let last_read = LastRead::new();
+        let stream = Watched { inner: stream, last_read: last_read.clone() };
+        let connection = self.http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(self.app));
         tokio::pin!(connection);
         let result = tokio::select! {
             result = connection.as_mut() => result,
@@ -449,10 +372,7 @@ struct LastRead {
 
 impl LastRead {
     fn new() -> LastRead {
-        LastRead {
-            origin: Instant::now(),
-            at: Arc::new(AtomicU64::new(0)),
-        }
+        LastRead { origin: Instant::now(), at: Arc::new(AtomicU64::new(0)) }
     }
 
     fn touch(&self) {
@@ -482,11 +402,7 @@ struct Watched<S> {
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
         let before = buf.filled().len();
         let result = Pin::new(&mut self.inner).poll_read(cx, buf);
         if buf.filled().len() > before {
@@ -497,11 +413,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
 }
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 
@@ -536,10 +448,7 @@ pub fn admin_router(registry: Arc<Registry>, readiness: Readiness) -> Router {
                 if readiness.is_ready() {
                     (StatusCode::OK, "ready\n")
                 } else {
-                    (
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "not ready: the webhook has no certificate loaded yet\n",
-                    )
+                    (StatusCode::SERVICE_UNAVAILABLE, "not ready: the webhook has no certificate loaded yet\n")
                 }
             }),
         )
@@ -547,25 +456,15 @@ pub fn admin_router(registry: Arc<Registry>, readiness: Readiness) -> Router {
             "/metrics",
             get(move || async move {
                 let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-                (
-                    [(header::CONTENT_TYPE, content_type)],
-                    metrics::encode(&registry),
-                )
+                ([(header::CONTENT_TYPE, content_type)], metrics::encode(&registry))
             }),
         )
 }
 
 /// Serves the admin port over plain HTTP until `shutdown`.
-pub async fn serve_admin(
-    listener: TcpListener,
-    app: Router,
-    shutdown: CancellationToken,
-) -> Result<(), ServerError> {
+pub async fn serve_admin(listener: TcpListener, app: Router, shutdown: CancellationToken) -> Result<(), ServerError> {
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "admin listening (/healthz, /readyz, /metrics)");
     }
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
-        .map_err(ServerError::Admin)
+    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await.map_err(ServerError::Admin)
 }

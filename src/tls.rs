@@ -28,20 +28,13 @@ pub enum CertSource {
     /// Generated at startup, valid for localhost and 127.0.0.1: for local use and tests.
     SelfSigned,
     /// PEM files, polled every `interval`.
-    Files {
-        cert: PathBuf,
-        key: PathBuf,
-        interval: Duration,
-    },
+    Files { cert: PathBuf, key: PathBuf, interval: Duration },
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum CertError {
     #[error("{path}: cannot read: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    Read { path: String, source: std::io::Error },
     #[error("{path}: {message}")]
     Pem { path: String, message: String },
     #[error("the private key does not match the certificate: {0}")]
@@ -103,24 +96,15 @@ pub struct Loaded {
 
 /// Parses a PEM chain (leaf first) and a PEM private key, and checks that they match.
 /// `cert_name`/`key_name` only label errors. Error messages never quote the key.
-pub fn load_pem(
-    cert_pem: &[u8],
-    key_pem: &[u8],
-    cert_name: &str,
-    key_name: &str,
-) -> Result<Loaded, CertError> {
-    let pem_error = |path: &str, message: String| CertError::Pem {
-        path: path.to_string(),
-        message,
-    };
+pub fn load_pem(cert_pem: &[u8], key_pem: &[u8], cert_name: &str, key_name: &str) -> Result<Loaded, CertError> {
+    let pem_error = |path: &str, message: String| CertError::Pem { path: path.to_string(), message };
     let chain = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| pem_error(cert_name, format!("not a PEM certificate chain: {e}")))?;
     let Some(leaf) = chain.first() else {
         return Err(pem_error(cert_name, "no certificate in the file".into()));
     };
-    let (_, parsed) =
-        x509_parser::parse_x509_certificate(leaf).map_err(|e| CertError::X509(e.to_string()))?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(leaf).map_err(|e| CertError::X509(e.to_string()))?;
     let not_after = parsed.validity().not_after.timestamp();
     let key = PrivateKeyDer::from_pem_slice(key_pem)
         .map_err(|e| pem_error(key_name, format!("not a PEM private key: {e}")))?;
@@ -132,30 +116,19 @@ pub fn load_pem(
     // Unlike CertifiedKey::from_der, an unverifiable pair is refused too: swapping in a key that
     // might not match would break every handshake.
     certified.keys_match().map_err(CertError::Mismatch)?;
-    Ok(Loaded {
-        key: Arc::new(certified),
-        not_after,
-    })
+    Ok(Loaded { key: Arc::new(certified), not_after })
 }
 
 /// A fresh self-signed certificate for localhost and 127.0.0.1, valid for a year.
 pub fn self_signed() -> Result<Loaded, CertError> {
     let key = rcgen::KeyPair::generate()?;
-    let mut params =
-        rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "sandcap self-signed");
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;
+    params.distinguished_name.push(rcgen::DnType::CommonName, "sandcap self-signed");
     let now = time::OffsetDateTime::now_utc();
     params.not_before = now - time::Duration::minutes(5);
     params.not_after = now + time::Duration::days(365);
     let cert = params.self_signed(&key)?;
-    load_pem(
-        cert.pem().as_bytes(),
-        key.serialize_pem().as_bytes(),
-        "self-signed",
-        "self-signed",
-    )
+    load_pem(cert.pem().as_bytes(), key.serialize_pem().as_bytes(), "self-signed", "self-signed")
 }
 
 /// Keeps `resolver` supplied from the PEM files `cert` and `key` until `shutdown`, polling them
@@ -168,13 +141,7 @@ pub async fn watch_files(
     metrics: Metrics,
     shutdown: CancellationToken,
 ) {
-    let mut reloader = Reloader {
-        cert,
-        key,
-        resolver,
-        metrics,
-        seen: None,
-    };
+    let mut reloader = Reloader { cert, key, resolver, metrics, seen: None };
     loop {
         reloader.poll().await;
         tokio::select! {
@@ -221,19 +188,13 @@ impl Reloader {
                 "success"
             }
             Err(e) => {
-                let keeps = if self.resolver.has_cert() {
-                    "the previous certificate keeps serving"
-                } else {
-                    "not serving yet"
-                };
+                let keeps =
+                    if self.resolver.has_cert() { "the previous certificate keeps serving" } else { "not serving yet" };
                 tracing::warn!(error = %e, "serving certificate not loaded; {keeps}");
                 "failure"
             }
         };
-        self.metrics
-            .certificate_reloads
-            .get_or_create(&ResultLabels { result })
-            .inc();
+        self.metrics.certificate_reloads.get_or_create(&ResultLabels { result }).inc();
     }
 }
 
@@ -243,14 +204,7 @@ impl Reloader {
 async fn read_pair(cert: &Path, key: &Path) -> Result<(Vec<u8>, Vec<u8>), CertError> {
     let read = |path: &Path| {
         let path = path.to_path_buf();
-        async move {
-            tokio::fs::read(&path)
-                .await
-                .map_err(|source| CertError::Read {
-                    path: shown(&path),
-                    source,
-                })
-        }
+        async move { tokio::fs::read(&path).await.map_err(|source| CertError::Read { path: shown(&path), source }) }
     };
     let mut pair = (read(cert).await?, read(key).await?);
     for _ in 0..3 {
@@ -282,12 +236,7 @@ mod tests {
     fn a_key_of_another_certificate_is_refused() {
         let a = rcgen::generate_simple_self_signed(vec!["a".to_string()]).unwrap();
         let b = rcgen::generate_simple_self_signed(vec!["b".to_string()]).unwrap();
-        let err = load_pem(
-            a.cert.pem().as_bytes(),
-            b.signing_key.serialize_pem().as_bytes(),
-            "c",
-            "k",
-        );
+        let err = load_pem(a.cert.pem().as_bytes(), b.signing_key.serialize_pem().as_bytes(), "c", "k");
         assert!(matches!(err, Err(CertError::Mismatch(_))));
     }
 

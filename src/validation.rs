@@ -79,11 +79,7 @@ impl Verdict {
 
     /// The denial message of API.md section 5: one `<path>: <problem>` per problem, joined by `; `.
     pub fn message(&self) -> String {
-        self.problems
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ")
+        self.problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
     }
 }
 
@@ -97,17 +93,13 @@ pub fn review(object: &Value, old: Option<&Value>, options: &Options) -> Verdict
     };
     match field(root, "apiVersion") {
         Some(Value::String(v)) if v == API_VERSION => {}
-        Some(Value::String(v)) => c.problem(
-            "apiVersion",
-            format!("unsupported apiVersion {v:?}, expected {API_VERSION:?}"),
-        ),
+        Some(Value::String(v)) => {
+            c.problem("apiVersion", format!("unsupported apiVersion {v:?}, expected {API_VERSION:?}"))
+        }
         _ => c.problem("apiVersion", format!("required: {API_VERSION:?}")),
     }
     c.metadata(root);
-    match field(root, "kind")
-        .and_then(Value::as_str)
-        .and_then(Kind::from_kind)
-    {
+    match field(root, "kind").and_then(Value::as_str).and_then(Kind::from_kind) {
         Some(Kind::SandboxProvider) => c.provider(root, old, options),
         Some(Kind::SandboxLease) => c.lease(root, old),
         None => c.problem("kind", "must be SandboxProvider or SandboxLease"),
@@ -117,11 +109,7 @@ pub fn review(object: &Value, old: Option<&Value>, options: &Options) -> Verdict
 
 /// The object's kind and name for reporting (`<kind>/<name>`), whatever shape it has.
 pub fn identify(object: &Value) -> (String, String) {
-    let kind = object
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or("(no kind)")
-        .to_string();
+    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("(no kind)").to_string();
     let metadata = object.get("metadata");
     let name = metadata
         .and_then(|m| m.get("name"))
@@ -172,10 +160,7 @@ impl Checker {
     }
 
     fn problem(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.verdict.problems.push(Problem {
-            path: path.into(),
-            message: message.into(),
-        });
+        self.verdict.problems.push(Problem { path: path.into(), message: message.into() });
     }
 
     fn warn(&mut self, warning: String) {
@@ -205,28 +190,19 @@ impl Checker {
     /// that a typo is refused here rather than silently dropped.
     fn known_fields(&mut self, map: &Map<String, Value>, path: &str, allowed: &[&str]) {
         for key in map.keys().filter(|k| !allowed.contains(&k.as_str())) {
-            let hint =
-                if Capability::from_key(key).is_some() || REMOVED_KEYS.contains(&key.as_str()) {
-                    format!(" (capability keys belong under {path}.sandboxCapabilities)")
-                } else {
-                    String::new()
-                };
+            let hint = if Capability::from_key(key).is_some() || REMOVED_KEYS.contains(&key.as_str()) {
+                format!(" (capability keys belong under {path}.sandboxCapabilities)")
+            } else {
+                String::new()
+            };
             self.problem(
                 format!("{path}.{key}"),
-                format!(
-                    "unknown field (allowed fields: {}){hint}",
-                    allowed.join(", ")
-                ),
+                format!("unknown field (allowed fields: {}){hint}", allowed.join(", ")),
             );
         }
     }
 
-    fn required<'v>(
-        &mut self,
-        map: &'v Map<String, Value>,
-        path: &str,
-        key: &str,
-    ) -> Option<&'v Value> {
+    fn required<'v>(&mut self, map: &'v Map<String, Value>, path: &str, key: &str) -> Option<&'v Value> {
         let v = field(map, key);
         if v.is_none() {
             self.problem(format!("{path}.{key}"), "required");
@@ -245,58 +221,39 @@ impl Checker {
     fn boolean(&mut self, value: &Value, path: &str) -> Option<bool> {
         let b = value.as_bool();
         if b.is_none() {
-            self.problem(
-                path,
-                format!(
-                    "must be a boolean (true or false), got {}",
-                    type_name(value)
-                ),
-            );
+            self.problem(path, format!("must be a boolean (true or false), got {}", type_name(value)));
         }
         b
     }
 
-    fn required_string<'v>(
-        &mut self,
-        map: &'v Map<String, Value>,
-        path: &str,
-        key: &str,
-    ) -> Option<&'v str> {
+    fn required_string<'v>(&mut self, map: &'v Map<String, Value>, path: &str, key: &str) -> Option<&'v str> {
         let v = self.required(map, path, key)?;
         self.string(v, &format!("{path}.{key}"))
     }
 
-    fn optional_string<'v>(
-        &mut self,
-        map: &'v Map<String, Value>,
-        path: &str,
-        key: &str,
-    ) -> Option<&'v str> {
+    fn optional_string<'v>(&mut self, map: &'v Map<String, Value>, path: &str, key: &str) -> Option<&'v str> {
         let v = field(map, key)?;
         self.string(v, &format!("{path}.{key}"))
     }
 
     fn key_pattern(&mut self, value: &str, path: &str) {
         if !is_key(value) {
-            self.problem(
-                path,
-                format!("{value:?} must match ^[a-z0-9][a-z0-9._-]*$ (at most 253 characters)"),
-            );
+            self.problem(path, format!("{value:?} must match ^[a-z0-9][a-z0-9._-]*$ (at most 253 characters)"));
         }
     }
 
     fn dns_label(&mut self, value: &str, path: &str) {
         if !is_dns_label(value) {
-            self.problem(path, format!("{value:?} is not a valid DNS-1123 label (lowercase alphanumerics and '-', at most 63)"));
+            self.problem(
+                path,
+                format!("{value:?} is not a valid DNS-1123 label (lowercase alphanumerics and '-', at most 63)"),
+            );
         }
     }
 
     fn dns_subdomain(&mut self, value: &str, path: &str) {
         if !is_dns_subdomain(value) {
-            self.problem(
-                path,
-                format!("{value:?} is not a valid resource name (DNS-1123 subdomain)"),
-            );
+            self.problem(path, format!("{value:?} is not a valid resource name (DNS-1123 subdomain)"));
         }
     }
 
@@ -304,10 +261,7 @@ impl Checker {
         if let (Some(new), Some(old)) = (new, old)
             && new != old
         {
-            self.problem(
-                path,
-                format!("field is immutable (was {}): {instead}", compact(old)),
-            );
+            self.problem(path, format!("field is immutable (was {}): {instead}", compact(old)));
         }
     }
 
@@ -334,10 +288,7 @@ impl Checker {
         if let Some(version) = self.required_string(spec, "spec", "version")
             && let Err(e) = semver::Version::parse(version)
         {
-            self.problem(
-                "spec.version",
-                format!("{version:?} is not a semantic version (e.g. 1.4.0): {e}"),
-            );
+            self.problem("spec.version", format!("{version:?} is not a semantic version (e.g. 1.4.0): {e}"));
         }
         if let Some(worker) = self.required(spec, "spec", "worker") {
             self.worker(worker, options);
@@ -359,9 +310,7 @@ impl Checker {
         };
         self.known_fields(w, "spec.worker", WORKER_FIELDS);
         match (field(w, "service"), field(w, "url")) {
-            (Some(_), Some(_)) => {
-                self.problem("spec.worker", "set exactly one of service or url, not both")
-            }
+            (Some(_), Some(_)) => self.problem("spec.worker", "set exactly one of service or url, not both"),
             (None, None) => self.problem("spec.worker", "set exactly one of service or url"),
             (Some(service), None) => self.service(service),
             (None, Some(url)) => {
@@ -396,10 +345,7 @@ impl Checker {
         if let Some(p) = self.optional_string(s, path, "path")
             && !p.starts_with('/')
         {
-            self.problem(
-                "spec.worker.service.path",
-                format!("{p:?} must start with /"),
-            );
+            self.problem("spec.worker.service.path", format!("{p:?} must start with /"));
         }
     }
 
@@ -412,28 +358,18 @@ impl Checker {
             return;
         }
         match url.parse::<http::Uri>() {
-            Ok(uri)
-                if matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some() => {}
-            _ => self.problem(
-                "spec.worker.url",
-                format!("{url:?} must be an absolute http:// or https:// URL"),
-            ),
+            Ok(uri) if matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some() => {}
+            _ => self.problem("spec.worker.url", format!("{url:?} must be an absolute http:// or https:// URL")),
         }
     }
 
     fn drivers(&mut self, drivers: &Value) {
         let Some(list) = drivers.as_array() else {
-            self.problem(
-                "spec.environmentDrivers",
-                format!("must be a list, got {}", type_name(drivers)),
-            );
+            self.problem("spec.environmentDrivers", format!("must be a list, got {}", type_name(drivers)));
             return;
         };
         if list.is_empty() {
-            self.problem(
-                "spec.environmentDrivers",
-                "must declare at least one driver",
-            );
+            self.problem("spec.environmentDrivers", "must declare at least one driver");
         }
         let mut seen: Vec<(&str, usize)> = Vec::new();
         for (i, driver) in list.iter().enumerate() {
@@ -463,31 +399,28 @@ impl Checker {
         if let Some(kind) = kind
             && !DRIVER_KINDS.contains(&kind)
         {
-            self.problem(format!("{path}.kind"), format!("{kind:?} is not a driver kind: use sandbox_provider or environment_driver (or omit it)"));
+            self.problem(
+                format!("{path}.kind"),
+                format!("{kind:?} is not a driver kind: use sandbox_provider or environment_driver (or omit it)"),
+            );
         }
         if let Some(name) = self.optional_string(d, path, "displayName") {
             let n = name.chars().count();
             if !(1..=100).contains(&n) {
-                self.problem(
-                    format!("{path}.displayName"),
-                    format!("must be 1 to 100 characters, got {n}"),
-                );
+                self.problem(format!("{path}.displayName"), format!("must be 1 to 100 characters, got {n}"));
             }
         }
         if let Some(description) = self.optional_string(d, path, "description") {
             let n = description.chars().count();
             if n > 500 {
-                self.problem(
-                    format!("{path}.description"),
-                    format!("must be at most 500 characters, got {n}"),
-                );
+                self.problem(format!("{path}.description"), format!("must be at most 500 characters, got {n}"));
             }
         }
         if let Some(schema) = field(d, "configSchema") {
             self.config_schema(schema, &format!("{path}.configSchema"));
         }
-        let legacy = field(d, "supportsReusableLeases")
-            .and_then(|v| self.boolean(v, &format!("{path}.supportsReusableLeases")));
+        let legacy =
+            field(d, "supportsReusableLeases").and_then(|v| self.boolean(v, &format!("{path}.supportsReusableLeases")));
         if let Some(caps) = field(d, "sandboxCapabilities") {
             self.capabilities(caps, path, legacy, kind == Some(SANDBOX_PROVIDER_KIND));
         }
@@ -496,22 +429,13 @@ impl Checker {
 
     fn config_schema(&mut self, schema: &Value, path: &str) {
         if !schema.is_object() {
-            self.problem(
-                path,
-                format!("must be a JSON Schema object, got {}", type_name(schema)),
-            );
+            self.problem(path, format!("must be a JSON Schema object, got {}", type_name(schema)));
         } else if let Err(e) = schema_compiles(schema) {
             self.problem(path, format!("is not a valid JSON Schema: {e}"));
         }
     }
 
-    fn capabilities(
-        &mut self,
-        caps: &Value,
-        driver_path: &str,
-        legacy: Option<bool>,
-        is_sandbox_provider: bool,
-    ) {
+    fn capabilities(&mut self, caps: &Value, driver_path: &str, legacy: Option<bool>, is_sandbox_provider: bool) {
         let path = format!("{driver_path}.sandboxCapabilities");
         let Some(map) = self.object(caps, &path) else {
             return;
@@ -540,19 +464,15 @@ impl Checker {
                 "{driver_path}: supportsReusableLeases={legacy} and sandboxCapabilities.reusableLeases={nested}; nested wins"
             ));
         }
-        let (sync_in, sync_out) = (
-            declared[Capability::NativeSyncIn as usize],
-            declared[Capability::NativeSyncOut as usize],
-        );
+        let (sync_in, sync_out) =
+            (declared[Capability::NativeSyncIn as usize], declared[Capability::NativeSyncOut as usize]);
         if sync_in != sync_out {
             self.warn(format!(
                 "{driver_path}: nativeSyncIn and nativeSyncOut differ; the worker verifies them only as a pair"
             ));
         }
         if !is_sandbox_provider {
-            self.warn(format!(
-                "{driver_path}: sandboxCapabilities is never read unless kind is sandbox_provider"
-            ));
+            self.warn(format!("{driver_path}: sandboxCapabilities is never read unless kind is sandbox_provider"));
         }
     }
 
@@ -576,17 +496,11 @@ impl Checker {
         if let Some(p) = policy
             && !POLICIES.contains(&p)
         {
-            self.problem(
-                "spec.policy",
-                format!("{p:?} is not a policy: use Ephemeral or ReuseByEnvironment"),
-            );
+            self.problem("spec.policy", format!("{p:?} is not a policy: use Ephemeral or ReuseByEnvironment"));
         }
         let environment = self.optional_string(spec, "spec", "environment");
         if policy == Some("ReuseByEnvironment") && environment.is_none_or(str::is_empty) {
-            self.problem(
-                "spec.environment",
-                "required when policy is ReuseByEnvironment",
-            );
+            self.problem("spec.environment", "required when policy is ReuseByEnvironment");
         }
         self.optional_string(spec, "spec", "backend");
         if let Some(w) = field(spec, "workloadRef")
@@ -616,10 +530,7 @@ impl Checker {
 
     fn config_from(&mut self, sources: &Value) {
         let Some(list) = sources.as_array() else {
-            self.problem(
-                "spec.configFrom",
-                format!("must be a list, got {}", type_name(sources)),
-            );
+            self.problem("spec.configFrom", format!("must be a list, got {}", type_name(sources)));
             return;
         };
         for (i, source) in list.iter().enumerate() {
@@ -642,10 +553,7 @@ impl Checker {
             if let Some(key) = self.required_string(r, &path, "key")
                 && !is_secret_key(key)
             {
-                self.problem(
-                    format!("{path}.key"),
-                    format!("{key:?} is not a valid Secret key ([-._a-zA-Z0-9]+)"),
-                );
+                self.problem(format!("{path}.key"), format!("{key:?} is not a valid Secret key ([-._a-zA-Z0-9]+)"));
             }
         }
     }
@@ -657,8 +565,7 @@ impl Checker {
 fn schema_compiles(schema: &Value) -> Result<(), String> {
     const MAX_KEY: usize = 64 * 1024;
     const MAX_ENTRIES: usize = 256;
-    static MEMO: LazyLock<Mutex<HashMap<String, Result<(), String>>>> =
-        LazyLock::new(Default::default);
+    static MEMO: LazyLock<Mutex<HashMap<String, Result<(), String>>>> = LazyLock::new(Default::default);
     let key = schema.to_string();
     if key.len() > MAX_KEY {
         return compile_schema(schema).map(drop);
@@ -695,31 +602,22 @@ fn type_name(value: &Value) -> &'static str {
 /// A short rendering of a value for messages (never used for Secret data).
 fn compact(value: &Value) -> String {
     let s = value.to_string();
-    if s.chars().count() > 80 {
-        format!("{}...", s.chars().take(77).collect::<String>())
-    } else {
-        s
-    }
+    if s.chars().count() > 80 { format!("{}...", s.chars().take(77).collect::<String>()) } else { s }
 }
 
 /// `^[a-z0-9][a-z0-9._-]*$`, at most 253 characters.
 pub fn is_key(s: &str) -> bool {
     let mut bytes = s.bytes();
     s.len() <= 253
-        && bytes
-            .next()
-            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-        && bytes.all(|b| {
-            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
-        })
+        && bytes.next().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 fn is_dns_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         && b[0] != b'-'
         && b[b.len() - 1] != b'-'
 }
@@ -729,8 +627,5 @@ fn is_dns_subdomain(s: &str) -> bool {
 }
 
 fn is_secret_key(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    !s.is_empty() && s.len() <= 253 && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }

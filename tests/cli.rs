@@ -54,13 +54,7 @@ ALLOWED SandboxLease/batch-7
 
 #[test]
 fn validate_exits_0_when_everything_is_allowed_and_json_has_the_contract_shape() {
-    let o = sandcap(&[
-        "validate",
-        "-o",
-        "json",
-        "examples/provider-full.yaml",
-        "examples/provider-removed-key.yaml",
-    ]);
+    let o = sandcap(&["validate", "-o", "json", "examples/provider-full.yaml", "examples/provider-removed-key.yaml"]);
     assert_eq!(o.status.code(), Some(1));
     let records: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(
@@ -68,19 +62,10 @@ fn validate_exits_0_when_everything_is_allowed_and_json_has_the_contract_shape()
         json!({"kind": "SandboxProvider", "name": "acme-kubernetes", "allowed": true, "message": "", "warnings": []})
     );
     assert_eq!(records[1]["allowed"], json!(false));
-    assert!(
-        records[1]["message"]
-            .as_str()
-            .unwrap()
-            .contains("concurrentSyncAndExec")
-    );
+    assert!(records[1]["message"].as_str().unwrap().contains("concurrentSyncAndExec"));
     assert_eq!(records[1]["warnings"].as_array().unwrap().len(), 2);
 
-    let o = sandcap(&[
-        "validate",
-        "examples/provider-full.yaml",
-        "examples/lease-job.yaml",
-    ]);
+    let o = sandcap(&["validate", "examples/provider-full.yaml", "examples/lease-job.yaml"]);
     assert_eq!(o.status.code(), Some(0));
 }
 
@@ -89,27 +74,13 @@ fn validate_reads_multi_document_yaml_json_and_lists() {
     let dir = tempfile::tempdir().unwrap();
     let provider = std::fs::read_to_string("examples/provider-legacy.yaml").unwrap();
     let lease = std::fs::read_to_string("examples/lease-job.yaml").unwrap();
-    let multi = write(
-        dir.path(),
-        "multi.yaml",
-        &format!("---\n{provider}\n---\n{lease}\n---\n"),
-    );
+    let multi = write(dir.path(), "multi.yaml", &format!("---\n{provider}\n---\n{lease}\n---\n"));
     let o = sandcap(&["validate", &multi]);
-    assert_eq!(
-        stdout(&o),
-        "ALLOWED SandboxProvider/legacy-vm\nALLOWED SandboxLease/batch-7\n"
-    );
+    assert_eq!(stdout(&o), "ALLOWED SandboxProvider/legacy-vm\nALLOWED SandboxLease/batch-7\n");
 
     let object: Value = serde_yaml_ng::from_str(&lease).unwrap();
-    let json_file = write(
-        dir.path(),
-        "lease.json",
-        &serde_json::to_string(&object).unwrap(),
-    );
-    assert_eq!(
-        stdout(&sandcap(&["validate", &json_file])),
-        "ALLOWED SandboxLease/batch-7\n"
-    );
+    let json_file = write(dir.path(), "lease.json", &serde_json::to_string(&object).unwrap());
+    assert_eq!(stdout(&sandcap(&["validate", &json_file])), "ALLOWED SandboxLease/batch-7\n");
 
     let list = json!({"apiVersion": "v1", "kind": "List", "items": [object.clone(), object]});
     let list_file = write(dir.path(), "list.json", &list.to_string());
@@ -132,10 +103,7 @@ fn resolve_provider_level_table_and_json() {
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let table = stdout(&o);
-    assert!(
-        table.starts_with("DRIVER kubernetes  EFFECTIVE POLICY ReuseByEnvironment\nCAPABILITY"),
-        "{table}"
-    );
+    assert!(table.starts_with("DRIVER kubernetes  EFFECTIVE POLICY ReuseByEnvironment\nCAPABILITY"), "{table}");
     assert!(table.contains("reusableLeases               true     Granted"));
 
     let o = sandcap(&[
@@ -157,96 +125,45 @@ fn resolve_provider_level_table_and_json() {
         json!({"reusableLeases": false, "nativeSyncIn": false, "nativeSyncOut": false, "persistentProcessSessions": true, "independentControlCommands": true, "incrementalSessionOutput": true})
     );
     assert_eq!(r["explanations"][1]["reason"], "MissingWorkerMethods");
-    assert!(
-        r["explanations"][1]["message"]
-            .as_str()
-            .unwrap()
-            .contains("pair")
-    );
+    assert!(r["explanations"][1]["message"].as_str().unwrap().contains("pair"));
     assert_eq!(r["explanations"].as_array().unwrap().len(), 6);
 }
 
 #[test]
 fn resolve_without_worker_methods_verifies_nothing_unless_the_provider_status_says_so() {
-    let o = sandcap(&[
-        "resolve",
-        "--provider",
-        "examples/provider-legacy.yaml",
-        "-o",
-        "json",
-    ]);
+    let o = sandcap(&["resolve", "--provider", "examples/provider-legacy.yaml", "-o", "json"]);
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert!(
-        r["explanations"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|e| e["reason"] == "WorkerNotVerified")
-    );
+    assert!(r["explanations"].as_array().unwrap().iter().all(|e| e["reason"] == "WorkerNotVerified"));
 
     let dir = tempfile::tempdir().unwrap();
     let mut provider: Value =
-        serde_yaml_ng::from_str(&std::fs::read_to_string("examples/provider-legacy.yaml").unwrap())
-            .unwrap();
+        serde_yaml_ng::from_str(&std::fs::read_to_string("examples/provider-legacy.yaml").unwrap()).unwrap();
     provider["status"] = json!({"worker": {"probe": "Succeeded", "supportedMethods": ALL.split(',').collect::<Vec<_>>(), "message": ""}});
     let file = write(dir.path(), "p.json", &provider.to_string());
-    let r: Value =
-        serde_json::from_slice(&sandcap(&["resolve", "--provider", &file, "-o", "json"]).stdout)
-            .unwrap();
-    assert_eq!(
-        r["capabilities"]["reusableLeases"], true,
-        "legacy flag read as reusableLeases"
-    );
-    assert_eq!(
-        r["capabilities"]["incrementalSessionOutput"], false,
-        "opt-in"
-    );
+    let r: Value = serde_json::from_slice(&sandcap(&["resolve", "--provider", &file, "-o", "json"]).stdout).unwrap();
+    assert_eq!(r["capabilities"]["reusableLeases"], true, "legacy flag read as reusableLeases");
+    assert_eq!(r["capabilities"]["incrementalSessionOutput"], false, "opt-in");
     assert_eq!(r["effectivePolicy"], "ReuseByEnvironment");
 }
 
 #[test]
 fn resolve_lease_with_secret_config_and_narrowing() {
-    let base = [
-        "resolve",
-        "--provider",
-        "examples/provider-full.yaml",
-        "-o",
-        "json",
-        "--worker-methods",
-        ALL,
-    ];
+    let base = ["resolve", "--provider", "examples/provider-full.yaml", "-o", "json", "--worker-methods", ALL];
     let with = |extra: &[&str]| -> Value {
         let args: Vec<&str> = base.iter().chain(extra).copied().collect();
         let o = sandcap(&args);
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         serde_json::from_slice(&o.stdout).unwrap()
     };
-    let r = with(&[
-        "--lease",
-        "examples/lease-reuse.yaml",
-        "--secret",
-        "examples/secrets/acme-credentials.yaml",
-    ]);
+    let r = with(&["--lease", "examples/lease-reuse.yaml", "--secret", "examples/secrets/acme-credentials.yaml"]);
     assert_eq!(r["effectivePolicy"], "ReuseByEnvironment");
-    assert!(
-        r["capabilities"]
-            .as_object()
-            .unwrap()
-            .values()
-            .all(|v| v == true),
-        "{r}"
-    );
+    assert!(r["capabilities"].as_object().unwrap().values().all(|v| v == true), "{r}");
 
     // Without the Secret, config resolution fails: sessions and incremental output are narrowed.
     let r = with(&["--lease", "examples/lease-reuse.yaml"]);
     assert_eq!(r["capabilities"]["persistentProcessSessions"], false);
     assert_eq!(r["explanations"][3]["reason"], "NarrowedByConfigResolution");
-    assert!(
-        r["explanations"][3]["message"]
-            .as_str()
-            .unwrap()
-            .contains("acme-credentials")
-    );
+    assert!(r["explanations"][3]["message"].as_str().unwrap().contains("acme-credentials"));
 
     let r = with(&["--lease", "examples/lease-job.yaml"]);
     assert_eq!(r["effectivePolicy"], "Ephemeral");
@@ -282,17 +199,13 @@ fn resolve_never_prints_a_secret_value() {
 fn resolve_lease_whose_driver_or_pin_does_not_match_is_all_off_not_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let mut lease: Value =
-        serde_yaml_ng::from_str(&std::fs::read_to_string("examples/lease-job.yaml").unwrap())
-            .unwrap();
+        serde_yaml_ng::from_str(&std::fs::read_to_string("examples/lease-job.yaml").unwrap()).unwrap();
     lease["spec"]["providerRef"]["driverKey"] = json!("local-shell");
     let other_driver = write(dir.path(), "l1.json", &lease.to_string());
     lease["spec"]["providerRef"]["driverKey"] = json!("kubernetes");
     lease["status"] = json!({"pinned": {"providerUID": "old-uid", "pluginKey": "acme.kubernetes-sandbox-provider", "driverKey": "kubernetes"}});
     let stale_pin = write(dir.path(), "l2.json", &lease.to_string());
-    for (file, why) in [
-        (other_driver, "not sandbox_provider"),
-        (stale_pin, "re-created"),
-    ] {
+    for (file, why) in [(other_driver, "not sandbox_provider"), (stale_pin, "re-created")] {
         let o = sandcap(&[
             "resolve",
             "--provider",
@@ -313,25 +226,6 @@ fn resolve_lease_whose_driver_or_pin_does_not_match_is_all_off_not_an_error() {
     }
 }
 
-#[test]
-fn crds_prints_what_crds_dir_holds() {
-    let o = sandcap(&["crds"]);
-    let mut on_disk: Vec<_> = std::fs::read_dir("crds")
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    on_disk.sort();
-    let concatenated: String = on_disk
-        .iter()
-        .map(|p| std::fs::read_to_string(p).unwrap())
-        .collect();
-    assert_eq!(
-        stdout(&o),
-        concatenated,
-        "crds/ is stale: run `sandcap crds` (see README)"
-    );
-}
-
 /// Every bad input: one line on stderr naming the file and the problem, exit 2, no panic.
 #[test]
 fn bad_input_gets_a_one_line_error_naming_the_file() {
@@ -339,11 +233,7 @@ fn bad_input_gets_a_one_line_error_naming_the_file() {
     let d = dir.path();
     let malformed_yaml = write(d, "bad.yaml", "spec: [unclosed\n  - x: {");
     let malformed_json = write(d, "bad.json", "{\"apiVersion\": \"sandcap.dev/v1alpha1\",");
-    let unknown_kind = write(
-        d,
-        "cm.yaml",
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\n",
-    );
+    let unknown_kind = write(d, "cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\n");
     let scalar = write(d, "scalar.yaml", "just a string\n");
     let not_json_secret = write(
         d,
@@ -361,26 +251,11 @@ fn bad_input_gets_a_one_line_error_naming_the_file() {
         "apiVersion: sandcap.dev/v1alpha1\nkind: SandboxProvider\nmetadata: {name: empty}\nspec: {pluginKey: a, version: 1.0.0, worker: {service: {namespace: n, name: w, port: 80}}, environmentDrivers: []}\n",
     );
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (
-            vec!["validate", &malformed_yaml],
-            "bad.yaml: document 1: not valid YAML or JSON",
-        ),
-        (
-            vec!["validate", &malformed_json],
-            "bad.json: document 1: not valid YAML or JSON",
-        ),
-        (
-            vec!["validate", &unknown_kind],
-            "cm.yaml: ConfigMap/cm: unknown kind",
-        ),
-        (
-            vec!["validate", &scalar],
-            "scalar.yaml: document 1: expected a Kubernetes object, got a string",
-        ),
-        (
-            vec!["validate", "/nonexistent/p.yaml"],
-            "/nonexistent/p.yaml: cannot read",
-        ),
+        (vec!["validate", &malformed_yaml], "bad.yaml: document 1: not valid YAML or JSON"),
+        (vec!["validate", &malformed_json], "bad.json: document 1: not valid YAML or JSON"),
+        (vec!["validate", &unknown_kind], "cm.yaml: ConfigMap/cm: unknown kind"),
+        (vec!["validate", &scalar], "scalar.yaml: document 1: expected a Kubernetes object, got a string"),
+        (vec!["validate", "/nonexistent/p.yaml"], "/nonexistent/p.yaml: cannot read"),
         (
             vec!["resolve", "--provider", &no_drivers],
             "nodrivers.yaml: SandboxProvider/empty: denied: spec.environmentDrivers: must declare at least one driver",
@@ -390,13 +265,7 @@ fn bad_input_gets_a_one_line_error_naming_the_file() {
             "lease-job.yaml: SandboxLease/batch-7: expected a SandboxProvider",
         ),
         (
-            vec![
-                "resolve",
-                "--provider",
-                "examples/provider-full.yaml",
-                "--driver",
-                "nope",
-            ],
+            vec!["resolve", "--provider", "examples/provider-full.yaml", "--driver", "nope"],
             "the provider declares no driver nope",
         ),
         (
@@ -417,10 +286,7 @@ fn bad_input_gets_a_one_line_error_naming_the_file() {
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
-        assert!(
-            err.contains(expected),
-            "{args:?}:\n got: {err}\nwant: {expected}"
-        );
+        assert!(err.contains(expected), "{args:?}:\n got: {err}\nwant: {expected}");
         assert!(!err.contains("panicked"));
     }
     // A Secret whose key holds non-JSON is a config-resolution failure of the lease, not a crash.
@@ -439,41 +305,29 @@ fn bad_input_gets_a_one_line_error_naming_the_file() {
     ]);
     assert_eq!(o.status.code(), Some(0));
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert!(
-        r["explanations"][3]["message"]
-            .as_str()
-            .unwrap()
-            .contains("key config.json is not valid JSON")
-    );
+    assert!(r["explanations"][3]["message"].as_str().unwrap().contains("key config.json is not valid JSON"));
     // A provider without drivers is a denial under validate.
     let o = sandcap(&["validate", &no_drivers]);
     assert_eq!(o.status.code(), Some(1));
-    assert_eq!(
-        stdout(&o),
-        "DENIED SandboxProvider/empty: spec.environmentDrivers: must declare at least one driver\n"
-    );
+    assert_eq!(stdout(&o), "DENIED SandboxProvider/empty: spec.environmentDrivers: must declare at least one driver\n");
 }
 
 #[test]
 fn hostile_yaml_is_refused_without_exhausting_memory() {
     let dir = tempfile::tempdir().unwrap();
     // The "billion laughs": aliases that would expand exponentially.
-    let mut bomb = String::from(
-        "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
-    );
+    let mut bomb = String::from("a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n");
     for i in 1..10 {
         let prev = (b'a' + i - 1) as char;
         let cur = (b'a' + i) as char;
-        bomb.push_str(&format!("{cur}: &{cur} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"));
+        bomb.push_str(&format!(
+            "{cur}: &{cur} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"
+        ));
     }
     let file = write(dir.path(), "bomb.yaml", &bomb);
     let o = sandcap(&["validate", &file]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    let deep = write(
-        dir.path(),
-        "deep.json",
-        &format!("{}{}", "[".repeat(100_000), "]".repeat(100_000)),
-    );
+    let deep = write(dir.path(), "deep.json", &format!("{}{}", "[".repeat(100_000), "]".repeat(100_000)));
     let o = sandcap(&["validate", &deep]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }

@@ -12,20 +12,11 @@ use serde_json::json;
 use Capability::*;
 
 fn reason(r: &contract::Resolution, cap: Capability) -> Reason {
-    r.explanations
-        .iter()
-        .find(|e| e.capability == cap)
-        .expect("every capability is explained")
-        .reason
+    r.explanations.iter().find(|e| e.capability == cap).expect("every capability is explained").reason
 }
 
 fn message(r: &contract::Resolution, cap: Capability) -> String {
-    r.explanations
-        .iter()
-        .find(|e| e.capability == cap)
-        .unwrap()
-        .message
-        .clone()
+    r.explanations.iter().find(|e| e.capability == cap).unwrap().message.clone()
 }
 
 fn full_driver() -> sandcap::api::DriverDeclaration {
@@ -50,25 +41,13 @@ fn exactly_six_keys_in_contract_order() {
     );
     let r = resolve_driver(&all_verified(), &full_driver());
     assert_eq!(r.explanations.len(), 6);
-    assert!(
-        r.explanations
-            .iter()
-            .zip(Capability::ALL)
-            .all(|(e, c)| e.capability == c)
-    );
+    assert!(r.explanations.iter().zip(Capability::ALL).all(|(e, c)| e.capability == c));
 }
 
 #[test]
 fn each_capability_needs_every_one_of_its_methods() {
     let table: [(Capability, &[&str]); 6] = [
-        (
-            ReusableLeases,
-            &[
-                "environmentResumeLease",
-                "environmentReleaseLease",
-                "environmentDestroyLease",
-            ],
-        ),
+        (ReusableLeases, &["environmentResumeLease", "environmentReleaseLease", "environmentDestroyLease"]),
         (NativeSyncIn, &["environmentSyncIn", "environmentSyncOut"]),
         (NativeSyncOut, &["environmentSyncIn", "environmentSyncOut"]),
         (PersistentProcessSessions, &["environmentExecute"]),
@@ -76,19 +55,12 @@ fn each_capability_needs_every_one_of_its_methods() {
         (IncrementalSessionOutput, &["environmentExecute"]),
     ];
     for (cap, methods) in table {
-        assert!(
-            resolve_driver(&all_verified(), &full_driver()).is_granted(cap),
-            "{cap} with every method"
-        );
+        assert!(resolve_driver(&all_verified(), &full_driver()).is_granted(cap), "{cap} with every method");
         for missing in methods {
             let r = resolve_driver(&verified_without(&[missing]), &full_driver());
             assert!(!r.is_granted(cap), "{cap} granted without {missing}");
             assert_eq!(reason(&r, cap), Reason::MissingWorkerMethods);
-            assert!(
-                message(&r, cap).contains(missing),
-                "{cap}: message names {missing}: {}",
-                message(&r, cap)
-            );
+            assert!(message(&r, cap).contains(missing), "{cap}: message names {missing}: {}", message(&r, cap));
         }
     }
 }
@@ -117,15 +89,8 @@ fn declared_false_means_never_and_true_still_needs_the_worker() {
         assert!(!r.is_granted(cap));
         assert_eq!(reason(&r, cap), Reason::DeclaredFalse, "{cap}");
 
-        let r = resolve_driver(
-            &Verified::methods(["somethingElse"]),
-            &with_caps(driver("k"), &[(cap, true)]),
-        );
-        assert_eq!(
-            reason(&r, cap),
-            Reason::MissingWorkerMethods,
-            "{cap} declared true without methods"
-        );
+        let r = resolve_driver(&Verified::methods(["somethingElse"]), &with_caps(driver("k"), &[(cap, true)]));
+        assert_eq!(reason(&r, cap), Reason::MissingWorkerMethods, "{cap} declared true without methods");
     }
 }
 
@@ -142,33 +107,21 @@ fn empty_missing_or_failed_worker_lists_verify_nothing() {
 
 #[test]
 fn unknown_methods_verify_nothing_they_are_not_named_for() {
-    let r = resolve_driver(
-        &Verified::methods(["environmentTeleport", "initialize"]),
-        &full_driver(),
-    );
+    let r = resolve_driver(&Verified::methods(["environmentTeleport", "initialize"]), &full_driver());
     assert!(Capability::ALL.iter().all(|c| !r.is_granted(*c)));
-    assert!(
-        Capability::ALL
-            .iter()
-            .all(|c| reason(&r, *c) == Reason::MissingWorkerMethods)
-    );
+    assert!(Capability::ALL.iter().all(|c| reason(&r, *c) == Reason::MissingWorkerMethods));
 }
 
 #[test]
 fn sync_methods_are_consumed_only_as_a_pair_and_the_status_says_why() {
-    for (present, absent) in [
-        ("environmentSyncIn", "environmentSyncOut"),
-        ("environmentSyncOut", "environmentSyncIn"),
-    ] {
+    for (present, absent) in [("environmentSyncIn", "environmentSyncOut"), ("environmentSyncOut", "environmentSyncIn")]
+    {
         let r = resolve_driver(&verified_without(&[absent]), &full_driver());
         for cap in [NativeSyncIn, NativeSyncOut] {
             assert!(!r.is_granted(cap));
             assert_eq!(reason(&r, cap), Reason::MissingWorkerMethods);
             let m = message(&r, cap);
-            assert!(
-                m.contains(present) && m.contains(absent) && m.contains("pair"),
-                "{m}"
-            );
+            assert!(m.contains(present) && m.contains(absent) && m.contains("pair"), "{m}");
         }
         assert!(r.is_granted(PersistentProcessSessions));
     }
@@ -190,16 +143,8 @@ fn legacy_reusable_flag_is_read_when_nested_key_is_absent_and_nested_wins() {
         if let Some(n) = nested {
             d = with_caps(d, &[(ReusableLeases, n)]);
         }
-        assert_eq!(
-            Declared::from_driver(&d).get(ReusableLeases),
-            nested.or(legacy),
-            "{legacy:?}/{nested:?}"
-        );
-        assert_eq!(
-            resolve_driver(&all_verified(), &d).is_granted(ReusableLeases),
-            granted,
-            "{legacy:?}/{nested:?}"
-        );
+        assert_eq!(Declared::from_driver(&d).get(ReusableLeases), nested.or(legacy), "{legacy:?}/{nested:?}");
+        assert_eq!(resolve_driver(&all_verified(), &d).is_granted(ReusableLeases), granted, "{legacy:?}/{nested:?}");
     }
 }
 
@@ -208,10 +153,7 @@ fn declared_shows_only_present_keys_with_the_legacy_flag_folded_in() {
     let mut d = with_caps(driver("k"), &[(NativeSyncIn, true)]);
     d.supports_reusable_leases = Some(true);
     let present = Declared::from_driver(&d).present();
-    assert_eq!(
-        serde_json::to_value(present).unwrap(),
-        json!({"nativeSyncIn": true, "reusableLeases": true})
-    );
+    assert_eq!(serde_json::to_value(present).unwrap(), json!({"nativeSyncIn": true, "reusableLeases": true}));
 }
 
 #[test]
@@ -220,19 +162,12 @@ fn non_sandbox_provider_drivers_are_never_read() {
         let mut d = full_driver();
         d.kind = kind.map(Into::into);
         let r = resolve_driver(&all_verified(), &d);
-        assert!(
-            Capability::ALL
-                .iter()
-                .all(|c| !r.is_granted(*c) && reason(&r, *c) == Reason::PluginIdentityFailed)
-        );
+        assert!(Capability::ALL.iter().all(|c| !r.is_granted(*c) && reason(&r, *c) == Reason::PluginIdentityFailed));
     }
 }
 
 fn narrowing() -> Narrowing {
-    Narrowing {
-        policy: Some(LeasePolicy::ReuseByEnvironment),
-        ..Narrowing::default()
-    }
+    Narrowing { policy: Some(LeasePolicy::ReuseByEnvironment), ..Narrowing::default() }
 }
 
 #[test]
@@ -240,54 +175,30 @@ fn each_narrowing_removes_exactly_its_capabilities() {
     let declared = Declared::from_driver(&full_driver());
     let table: Vec<(Narrowing, Vec<(Capability, Reason)>)> = vec![
         (
-            Narrowing {
-                policy: Some(LeasePolicy::Ephemeral),
-                ..narrowing()
-            },
+            Narrowing { policy: Some(LeasePolicy::Ephemeral), ..narrowing() },
             vec![(ReusableLeases, Reason::NarrowedByLeasePolicy)],
         ),
         (
-            Narrowing {
-                job_backend: Some("job".into()),
-                ..narrowing()
-            },
-            vec![
-                (NativeSyncIn, Reason::NarrowedByJobBackend),
-                (NativeSyncOut, Reason::NarrowedByJobBackend),
-            ],
+            Narrowing { job_backend: Some("job".into()), ..narrowing() },
+            vec![(NativeSyncIn, Reason::NarrowedByJobBackend), (NativeSyncOut, Reason::NarrowedByJobBackend)],
         ),
         (
-            Narrowing {
-                native_file_sync_unsupported: true,
-                ..narrowing()
-            },
+            Narrowing { native_file_sync_unsupported: true, ..narrowing() },
             vec![
                 (NativeSyncIn, Reason::NarrowedByNativeFileSyncUnsupported),
                 (NativeSyncOut, Reason::NarrowedByNativeFileSyncUnsupported),
             ],
         ),
         (
-            Narrowing {
-                config_failure: Some("bad".into()),
-                ..narrowing()
-            },
+            Narrowing { config_failure: Some("bad".into()), ..narrowing() },
             vec![
-                (
-                    PersistentProcessSessions,
-                    Reason::NarrowedByConfigResolution,
-                ),
+                (PersistentProcessSessions, Reason::NarrowedByConfigResolution),
                 (IncrementalSessionOutput, Reason::NarrowedByConfigResolution),
             ],
         ),
         (
-            Narrowing {
-                identity_failure: Some("gone".into()),
-                ..narrowing()
-            },
-            Capability::ALL
-                .iter()
-                .map(|c| (*c, Reason::PluginIdentityFailed))
-                .collect(),
+            Narrowing { identity_failure: Some("gone".into()), ..narrowing() },
+            Capability::ALL.iter().map(|c| (*c, Reason::PluginIdentityFailed)).collect(),
         ),
     ];
     for (n, removed) in table {
@@ -306,10 +217,8 @@ fn each_narrowing_removes_exactly_its_capabilities() {
 
 #[test]
 fn reasons_are_the_first_gate_in_contract_order() {
-    let false_reuse = Declared::from_driver(&with_caps(
-        full_driver(),
-        &[(ReusableLeases, false), (NativeSyncIn, false)],
-    ));
+    let false_reuse =
+        Declared::from_driver(&with_caps(full_driver(), &[(ReusableLeases, false), (NativeSyncIn, false)]));
     let everything = Narrowing {
         identity_failure: None,
         policy: Some(LeasePolicy::Ephemeral),
@@ -321,51 +230,30 @@ fn reasons_are_the_first_gate_in_contract_order() {
     let r = resolve(
         &Verified::nothing(),
         &false_reuse,
-        &Narrowing {
-            identity_failure: Some("x".into()),
-            ..everything.clone()
-        },
+        &Narrowing { identity_failure: Some("x".into()), ..everything.clone() },
     );
     assert_eq!(reason(&r, NativeSyncIn), Reason::PluginIdentityFailed);
     // WorkerNotVerified beats DeclaredFalse.
     assert_eq!(
-        reason(
-            &resolve(&Verified::nothing(), &false_reuse, &everything),
-            ReusableLeases
-        ),
+        reason(&resolve(&Verified::nothing(), &false_reuse, &everything), ReusableLeases),
         Reason::WorkerNotVerified
     );
     // MissingWorkerMethods beats DeclaredFalse.
-    let r = resolve(
-        &verified_without(&["environmentSyncOut"]),
-        &false_reuse,
-        &everything,
-    );
+    let r = resolve(&verified_without(&["environmentSyncOut"]), &false_reuse, &everything);
     assert_eq!(reason(&r, NativeSyncIn), Reason::MissingWorkerMethods);
     // DeclaredFalse beats every narrowing.
     let r = resolve(&all_verified(), &false_reuse, &everything);
     assert_eq!(reason(&r, ReusableLeases), Reason::DeclaredFalse);
     assert_eq!(reason(&r, NativeSyncIn), Reason::DeclaredFalse);
     // NotOptedIn beats the lease policy and config narrowing.
-    let r = resolve(
-        &all_verified(),
-        &Declared::from_driver(&driver("k")),
-        &everything,
-    );
+    let r = resolve(&all_verified(), &Declared::from_driver(&driver("k")), &everything);
     assert_eq!(reason(&r, ReusableLeases), Reason::NotOptedIn);
     assert_eq!(reason(&r, IncrementalSessionOutput), Reason::NotOptedIn);
     // Job backend beats nativeFileSyncUnsupported.
-    let r = resolve(
-        &all_verified(),
-        &Declared::from_driver(&full_driver()),
-        &everything,
-    );
+    let r = resolve(&all_verified(), &Declared::from_driver(&full_driver()), &everything);
     assert_eq!(reason(&r, NativeSyncOut), Reason::NarrowedByJobBackend);
     assert_eq!(reason(&r, ReusableLeases), Reason::NarrowedByLeasePolicy);
-    assert_eq!(
-        reason(&r, PersistentProcessSessions),
-        Reason::NarrowedByConfigResolution
-    );
+    assert_eq!(reason(&r, PersistentProcessSessions), Reason::NarrowedByConfigResolution);
     assert_eq!(reason(&r, IndependentControlCommands), Reason::Granted);
 }
 
@@ -393,10 +281,7 @@ fn job_backed_by_backend_field_or_batch_v1_job_workload_ref_only() {
         assert_eq!(!r.resolution.is_granted(NativeSyncIn), job, "{:?}", l.spec);
         assert_eq!(!r.resolution.is_granted(NativeSyncOut), job);
         if job {
-            assert_eq!(
-                reason(&r.resolution, NativeSyncIn),
-                Reason::NarrowedByJobBackend
-            );
+            assert_eq!(reason(&r.resolution, NativeSyncIn), Reason::NarrowedByJobBackend);
         }
     }
 }
@@ -406,20 +291,10 @@ fn native_file_sync_unsupported_narrows_both_sync_capabilities() {
     let mut l = reuse(lease("acme-kubernetes", "kubernetes"));
     l.spec.native_file_sync_unsupported = Some(true);
     let r = resolve_lease(&l, Some(&acme()), &all_verified(), no_secrets);
-    assert_eq!(
-        reason(&r.resolution, NativeSyncIn),
-        Reason::NarrowedByNativeFileSyncUnsupported
-    );
-    assert_eq!(
-        reason(&r.resolution, NativeSyncOut),
-        Reason::NarrowedByNativeFileSyncUnsupported
-    );
+    assert_eq!(reason(&r.resolution, NativeSyncIn), Reason::NarrowedByNativeFileSyncUnsupported);
+    assert_eq!(reason(&r.resolution, NativeSyncOut), Reason::NarrowedByNativeFileSyncUnsupported);
     l.spec.native_file_sync_unsupported = Some(false);
-    assert!(
-        resolve_lease(&l, Some(&acme()), &all_verified(), no_secrets)
-            .resolution
-            .is_granted(NativeSyncIn)
-    );
+    assert!(resolve_lease(&l, Some(&acme()), &all_verified(), no_secrets).resolution.is_granted(NativeSyncIn));
 }
 
 #[test]
@@ -428,24 +303,9 @@ fn lease_policy_and_effective_policy() {
     let mut ineligible = acme();
     ineligible.spec.environment_drivers[0] = with_caps(full_driver(), &[(ReusableLeases, false)]);
     let table = [
-        (
-            reuse(lease("acme-kubernetes", "kubernetes")),
-            &eligible,
-            LeasePolicy::ReuseByEnvironment,
-            true,
-        ),
-        (
-            lease("acme-kubernetes", "kubernetes"),
-            &eligible,
-            LeasePolicy::Ephemeral,
-            false,
-        ),
-        (
-            reuse(lease("acme-kubernetes", "kubernetes")),
-            &ineligible,
-            LeasePolicy::Ephemeral,
-            false,
-        ),
+        (reuse(lease("acme-kubernetes", "kubernetes")), &eligible, LeasePolicy::ReuseByEnvironment, true),
+        (lease("acme-kubernetes", "kubernetes"), &eligible, LeasePolicy::Ephemeral, false),
+        (reuse(lease("acme-kubernetes", "kubernetes")), &ineligible, LeasePolicy::Ephemeral, false),
     ];
     for (l, p, policy, reusable) in table {
         let r = resolve_lease(&l, Some(p), &all_verified(), no_secrets);
@@ -508,11 +368,7 @@ fn identity_failures_turn_everything_off_whatever_the_worker_says() {
     ];
     for (p, why) in table {
         let r = resolve_lease(&base, p, &all_verified(), no_secrets);
-        assert!(
-            r.identity.as_ref().is_err_and(|e| e.contains(why)),
-            "{why}: {:?}",
-            r.identity
-        );
+        assert!(r.identity.as_ref().is_err_and(|e| e.contains(why)), "{why}: {:?}", r.identity);
         assert_eq!(r.effective_policy, LeasePolicy::Ephemeral);
         for e in &r.resolution.explanations {
             assert!(!e.granted);
@@ -524,18 +380,10 @@ fn identity_failures_turn_everything_off_whatever_the_worker_says() {
 #[test]
 fn a_lease_whose_provider_or_driver_does_not_exist_yet_is_all_off_and_unpinned() {
     let l = lease("acme-kubernetes", "kubernetes");
-    for p in [
-        None,
-        Some(provider("acme-kubernetes", "uid-1", vec![driver("other")])),
-    ] {
+    for p in [None, Some(provider("acme-kubernetes", "uid-1", vec![driver("other")]))] {
         let r = resolve_lease(&l, p.as_ref(), &all_verified(), no_secrets);
         assert_eq!(r.pin, None);
-        assert!(
-            r.resolution
-                .explanations
-                .iter()
-                .all(|e| e.reason == Reason::PluginIdentityFailed)
-        );
+        assert!(r.resolution.explanations.iter().all(|e| e.reason == Reason::PluginIdentityFailed));
     }
 }
 
@@ -545,10 +393,7 @@ fn a_provider_that_omits_sandbox_capabilities_is_not_an_identity_failure() {
     let p = provider("acme-kubernetes", "uid-1", vec![driver("kubernetes")]);
     let r = resolve_lease(&l, Some(&p), &all_verified(), no_secrets);
     assert!(r.identity.is_ok());
-    assert!(
-        r.resolution.is_granted(PersistentProcessSessions),
-        "defers to the worker"
-    );
+    assert!(r.resolution.is_granted(PersistentProcessSessions), "defers to the worker");
     assert_eq!(reason(&r.resolution, ReusableLeases), Reason::NotOptedIn);
 }
 
@@ -563,17 +408,13 @@ fn schema_driver(schema: serde_json::Value) -> sandcap::api::DriverDeclaration {
 #[test]
 fn config_is_inline_config_with_config_from_objects_merged_over_it_in_order() {
     let mut l = config_from(lease("p", "kubernetes"), &[("a", "k"), ("b", "k")]);
-    l.spec.config =
-        Some(json!({"backend": "sandbox-cr", "limits": {"cpu": 1, "mem": 2}, "keep": true}));
+    l.spec.config = Some(json!({"backend": "sandbox-cr", "limits": {"cpu": 1, "mem": 2}, "keep": true}));
     let store = secrets(&[
         ("a", "k", r#"{"backend": "job", "limits": {"cpu": 4}}"#),
         ("b", "k", r#"{"backend": "sandbox-cr", "token": "t"}"#),
     ]);
     let config = contract::resolve_config(&l, &full_driver(), store).unwrap();
-    assert_eq!(
-        config,
-        json!({"backend": "sandbox-cr", "limits": {"cpu": 4, "mem": 2}, "keep": true, "token": "t"})
-    );
+    assert_eq!(config, json!({"backend": "sandbox-cr", "limits": {"cpu": 4, "mem": 2}, "keep": true, "token": "t"}));
     let empty = contract::resolve_config(&lease("p", "k"), &full_driver(), no_secrets).unwrap();
     assert_eq!(empty, json!({}));
 }
@@ -584,11 +425,7 @@ fn every_config_resolution_failure_narrows_and_names_the_secret_never_the_value(
     let schema = json!({"type": "object", "properties": {"token": {"type": "integer"}, "n": {"maxLength": 3}}});
     type Store = &'static [(&'static str, &'static str, &'static str)];
     let table: Vec<(sandcap::api::SandboxLease, Store, &str)> = vec![
-        (
-            config_from(lease("p", "kubernetes"), &[("creds", "config.json")]),
-            &[],
-            "Secret creds does not exist",
-        ),
+        (config_from(lease("p", "kubernetes"), &[("creds", "config.json")]), &[], "Secret creds does not exist"),
         (
             config_from(lease("p", "kubernetes"), &[("creds", "config.json")]),
             &[("creds", "other", "{}")],
@@ -606,11 +443,7 @@ fn every_config_resolution_failure_narrows_and_names_the_secret_never_the_value(
         ),
         (
             config_from(lease("p", "kubernetes"), &[("creds", "config.json")]),
-            &[(
-                "creds",
-                "config.json",
-                r#"{"token": "hunter2-super-secret"}"#,
-            )],
+            &[("creds", "config.json", r#"{"token": "hunter2-super-secret"}"#)],
             "fails the driver's configSchema at /token",
         ),
         (
@@ -620,30 +453,15 @@ fn every_config_resolution_failure_narrows_and_names_the_secret_never_the_value(
         ),
     ];
     for (l, store, expect) in table {
-        let err = contract::resolve_config(&l, &schema_driver(schema.clone()), secrets(store))
-            .unwrap_err();
+        let err = contract::resolve_config(&l, &schema_driver(schema.clone()), secrets(store)).unwrap_err();
         assert!(err.contains(expect), "{err} should contain {expect}");
         assert!(!err.contains(SECRET), "secret leaked: {err}");
         let p = provider("p", "u", vec![schema_driver(schema.clone())]);
         let r = resolve_lease(&reuse(l), Some(&p), &all_verified(), secrets(store));
-        assert_eq!(
-            reason(&r.resolution, PersistentProcessSessions),
-            Reason::NarrowedByConfigResolution
-        );
-        assert_eq!(
-            reason(&r.resolution, IncrementalSessionOutput),
-            Reason::NarrowedByConfigResolution
-        );
-        assert!(
-            r.resolution.is_granted(IndependentControlCommands)
-                && r.resolution.is_granted(NativeSyncIn)
-        );
-        assert!(
-            r.resolution
-                .explanations
-                .iter()
-                .all(|e| !e.message.contains(SECRET))
-        );
+        assert_eq!(reason(&r.resolution, PersistentProcessSessions), Reason::NarrowedByConfigResolution);
+        assert_eq!(reason(&r.resolution, IncrementalSessionOutput), Reason::NarrowedByConfigResolution);
+        assert!(r.resolution.is_granted(IndependentControlCommands) && r.resolution.is_granted(NativeSyncIn));
+        assert!(r.resolution.explanations.iter().all(|e| !e.message.contains(SECRET)));
     }
 }
 
@@ -651,11 +469,7 @@ fn every_config_resolution_failure_narrows_and_names_the_secret_never_the_value(
 fn inline_config_that_is_not_an_object_is_a_config_failure() {
     let mut l = lease("p", "kubernetes");
     l.spec.config = Some(json!(["not", "an", "object"]));
-    assert!(
-        contract::resolve_config(&l, &full_driver(), no_secrets)
-            .unwrap_err()
-            .contains("not a JSON object")
-    );
+    assert!(contract::resolve_config(&l, &full_driver(), no_secrets).unwrap_err().contains("not a JSON object"));
 }
 
 #[test]
@@ -663,14 +477,12 @@ fn config_schema_defaults_to_draft_2020_12_unless_schema_names_another() {
     let mut l = lease("p", "kubernetes");
     l.spec.config = Some(json!({"pair": [1, "x"]}));
     // prefixItems exists only from draft 2020-12 on.
-    let modern = json!({"type": "object", "properties": {"pair": {"prefixItems": [{"type": "integer"}, {"type": "integer"}]}}});
+    let modern =
+        json!({"type": "object", "properties": {"pair": {"prefixItems": [{"type": "integer"}, {"type": "integer"}]}}});
     assert!(contract::resolve_config(&l, &schema_driver(modern.clone()), no_secrets).is_err());
     let mut draft7 = modern;
     draft7["$schema"] = json!("http://json-schema.org/draft-07/schema#");
-    assert!(
-        contract::resolve_config(&l, &schema_driver(draft7), no_secrets).is_ok(),
-        "draft 7 ignores prefixItems"
-    );
+    assert!(contract::resolve_config(&l, &schema_driver(draft7), no_secrets).is_ok(), "draft 7 ignores prefixItems");
 }
 
 #[test]

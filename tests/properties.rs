@@ -5,31 +5,18 @@ mod common;
 use common::ALL_METHODS;
 use proptest::prelude::*;
 use sandcap::api::{DeclaredCapabilities, DriverDeclaration, LeasePolicy};
-use sandcap::contract::{
-    Capability, Declared, Narrowing, Reason, Verified, resolve, resolve_driver,
-};
+use sandcap::contract::{Capability, Declared, Narrowing, Reason, Verified, resolve, resolve_driver};
 use sandcap::validation::{Options, review};
 use serde_json::{Value, json};
 
 fn verified() -> impl Strategy<Value = Verified> {
-    let noise = prop::sample::select(vec![
-        "initialize",
-        "environmentTeleport",
-        "",
-        "environmentexecute",
-    ]);
-    (
-        prop::sample::subsequence(ALL_METHODS.to_vec(), 0..=6),
-        prop::collection::vec(noise, 0..3),
-        any::<bool>(),
-    )
-        .prop_map(|(methods, noise, failed)| {
-            if failed {
-                Verified::nothing()
-            } else {
-                Verified::methods(methods.into_iter().chain(noise))
-            }
-        })
+    let noise = prop::sample::select(vec!["initialize", "environmentTeleport", "", "environmentexecute"]);
+    (prop::sample::subsequence(ALL_METHODS.to_vec(), 0..=6), prop::collection::vec(noise, 0..3), any::<bool>())
+        .prop_map(
+            |(methods, noise, failed)| {
+                if failed { Verified::nothing() } else { Verified::methods(methods.into_iter().chain(noise)) }
+            },
+        )
 }
 
 fn driver() -> impl Strategy<Value = DriverDeclaration> {
@@ -46,14 +33,7 @@ fn driver() -> impl Strategy<Value = DriverDeclaration> {
             }
             DriverDeclaration {
                 driver_key: "d".into(),
-                kind: Some(
-                    if sandbox {
-                        "sandbox_provider"
-                    } else {
-                        "environment_driver"
-                    }
-                    .into(),
-                ),
+                kind: Some(if sandbox { "sandbox_provider" } else { "environment_driver" }.into()),
                 supports_reusable_leases: legacy,
                 sandbox_capabilities: has_caps.then_some(caps),
                 ..Default::default()
@@ -64,10 +44,7 @@ fn driver() -> impl Strategy<Value = DriverDeclaration> {
 fn narrowing() -> impl Strategy<Value = Narrowing> {
     (
         any::<bool>(),
-        prop::option::of(prop::sample::select(vec![
-            LeasePolicy::Ephemeral,
-            LeasePolicy::ReuseByEnvironment,
-        ])),
+        prop::option::of(prop::sample::select(vec![LeasePolicy::Ephemeral, LeasePolicy::ReuseByEnvironment])),
         any::<bool>(),
         any::<bool>(),
         any::<bool>(),
@@ -86,12 +63,8 @@ fn narrowing_allows(n: &Narrowing, cap: Capability) -> bool {
     use Capability::*;
     n.identity_failure.is_none()
         && match cap {
-            ReusableLeases => n
-                .policy
-                .is_none_or(|p| p == LeasePolicy::ReuseByEnvironment),
-            NativeSyncIn | NativeSyncOut => {
-                n.job_backend.is_none() && !n.native_file_sync_unsupported
-            }
+            ReusableLeases => n.policy.is_none_or(|p| p == LeasePolicy::ReuseByEnvironment),
+            NativeSyncIn | NativeSyncOut => n.job_backend.is_none() && !n.native_file_sync_unsupported,
             PersistentProcessSessions | IncrementalSessionOutput => n.config_failure.is_none(),
             IndependentControlCommands => true,
         }
@@ -204,9 +177,8 @@ fn arbitrary_json() -> impl Strategy<Value = Value> {
     leaf.prop_recursive(4, 64, 8, move |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-            prop::collection::btree_map(keys.clone(), inner, 0..6).prop_map(|m| Value::Object(
-                m.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
-            )),
+            prop::collection::btree_map(keys.clone(), inner, 0..6)
+                .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())),
         ]
     })
 }

@@ -11,10 +11,7 @@ fn deny(object: &Value) -> String {
     let v = review(object, None, &Options::default());
     assert!(!v.allowed(), "expected a denial for {object}");
     for p in &v.problems {
-        assert!(
-            !p.message.contains("; "),
-            "a problem must not contain the separator: {p}"
-        );
+        assert!(!p.message.contains("; "), "a problem must not contain the separator: {p}");
     }
     v.message()
 }
@@ -36,48 +33,20 @@ fn the_api_md_examples_are_allowed_without_warnings() {
 #[test]
 fn provider_field_rules() {
     let cases: Vec<(Value, &str)> = vec![
-        (
-            remove(provider_json(), "/spec/pluginKey"),
-            "spec.pluginKey: required",
-        ),
+        (remove(provider_json(), "/spec/pluginKey"), "spec.pluginKey: required"),
         (
             set(provider_json(), "/spec/pluginKey", json!("Acme.Provider")),
             "spec.pluginKey: \"Acme.Provider\" must match ^[a-z0-9][a-z0-9._-]*$",
         ),
+        (set(provider_json(), "/spec/pluginKey", json!("-acme")), "spec.pluginKey: \"-acme\" must match"),
+        (set(provider_json(), "/spec/pluginKey", json!(7)), "spec.pluginKey: must be a string, got a number"),
+        (remove(provider_json(), "/spec/version"), "spec.version: required"),
+        (set(provider_json(), "/spec/version", json!("1.4")), "spec.version: \"1.4\" is not a semantic version"),
+        (set(provider_json(), "/spec/version", json!("v1.4.0")), "spec.version: \"v1.4.0\" is not a semantic version"),
+        (remove(provider_json(), "/spec/worker"), "spec.worker: required"),
+        (set(provider_json(), "/spec/worker", json!({})), "spec.worker: set exactly one of service or url"),
         (
-            set(provider_json(), "/spec/pluginKey", json!("-acme")),
-            "spec.pluginKey: \"-acme\" must match",
-        ),
-        (
-            set(provider_json(), "/spec/pluginKey", json!(7)),
-            "spec.pluginKey: must be a string, got a number",
-        ),
-        (
-            remove(provider_json(), "/spec/version"),
-            "spec.version: required",
-        ),
-        (
-            set(provider_json(), "/spec/version", json!("1.4")),
-            "spec.version: \"1.4\" is not a semantic version",
-        ),
-        (
-            set(provider_json(), "/spec/version", json!("v1.4.0")),
-            "spec.version: \"v1.4.0\" is not a semantic version",
-        ),
-        (
-            remove(provider_json(), "/spec/worker"),
-            "spec.worker: required",
-        ),
-        (
-            set(provider_json(), "/spec/worker", json!({})),
-            "spec.worker: set exactly one of service or url",
-        ),
-        (
-            set(
-                provider_json(),
-                "/spec/worker/url",
-                json!("https://w.example"),
-            ),
+            set(provider_json(), "/spec/worker/url", json!("https://w.example")),
             "spec.worker: set exactly one of service or url, not both",
         ),
         (
@@ -89,29 +58,16 @@ fn provider_field_rules() {
             "spec.worker.service.port: must be an integer from 1 to 65535",
         ),
         (
-            set(
-                provider_json(),
-                "/spec/worker/service/namespace",
-                json!("Sandbox_System"),
-            ),
+            set(provider_json(), "/spec/worker/service/namespace", json!("Sandbox_System")),
             "spec.worker.service.namespace: \"Sandbox_System\" is not a valid DNS-1123 label",
         ),
-        (
-            remove(provider_json(), "/spec/worker/service/name"),
-            "spec.worker.service.name: required",
-        ),
+        (remove(provider_json(), "/spec/worker/service/name"), "spec.worker.service.name: required"),
         (
             set(provider_json(), "/spec/worker/service/path", json!("rpc")),
             "spec.worker.service.path: \"rpc\" must start with /",
         ),
-        (
-            set(provider_json(), "/spec/worker/service/tls", json!(true)),
-            "spec.worker.service.tls: unknown field",
-        ),
-        (
-            remove(provider_json(), "/spec/environmentDrivers"),
-            "spec.environmentDrivers: required",
-        ),
+        (set(provider_json(), "/spec/worker/service/tls", json!(true)), "spec.worker.service.tls: unknown field"),
+        (remove(provider_json(), "/spec/environmentDrivers"), "spec.environmentDrivers: required"),
         (
             set(provider_json(), "/spec/environmentDrivers", json!([])),
             "spec.environmentDrivers: must declare at least one driver",
@@ -128,34 +84,20 @@ fn provider_field_rules() {
     ];
     for (object, expected) in cases {
         let message = deny(&object);
-        assert!(
-            message.contains(expected),
-            "\n got: {message}\nwant: {expected}"
-        );
+        assert!(message.contains(expected), "\n got: {message}\nwant: {expected}");
     }
 }
 
 #[test]
 fn driver_entry_rules() {
     let cases: Vec<(Value, &str)> = vec![
+        (remove(provider_json(), &format!("{D0}/driverKey")), "spec.environmentDrivers[0].driverKey: required"),
         (
-            remove(provider_json(), &format!("{D0}/driverKey")),
-            "spec.environmentDrivers[0].driverKey: required",
-        ),
-        (
-            set(
-                provider_json(),
-                &format!("{D0}/driverKey"),
-                json!("Kube rnetes"),
-            ),
+            set(provider_json(), &format!("{D0}/driverKey"), json!("Kube rnetes")),
             "spec.environmentDrivers[0].driverKey: \"Kube rnetes\" must match",
         ),
         (
-            set(
-                provider_json(),
-                &format!("{D0}/kind"),
-                json!("sandbox-provider"),
-            ),
+            set(provider_json(), &format!("{D0}/kind"), json!("sandbox-provider")),
             "spec.environmentDrivers[0].kind: \"sandbox-provider\" is not a driver kind",
         ),
         (
@@ -163,51 +105,27 @@ fn driver_entry_rules() {
             "spec.environmentDrivers[0].displayName: must be 1 to 100 characters, got 0",
         ),
         (
-            set(
-                provider_json(),
-                &format!("{D0}/displayName"),
-                json!("x".repeat(101)),
-            ),
+            set(provider_json(), &format!("{D0}/displayName"), json!("x".repeat(101))),
             "displayName: must be 1 to 100 characters, got 101",
         ),
         (
-            set(
-                provider_json(),
-                &format!("{D0}/description"),
-                json!("é".repeat(501)),
-            ),
+            set(provider_json(), &format!("{D0}/description"), json!("é".repeat(501))),
             "description: must be at most 500 characters, got 501",
         ),
         (
-            set(
-                provider_json(),
-                &format!("{D0}/configSchema"),
-                json!("object"),
-            ),
+            set(provider_json(), &format!("{D0}/configSchema"), json!("object")),
             "configSchema: must be a JSON Schema object, got a string",
         ),
         (
-            set(
-                provider_json(),
-                &format!("{D0}/configSchema"),
-                json!({"type": "objekt"}),
-            ),
+            set(provider_json(), &format!("{D0}/configSchema"), json!({"type": "objekt"})),
             "spec.environmentDrivers[0].configSchema: is not a valid JSON Schema",
         ),
         (
-            set(
-                provider_json(),
-                &format!("{D0}/configSchema"),
-                json!({"minLength": -1}),
-            ),
+            set(provider_json(), &format!("{D0}/configSchema"), json!({"minLength": -1})),
             "configSchema: is not a valid JSON Schema",
         ),
         (
-            set(
-                provider_json(),
-                &format!("{D0}/supportsReusableLeases"),
-                json!("yes"),
-            ),
+            set(provider_json(), &format!("{D0}/supportsReusableLeases"), json!("yes")),
             "supportsReusableLeases: must be a boolean",
         ),
         (
@@ -219,20 +137,13 @@ fn driver_entry_rules() {
             "spec.environmentDrivers[0].nativeSyncIn: unknown field (allowed fields: driverKey, kind, displayName, description, configSchema, supportsReusableLeases, sandboxCapabilities) (capability keys belong under spec.environmentDrivers[0].sandboxCapabilities)",
         ),
         (
-            set(
-                provider_json(),
-                "/spec/environmentDrivers/0",
-                json!("kubernetes"),
-            ),
+            set(provider_json(), "/spec/environmentDrivers/0", json!("kubernetes")),
             "spec.environmentDrivers[0]: must be an object, got a string",
         ),
     ];
     for (object, expected) in cases {
         let message = deny(&object);
-        assert!(
-            message.contains(expected),
-            "\n got: {message}\nwant: {expected}"
-        );
+        assert!(message.contains(expected), "\n got: {message}\nwant: {expected}");
     }
 }
 
@@ -240,10 +151,7 @@ fn driver_entry_rules() {
 fn driver_keys_are_unique() {
     let mut p = provider_json();
     let second = p.pointer(D0).unwrap().clone();
-    p["spec"]["environmentDrivers"]
-        .as_array_mut()
-        .unwrap()
-        .push(second);
+    p["spec"]["environmentDrivers"].as_array_mut().unwrap().push(second);
     assert_eq!(
         deny(&p),
         "spec.environmentDrivers[1].driverKey: duplicate driverKey \"kubernetes\" (first declared at spec.environmentDrivers[0])"
@@ -252,11 +160,7 @@ fn driver_keys_are_unique() {
 
 #[test]
 fn config_schema_with_a_remote_ref_is_rejected_not_fetched() {
-    let p = set(
-        provider_json(),
-        &format!("{D0}/configSchema"),
-        json!({"$ref": "https://example.invalid/schema.json"}),
-    );
+    let p = set(provider_json(), &format!("{D0}/configSchema"), json!({"$ref": "https://example.invalid/schema.json"}));
     assert!(deny(&p).contains("configSchema: is not a valid JSON Schema"));
 }
 
@@ -272,11 +176,7 @@ fn sandbox_capabilities_accept_only_the_six_keys_with_boolean_values() {
         "incrementalSessionOutput",
     ] {
         allow(&set(provider_json(), &format!("{caps}/{key}"), json!(true)));
-        let message = deny(&set(
-            provider_json(),
-            &format!("{caps}/{key}"),
-            json!("true"),
-        ));
+        let message = deny(&set(provider_json(), &format!("{caps}/{key}"), json!("true")));
         assert_eq!(
             message,
             format!(
@@ -287,8 +187,7 @@ fn sandbox_capabilities_accept_only_the_six_keys_with_boolean_values() {
     assert!(deny(&set(provider_json(), &format!("{caps}/reusableLease"), json!(true)))
         .starts_with("spec.environmentDrivers[0].sandboxCapabilities.reusableLease: unknown capability key (the keys are reusableLeases,"));
     assert!(
-        deny(&set(provider_json(), &caps, json!([])))
-            .contains("sandboxCapabilities: must be an object, got a list")
+        deny(&set(provider_json(), &caps, json!([]))).contains("sandboxCapabilities: must be an object, got a list")
     );
 }
 
@@ -296,11 +195,7 @@ fn sandbox_capabilities_accept_only_the_six_keys_with_boolean_values() {
 fn removed_concurrency_keys_are_rejected_as_removed_from_the_contract() {
     for key in ["concurrentSyncAndExec", "concurrentSyncOperations"] {
         for value in [json!(true), json!(false)] {
-            let message = deny(&set(
-                provider_json(),
-                &format!("{D0}/sandboxCapabilities/{key}"),
-                value,
-            ));
+            let message = deny(&set(provider_json(), &format!("{D0}/sandboxCapabilities/{key}"), value));
             assert_eq!(
                 message,
                 format!(
@@ -314,24 +209,12 @@ fn removed_concurrency_keys_are_rejected_as_removed_from_the_contract() {
 #[test]
 fn every_problem_is_reported_at_once_joined_by_semicolons() {
     let mut p = set(provider_json(), "/spec/version", json!("one"));
-    p = set(
-        p,
-        &format!("{D0}/sandboxCapabilities/concurrentSyncAndExec"),
-        json!(true),
-    );
-    p = set(
-        p,
-        &format!("{D0}/sandboxCapabilities/concurrentSyncOperations"),
-        json!(true),
-    );
+    p = set(p, &format!("{D0}/sandboxCapabilities/concurrentSyncAndExec"), json!(true));
+    p = set(p, &format!("{D0}/sandboxCapabilities/concurrentSyncOperations"), json!(true));
     p = set(p, "/spec/worker/service/port", json!(-1));
     let v = review(&p, None, &Options::default());
     assert_eq!(v.problems.len(), 4, "{}", v.message());
-    let paths: Vec<_> = v
-        .message()
-        .split("; ")
-        .map(|s| s.split(':').next().unwrap().to_string())
-        .collect();
+    let paths: Vec<_> = v.message().split("; ").map(|s| s.split(':').next().unwrap().to_string()).collect();
     assert_eq!(
         paths,
         [
@@ -345,16 +228,8 @@ fn every_problem_is_reported_at_once_joined_by_semicolons() {
 
 #[test]
 fn warnings_for_legacy_and_nested_flags_split_sync_pair_and_unread_capabilities() {
-    let both = set(
-        provider_json(),
-        &format!("{D0}/supportsReusableLeases"),
-        json!(true),
-    );
-    let both = set(
-        both,
-        &format!("{D0}/sandboxCapabilities/reusableLeases"),
-        json!(false),
-    );
+    let both = set(provider_json(), &format!("{D0}/supportsReusableLeases"), json!(true));
+    let both = set(both, &format!("{D0}/sandboxCapabilities/reusableLeases"), json!(false));
     assert_eq!(
         allow(&both),
         [
@@ -362,16 +237,8 @@ fn warnings_for_legacy_and_nested_flags_split_sync_pair_and_unread_capabilities(
         ]
     );
     for (sync_in, sync_out) in [(json!(true), json!(false)), (json!(false), json!(true))] {
-        let split = set(
-            provider_json(),
-            &format!("{D0}/sandboxCapabilities/nativeSyncIn"),
-            sync_in,
-        );
-        let split = set(
-            split,
-            &format!("{D0}/sandboxCapabilities/nativeSyncOut"),
-            sync_out,
-        );
+        let split = set(provider_json(), &format!("{D0}/sandboxCapabilities/nativeSyncIn"), sync_in);
+        let split = set(split, &format!("{D0}/sandboxCapabilities/nativeSyncOut"), sync_out);
         assert_eq!(
             allow(&split),
             [
@@ -379,15 +246,8 @@ fn warnings_for_legacy_and_nested_flags_split_sync_pair_and_unread_capabilities(
             ]
         );
     }
-    let omitted = remove(
-        provider_json(),
-        &format!("{D0}/sandboxCapabilities/nativeSyncOut"),
-    );
-    assert_eq!(
-        allow(&omitted).len(),
-        1,
-        "one declared, the other omitted is also a split pair"
-    );
+    let omitted = remove(provider_json(), &format!("{D0}/sandboxCapabilities/nativeSyncOut"));
+    assert_eq!(allow(&omitted).len(), 1, "one declared, the other omitted is also a split pair");
     for kind in [Some("environment_driver"), None] {
         let p = match kind {
             Some(k) => set(provider_json(), &format!("{D0}/kind"), json!(k)),
@@ -395,17 +255,11 @@ fn warnings_for_legacy_and_nested_flags_split_sync_pair_and_unread_capabilities(
         };
         assert_eq!(
             allow(&p),
-            [
-                "spec.environmentDrivers[0]: sandboxCapabilities is never read unless kind is sandbox_provider"
-            ]
+            ["spec.environmentDrivers[0]: sandboxCapabilities is never read unless kind is sandbox_provider"]
         );
     }
     let legacy_only = remove(
-        set(
-            provider_json(),
-            &format!("{D0}/supportsReusableLeases"),
-            json!(true),
-        ),
+        set(provider_json(), &format!("{D0}/supportsReusableLeases"), json!(true)),
         &format!("{D0}/sandboxCapabilities"),
     );
     assert!(allow(&legacy_only).is_empty());
@@ -426,11 +280,7 @@ fn warnings_stay_under_the_kubernetes_limit_even_for_large_indexes() {
     }
     let warnings = allow(&p);
     assert_eq!(warnings.len(), 1200 * 3);
-    assert!(
-        warnings.iter().all(|w| w.len() < MAX_WARNING_LEN),
-        "{:?}",
-        warnings.iter().max_by_key(|w| w.len())
-    );
+    assert!(warnings.iter().all(|w| w.len() < MAX_WARNING_LEN), "{:?}", warnings.iter().max_by_key(|w| w.len()));
 }
 
 #[test]
@@ -445,32 +295,19 @@ fn worker_urls_are_accepted_only_with_allow_worker_urls() {
         refused.message(),
         "spec.worker.url: worker URLs are refused because the operator runs without --allow-worker-urls: use spec.worker.service instead"
     );
-    let allowed = Options {
-        allow_worker_urls: true,
-    };
+    let allowed = Options { allow_worker_urls: true };
     assert!(review(&p, None, &allowed).allowed());
     for bad in ["ftp://worker/rpc", "worker:8080", "/rpc"] {
         let p = set(p.clone(), "/spec/worker/url", json!(bad));
-        assert!(
-            review(&p, None, &allowed)
-                .message()
-                .contains("must be an absolute http:// or https:// URL"),
-            "{bad}"
-        );
+        assert!(review(&p, None, &allowed).message().contains("must be an absolute http:// or https:// URL"), "{bad}");
     }
 }
 
 #[test]
 fn lease_field_rules() {
     let cases: Vec<(Value, &str)> = vec![
-        (
-            remove(lease_json(), "/spec/providerRef"),
-            "spec.providerRef: required",
-        ),
-        (
-            remove(lease_json(), "/spec/providerRef/driverKey"),
-            "spec.providerRef.driverKey: required",
-        ),
+        (remove(lease_json(), "/spec/providerRef"), "spec.providerRef: required"),
+        (remove(lease_json(), "/spec/providerRef/driverKey"), "spec.providerRef.driverKey: required"),
         (
             set(lease_json(), "/spec/providerRef/name", json!("Acme_K8s")),
             "spec.providerRef.name: \"Acme_K8s\" is not a valid resource name",
@@ -479,10 +316,7 @@ fn lease_field_rules() {
             set(lease_json(), "/spec/policy", json!("Reuse")),
             "spec.policy: \"Reuse\" is not a policy: use Ephemeral or ReuseByEnvironment",
         ),
-        (
-            remove(lease_json(), "/spec/environment"),
-            "spec.environment: required when policy is ReuseByEnvironment",
-        ),
+        (remove(lease_json(), "/spec/environment"), "spec.environment: required when policy is ReuseByEnvironment"),
         (
             set(lease_json(), "/spec/environment", json!("")),
             "spec.environment: required when policy is ReuseByEnvironment",
@@ -491,34 +325,15 @@ fn lease_field_rules() {
             set(lease_json(), "/spec/nativeFileSyncUnsupported", json!("no")),
             "spec.nativeFileSyncUnsupported: must be a boolean",
         ),
+        (set(lease_json(), "/spec/config", json!("backend=job")), "spec.config: must be an object, got a string"),
+        (set(lease_json(), "/spec/configFrom", json!({})), "spec.configFrom: must be a list"),
+        (remove(lease_json(), "/spec/configFrom/0/secretKeyRef/key"), "spec.configFrom[0].secretKeyRef.key: required"),
         (
-            set(lease_json(), "/spec/config", json!("backend=job")),
-            "spec.config: must be an object, got a string",
-        ),
-        (
-            set(lease_json(), "/spec/configFrom", json!({})),
-            "spec.configFrom: must be a list",
-        ),
-        (
-            remove(lease_json(), "/spec/configFrom/0/secretKeyRef/key"),
-            "spec.configFrom[0].secretKeyRef.key: required",
-        ),
-        (
-            set(
-                lease_json(),
-                "/spec/configFrom/0/secretKeyRef/key",
-                json!("a/b"),
-            ),
+            set(lease_json(), "/spec/configFrom/0/secretKeyRef/key", json!("a/b")),
             "spec.configFrom[0].secretKeyRef.key: \"a/b\" is not a valid Secret key",
         ),
-        (
-            set(lease_json(), "/spec/configFrom/0/secretRef", json!({})),
-            "spec.configFrom[0].secretRef: unknown field",
-        ),
-        (
-            remove(lease_json(), "/spec/workloadRef/kind"),
-            "spec.workloadRef.kind: required",
-        ),
+        (set(lease_json(), "/spec/configFrom/0/secretRef", json!({})), "spec.configFrom[0].secretRef: unknown field"),
+        (remove(lease_json(), "/spec/workloadRef/kind"), "spec.workloadRef.kind: required"),
         (
             set(lease_json(), "/spec/nativeFileSyncUnsuported", json!(true)),
             "spec.nativeFileSyncUnsuported: unknown field",
@@ -526,26 +341,16 @@ fn lease_field_rules() {
     ];
     for (object, expected) in cases {
         let message = deny(&object);
-        assert!(
-            message.contains(expected),
-            "\n got: {message}\nwant: {expected}"
-        );
+        assert!(message.contains(expected), "\n got: {message}\nwant: {expected}");
     }
-    allow(&remove(
-        remove(lease_json(), "/spec/policy"),
-        "/spec/environment",
-    ));
+    allow(&remove(remove(lease_json(), "/spec/policy"), "/spec/environment"));
     allow(&set(lease_json(), "/spec/policy", json!("Ephemeral")));
 }
 
 #[test]
 fn null_optional_fields_count_as_absent_as_the_nullable_crd_schema_allows() {
     allow(&set(lease_json(), "/spec/workloadRef", Value::Null));
-    allow(&set(
-        provider_json(),
-        &format!("{D0}/sandboxCapabilities/nativeSyncIn"),
-        Value::Null,
-    ));
+    allow(&set(provider_json(), &format!("{D0}/sandboxCapabilities/nativeSyncIn"), Value::Null));
 }
 
 #[test]
@@ -563,16 +368,8 @@ fn immutable_fields_on_update_say_what_to_do_instead() {
     let old = lease_json();
     let new = set(old.clone(), "/spec/providerRef/driverKey", json!("docker"));
     let v = review(&new, Some(&old), &Options::default());
-    assert!(
-        v.message()
-            .starts_with("spec.providerRef: field is immutable (was {"),
-        "{}",
-        v.message()
-    );
-    assert!(
-        v.message()
-            .ends_with("to use another provider or driver, create a new SandboxLease")
-    );
+    assert!(v.message().starts_with("spec.providerRef: field is immutable (was {"), "{}", v.message());
+    assert!(v.message().ends_with("to use another provider or driver, create a new SandboxLease"));
 }
 
 #[test]
@@ -583,29 +380,16 @@ fn objects_that_are_not_sandcap_resources_are_denied_with_a_reason() {
             json!({"apiVersion": "v1", "kind": "Secret"}),
             "apiVersion: unsupported apiVersion \"v1\", expected \"sandcap.dev/v1alpha1\"; metadata.name: required; kind: must be SandboxProvider or SandboxLease",
         ),
-        (
-            set(provider_json(), "/apiVersion", json!("sandcap.dev/v1")),
-            "apiVersion: unsupported apiVersion",
-        ),
-        (
-            set(provider_json(), "/spec", json!("x")),
-            "spec: must be an object, got a string",
-        ),
-        (
-            remove(provider_json(), "/metadata"),
-            "metadata.name: required",
-        ),
+        (set(provider_json(), "/apiVersion", json!("sandcap.dev/v1")), "apiVersion: unsupported apiVersion"),
+        (set(provider_json(), "/spec", json!("x")), "spec: must be an object, got a string"),
+        (remove(provider_json(), "/metadata"), "metadata.name: required"),
         (
             set(lease_json(), "/metadata/name", json!("Run_42")),
             "metadata.name: \"Run_42\" is not a valid resource name",
         ),
     ];
     for (object, expected) in cases {
-        assert!(
-            deny(&object).contains(expected),
-            "{object}: {}",
-            deny(&object)
-        );
+        assert!(deny(&object).contains(expected), "{object}: {}", deny(&object));
     }
 }
 
@@ -614,13 +398,7 @@ fn objects_that_are_not_sandcap_resources_are_denied_with_a_reason() {
 fn crd_spec_schema(
     crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 ) -> Value {
-    let schema = crd.spec.versions[0]
-        .schema
-        .as_ref()
-        .unwrap()
-        .open_api_v3_schema
-        .as_ref()
-        .unwrap();
+    let schema = crd.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
     serde_json::to_value(schema).unwrap()["properties"]["spec"].clone()
 }
 
@@ -651,15 +429,10 @@ fn crd_schemas_keep_unknown_keys_for_the_webhook_to_reject() {
     let lease = crd_spec_schema(&sandcap::api::SandboxLease::crd());
     assert_nothing_is_pruned(&provider, "spec");
     assert_nothing_is_pruned(&lease, "spec");
-    let caps =
-        &provider["properties"]["environmentDrivers"]["items"]["properties"]["sandboxCapabilities"];
+    let caps = &provider["properties"]["environmentDrivers"]["items"]["properties"]["sandboxCapabilities"];
     assert_eq!(caps["x-kubernetes-preserve-unknown-fields"], json!(true));
     // And what is kept is then refused, with the removed-key message.
-    let message = deny(&set(
-        provider_json(),
-        &format!("{D0}/sandboxCapabilities/concurrentSyncAndExec"),
-        json!(true),
-    ));
+    let message = deny(&set(provider_json(), &format!("{D0}/sandboxCapabilities/concurrentSyncAndExec"), json!(true)));
     assert!(message.contains("removed from the contract"));
 }
 
@@ -687,8 +460,7 @@ fn structural_validator(spec_schema: &Value) -> jsonschema::Validator {
 #[test]
 fn sandcap_validate_is_never_more_lenient_than_the_crd_schema() {
     use kube::CustomResourceExt;
-    let provider_schema =
-        structural_validator(&crd_spec_schema(&sandcap::api::SandboxProvider::crd()));
+    let provider_schema = structural_validator(&crd_spec_schema(&sandcap::api::SandboxProvider::crd()));
     let lease_schema = structural_validator(&crd_spec_schema(&sandcap::api::SandboxLease::crd()));
     let mutations: Vec<(&str, Value)> = vec![
         ("/spec/pluginKey", json!("UPPER")),
@@ -702,36 +474,18 @@ fn sandcap_validate_is_never_more_lenient_than_the_crd_schema() {
         ("/spec/environmentDrivers/0/driverKey", json!("_x")),
         ("/spec/environmentDrivers/0/kind", json!("plugin")),
         ("/spec/environmentDrivers/0/displayName", json!("")),
-        (
-            "/spec/environmentDrivers/0/description",
-            json!("d".repeat(501)),
-        ),
+        ("/spec/environmentDrivers/0/description", json!("d".repeat(501))),
         ("/spec/environmentDrivers/0/configSchema", json!(1)),
-        (
-            "/spec/environmentDrivers/0/supportsReusableLeases",
-            json!(1),
-        ),
-        (
-            "/spec/environmentDrivers/0/sandboxCapabilities/nativeSyncIn",
-            json!("yes"),
-        ),
-        (
-            "/spec/environmentDrivers/0/sandboxCapabilities",
-            json!(true),
-        ),
+        ("/spec/environmentDrivers/0/supportsReusableLeases", json!(1)),
+        ("/spec/environmentDrivers/0/sandboxCapabilities/nativeSyncIn", json!("yes")),
+        ("/spec/environmentDrivers/0/sandboxCapabilities", json!(true)),
     ];
     for (pointer, value) in mutations {
         let object = set(provider_json(), pointer, value);
         let by_schema = !provider_schema.is_valid(&object["spec"]);
         let by_webhook = !review(&object, None, &Options::default()).allowed();
-        assert!(
-            by_schema,
-            "the CRD schema should reject {pointer} (test premise)"
-        );
-        assert!(
-            by_webhook,
-            "the CRD schema rejects {pointer} but sandcap would allow it"
-        );
+        assert!(by_schema, "the CRD schema should reject {pointer} (test premise)");
+        assert!(by_webhook, "the CRD schema rejects {pointer} but sandcap would allow it");
     }
     let lease_mutations: Vec<(&str, Value)> = vec![
         ("/spec/providerRef", json!({})),
@@ -743,14 +497,8 @@ fn sandcap_validate_is_never_more_lenient_than_the_crd_schema() {
     ];
     for (pointer, value) in lease_mutations {
         let object = set(lease_json(), pointer, value);
-        assert!(
-            !lease_schema.is_valid(&object["spec"]),
-            "test premise: schema rejects {pointer}"
-        );
-        assert!(
-            !review(&object, None, &Options::default()).allowed(),
-            "sandcap allows {pointer}"
-        );
+        assert!(!lease_schema.is_valid(&object["spec"]), "test premise: schema rejects {pointer}");
+        assert!(!review(&object, None, &Options::default()).allowed(), "sandcap allows {pointer}");
     }
     assert!(provider_schema.is_valid(&provider_json()["spec"]));
     assert!(lease_schema.is_valid(&lease_json()["spec"]));

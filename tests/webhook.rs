@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SerialNumber,
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    SerialNumber,
 };
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
@@ -46,35 +46,21 @@ impl Ca {
         let key = KeyPair::generate().unwrap();
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "sandcap test CA");
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
+        params.distinguished_name.push(DnType::CommonName, "sandcap test CA");
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
         let der = params.self_signed(&key).unwrap().der().clone();
-        Ca {
-            issuer: Issuer::new(params, key),
-            der,
-        }
+        Ca { issuer: Issuer::new(params, key), der }
     }
 
     fn leaf(&self, serial: u8) -> Leaf {
         let key = KeyPair::generate().unwrap();
-        let mut params =
-            CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+        let mut params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
         params.serial_number = Some(SerialNumber::from_slice(&[serial]));
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         params.not_after = rcgen::date_time_ymd(2030 + i32::from(serial % 16), 1, 1);
         let not_after = params.not_after.unix_timestamp();
         let cert = params.signed_by(&key, &self.issuer).unwrap();
-        Leaf {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-            serial,
-            not_after,
-        }
+        Leaf { cert_pem: cert.pem(), key_pem: key.serialize_pem(), serial, not_after }
     }
 
     fn client_config(&self, alpn: &[&[u8]]) -> ClientConfig {
@@ -91,10 +77,7 @@ impl Ca {
 
     /// The real HTTPS client, trusting only this CA.
     fn https_client(&self) -> reqwest::Client {
-        reqwest::Client::builder()
-            .use_preconfigured_tls(self.client_config(&[]))
-            .build()
-            .unwrap()
+        reqwest::Client::builder().use_preconfigured_tls(self.client_config(&[])).build().unwrap()
     }
 }
 
@@ -108,10 +91,7 @@ struct SecretVolume {
 
 impl SecretVolume {
     fn new() -> SecretVolume {
-        SecretVolume {
-            dir: tempfile::tempdir().unwrap(),
-            generation: 0,
-        }
+        SecretVolume { dir: tempfile::tempdir().unwrap(), generation: 0 }
     }
 
     fn cert(&self) -> PathBuf {
@@ -123,21 +103,14 @@ impl SecretVolume {
     }
 
     fn source(&self) -> CertSource {
-        CertSource::Files {
-            cert: self.cert(),
-            key: self.key(),
-            interval: Duration::from_millis(50),
-        }
+        CertSource::Files { cert: self.cert(), key: self.key(), interval: Duration::from_millis(50) }
     }
 
     /// Publishes a new pair the way the kubelet does: a fresh directory, then one rename of `..data`.
     fn publish(&mut self, cert_pem: &str, key_pem: &str) {
         self.generation += 1;
         let root = self.dir.path();
-        let version = format!(
-            "..2025_01_01_00_00_{:02}.{}",
-            self.generation, self.generation
-        );
+        let version = format!("..2025_01_01_00_00_{:02}.{}", self.generation, self.generation);
         std::fs::create_dir(root.join(&version)).unwrap();
         std::fs::write(root.join(&version).join("tls.crt"), cert_pem).unwrap();
         std::fs::write(root.join(&version).join("tls.key"), key_pem).unwrap();
@@ -145,8 +118,7 @@ impl SecretVolume {
         std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
         for name in ["tls.crt", "tls.key"] {
             if !root.join(name).exists() {
-                std::os::unix::fs::symlink(Path::new("..data").join(name), root.join(name))
-                    .unwrap();
+                std::os::unix::fs::symlink(Path::new("..data").join(name), root.join(name)).unwrap();
             }
         }
     }
@@ -183,24 +155,9 @@ async fn start(certificate: CertSource) -> Harness {
     let shutdown = CancellationToken::new();
     let admin_app = server::admin_router(Arc::new(registry), readiness.clone());
     tokio::spawn(server::serve_admin(admin, admin_app, shutdown.clone()));
-    let webhook = Webhook {
-        listener,
-        certificate,
-        options: Options::default(),
-        limits: test_limits(),
-    };
-    let stopped = tokio::spawn(server::serve_webhook(
-        webhook,
-        metrics,
-        readiness,
-        shutdown.clone(),
-    ));
-    Harness {
-        webhook: webhook_addr,
-        admin: admin_addr,
-        shutdown,
-        stopped,
-    }
+    let webhook = Webhook { listener, certificate, options: Options::default(), limits: test_limits() };
+    let stopped = tokio::spawn(server::serve_webhook(webhook, metrics, readiness, shutdown.clone()));
+    Harness { webhook: webhook_addr, admin: admin_addr, shutdown, stopped }
 }
 
 /// A server with a CA-issued certificate, already serving it, and a client trusting the CA.
@@ -224,20 +181,13 @@ impl Harness {
     }
 
     async fn metrics(&self) -> String {
-        reqwest::get(self.admin_url("/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        reqwest::get(self.admin_url("/metrics")).await.unwrap().text().await.unwrap()
     }
 }
 
 async fn wait_ready(harness: &Harness) {
     eventually("/readyz to answer 200", || async {
-        reqwest::get(harness.admin_url("/readyz"))
-            .await
-            .is_ok_and(|r| r.status() == 200)
+        reqwest::get(harness.admin_url("/readyz")).await.is_ok_and(|r| r.status() == 200)
     })
     .await;
 }
@@ -255,24 +205,13 @@ async fn eventually<F: Future<Output = bool>>(what: &str, mut check: impl FnMut(
 
 /// The value of one sample line of the metrics text, 0 when absent.
 fn sample(metrics: &str, series: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|line| {
-            line.strip_prefix(series)
-                .and_then(|rest| rest.trim().parse().ok())
-        })
-        .unwrap_or(0.0)
+    metrics.lines().find_map(|line| line.strip_prefix(series).and_then(|rest| rest.trim().parse().ok())).unwrap_or(0.0)
 }
 
 // ---- AdmissionReviews -------------------------------------------------------------------------
 
 fn example(file: &str) -> Value {
-    let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("examples")
-            .join(file),
-    )
-    .unwrap();
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(file)).unwrap();
     serde_yaml_ng::from_str(&text).unwrap()
 }
 
@@ -297,23 +236,11 @@ fn review(operation: &str, object: &Value, old: Option<&Value>) -> Value {
     })
 }
 
-async fn post(
-    client: &reqwest::Client,
-    harness: &Harness,
-    body: impl Into<reqwest::Body>,
-) -> (u16, Value) {
-    let response = client
-        .post(harness.url("/validate"))
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+async fn post(client: &reqwest::Client, harness: &Harness, body: impl Into<reqwest::Body>) -> (u16, Value) {
+    let response = client.post(harness.url("/validate")).body(body).send().await.unwrap();
     let status = response.status().as_u16();
     let text = response.text().await.unwrap();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
 }
 
 async fn post_review(client: &reqwest::Client, harness: &Harness, review: &Value) -> Value {
@@ -321,56 +248,34 @@ async fn post_review(client: &reqwest::Client, harness: &Harness, review: &Value
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["apiVersion"], "admission.k8s.io/v1");
     assert_eq!(body["kind"], "AdmissionReview");
-    assert_eq!(
-        body["response"]["uid"], review["request"]["uid"],
-        "the uid is echoed"
-    );
+    assert_eq!(body["response"]["uid"], review["request"]["uid"], "the uid is echoed");
     body["response"].clone()
 }
 
 /// Reviews the complete example provider, which is allowed.
 async fn review_full_provider(client: &reqwest::Client, harness: &Harness) {
-    let response = post_review(
-        client,
-        harness,
-        &review("CREATE", &example("provider-full.yaml"), None),
-    )
-    .await;
+    let response = post_review(client, harness, &review("CREATE", &example("provider-full.yaml"), None)).await;
     assert_eq!(response["allowed"], true, "{response}");
 }
 
 #[tokio::test]
 async fn an_allowed_provider_and_lease() {
     let (harness, client, _ca, _volume) = serving().await;
-    for file in [
-        "provider-full.yaml",
-        "provider-legacy.yaml",
-        "lease-reuse.yaml",
-        "lease-job.yaml",
-    ] {
-        let response =
-            post_review(&client, &harness, &review("CREATE", &example(file), None)).await;
+    for file in ["provider-full.yaml", "provider-legacy.yaml", "lease-reuse.yaml", "lease-job.yaml"] {
+        let response = post_review(&client, &harness, &review("CREATE", &example(file), None)).await;
         assert_eq!(response["allowed"], true, "{file}: {response}");
         assert!(response.get("status").is_none());
     }
     let metrics = harness.metrics().await;
     let series = r#"sandcap_admission_requests_total{kind="SandboxProvider",operation="CREATE",verdict="allowed"}"#;
     assert_eq!(sample(&metrics, series), 2.0, "{metrics}");
-    assert!(
-        metrics.contains(r#"sandcap_admission_duration_seconds_count{kind="SandboxLease"} 2"#),
-        "{metrics}"
-    );
+    assert!(metrics.contains(r#"sandcap_admission_duration_seconds_count{kind="SandboxLease"} 2"#), "{metrics}");
 }
 
 #[tokio::test]
 async fn a_denied_provider_gets_the_contract_message_and_its_warnings() {
     let (harness, client, _ca, _volume) = serving().await;
-    let response = post_review(
-        &client,
-        &harness,
-        &review("CREATE", &example("provider-removed-key.yaml"), None),
-    )
-    .await;
+    let response = post_review(&client, &harness, &review("CREATE", &example("provider-removed-key.yaml"), None)).await;
     assert_eq!(response["allowed"], false);
     assert_eq!(response["status"]["code"], 403);
     assert_eq!(response["status"]["reason"], "Forbidden");
@@ -387,11 +292,7 @@ async fn a_denied_provider_gets_the_contract_message_and_its_warnings() {
         ])
     );
     // Word for word what `sandcap validate` says about the same file.
-    let offline = sandcap::validation::review(
-        &example("provider-removed-key.yaml"),
-        None,
-        &Options::default(),
-    );
+    let offline = sandcap::validation::review(&example("provider-removed-key.yaml"), None, &Options::default());
     assert_eq!(response["status"]["message"], offline.message());
     assert_eq!(response["warnings"], json!(offline.warnings));
     let metrics = harness.metrics().await;
@@ -403,8 +304,7 @@ async fn a_denied_provider_gets_the_contract_message_and_its_warnings() {
 async fn an_allowed_provider_carries_warnings_each_under_120_characters() {
     let (harness, client, _ca, _volume) = serving().await;
     let mut provider = example("provider-full.yaml");
-    provider["spec"]["environmentDrivers"][1]["sandboxCapabilities"] =
-        json!({"nativeSyncIn": true});
+    provider["spec"]["environmentDrivers"][1]["sandboxCapabilities"] = json!({"nativeSyncIn": true});
     provider["spec"]["environmentDrivers"][0]["supportsReusableLeases"] = json!(true);
     let response = post_review(&client, &harness, &review("CREATE", &provider, None)).await;
     assert_eq!(response["allowed"], true, "{response}");
@@ -417,12 +317,7 @@ async fn an_allowed_provider_carries_warnings_each_under_120_characters() {
         ])
     );
     let warnings = response["warnings"].as_array().unwrap();
-    assert!(
-        warnings
-            .iter()
-            .all(|w| w.as_str().unwrap().chars().count() < 120),
-        "{warnings:?}"
-    );
+    assert!(warnings.iter().all(|w| w.as_str().unwrap().chars().count() < 120), "{warnings:?}");
 }
 
 #[tokio::test]
@@ -450,19 +345,13 @@ async fn updates_keep_plugin_key_and_provider_ref_immutable() {
     // Changing anything else is fine.
     let mut new = old.clone();
     new["spec"]["environment"] = json!("env-8");
-    assert_eq!(
-        post_review(&client, &harness, &review("UPDATE", &new, Some(&old))).await["allowed"],
-        true
-    );
+    assert_eq!(post_review(&client, &harness, &review("UPDATE", &new, Some(&old))).await["allowed"], true);
 }
 
 #[tokio::test]
 async fn dry_run_requests_are_reviewed_like_any_other() {
     let (harness, client, _ca, _volume) = serving().await;
-    for (file, allowed) in [
-        ("provider-full.yaml", true),
-        ("provider-removed-key.yaml", false),
-    ] {
+    for (file, allowed) in [("provider-full.yaml", true), ("provider-removed-key.yaml", false)] {
         let mut dry = review("CREATE", &example(file), None);
         dry["request"]["dryRun"] = json!(true);
         let wet = post_review(&client, &harness, &review("CREATE", &example(file), None)).await;
@@ -478,15 +367,8 @@ async fn deletes_and_other_kinds_are_allowed_without_review() {
     let broken = json!({"apiVersion": "sandcap.dev/v1alpha1", "kind": "SandboxProvider", "metadata": {"name": "b"}});
     let mut delete = review("DELETE", &Value::Null, Some(&broken));
     delete["request"]["kind"]["kind"] = json!("SandboxProvider");
-    assert_eq!(
-        post_review(&client, &harness, &delete).await["allowed"],
-        true
-    );
-    let mut pod = review(
-        "CREATE",
-        &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
-        None,
-    );
+    assert_eq!(post_review(&client, &harness, &delete).await["allowed"], true);
+    let mut pod = review("CREATE", &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}), None);
     pod["request"]["kind"] = json!({"group": "", "version": "v1", "kind": "Pod"});
     assert_eq!(post_review(&client, &harness, &pod).await["allowed"], true);
 }
@@ -503,46 +385,18 @@ async fn hostile_bodies_get_a_client_error_with_a_reason() {
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("not JSON", b"{not json".to_vec(), "the body is not JSON"),
         ("empty", Vec::new(), "the body is not JSON"),
-        (
-            "binary",
-            vec![0xff, 0x00, 0xfe, 0x01],
-            "the body is not JSON",
-        ),
-        (
-            "a JSON list",
-            b"[1, 2]".to_vec(),
-            "not an AdmissionReview object",
-        ),
-        (
-            "another object",
-            br#"{"apiVersion": "v1", "kind": "Pod"}"#.to_vec(),
-            "apiVersion: unsupported",
-        ),
-        (
-            "v1beta1",
-            serde_json::to_vec(&v1beta1).unwrap(),
-            "apiVersion: unsupported \"admission.k8s.io/v1beta1\"",
-        ),
-        (
-            "no request",
-            serde_json::to_vec(&no_request).unwrap(),
-            "request: required",
-        ),
-        (
-            "deeply nested",
-            deep.into_bytes(),
-            "recursion limit exceeded",
-        ),
+        ("binary", vec![0xff, 0x00, 0xfe, 0x01], "the body is not JSON"),
+        ("a JSON list", b"[1, 2]".to_vec(), "not an AdmissionReview object"),
+        ("another object", br#"{"apiVersion": "v1", "kind": "Pod"}"#.to_vec(), "apiVersion: unsupported"),
+        ("v1beta1", serde_json::to_vec(&v1beta1).unwrap(), "apiVersion: unsupported \"admission.k8s.io/v1beta1\""),
+        ("no request", serde_json::to_vec(&no_request).unwrap(), "request: required"),
+        ("deeply nested", deep.into_bytes(), "recursion limit exceeded"),
     ];
     for (case, body, reason) in cases {
         let (status, answer) = post(&client, &harness, body).await;
         assert_eq!(status, 400, "{case}: {answer}");
         let response = &answer["response"];
-        assert_eq!(
-            (&response["allowed"], &response["status"]["code"]),
-            (&json!(false), &json!(400)),
-            "{case}"
-        );
+        assert_eq!((&response["allowed"], &response["status"]["code"]), (&json!(false), &json!(400)), "{case}");
         assert_eq!(response["status"]["reason"], "BadRequest", "{case}");
         let message = response["status"]["message"].as_str().unwrap();
         assert!(message.contains(reason), "{case}: {message}");
@@ -559,10 +413,7 @@ async fn hostile_bodies_get_a_client_error_with_a_reason() {
     assert!(response["allowed"].is_boolean());
     let metrics = harness.metrics().await;
     assert_eq!(
-        sample(
-            &metrics,
-            r#"sandcap_admission_requests_total{kind="other",operation="unknown",verdict="invalid"}"#
-        ),
+        sample(&metrics, r#"sandcap_admission_requests_total{kind="other",operation="unknown",verdict="invalid"}"#),
         8.0
     );
 }
@@ -574,10 +425,7 @@ async fn objects_of_the_wrong_shape_are_denied_with_the_field() {
     not_an_object["request"]["object"] = json!("a string");
     let response = post_review(&client, &harness, &not_an_object).await;
     assert_eq!(response["status"]["code"], 400);
-    assert_eq!(
-        response["status"]["message"],
-        "request.object: required for CREATE, a JSON object"
-    );
+    assert_eq!(response["status"]["message"], "request.object: required for CREATE, a JSON object");
 
     let mut wrong = example("provider-full.yaml");
     wrong["spec"]["environmentDrivers"] = json!({"driverKey": "not a list"});
@@ -585,10 +433,7 @@ async fn objects_of_the_wrong_shape_are_denied_with_the_field() {
     let response = post_review(&client, &harness, &review("CREATE", &wrong, None)).await;
     assert_eq!(response["status"]["code"], 403);
     let message = response["status"]["message"].as_str().unwrap();
-    assert!(
-        message.starts_with("spec.version: ") && message.contains("; spec.environmentDrivers: "),
-        "{message}"
-    );
+    assert!(message.starts_with("spec.version: ") && message.contains("; spec.environmentDrivers: "), "{message}");
 }
 
 #[tokio::test]
@@ -596,17 +441,10 @@ async fn oversized_bodies_wrong_paths_and_methods_are_refused() {
     let (harness, client, _ca, _volume) = serving().await;
     let huge = vec![b' '; server::MAX_BODY + 1];
     assert_eq!(post(&client, &harness, huge).await.0, 413);
-    let status =
-        |request: reqwest::RequestBuilder| async move { request.send().await.unwrap().status() };
-    assert_eq!(
-        status(client.post(harness.url("/mutate")).body("{}")).await,
-        404
-    );
+    let status = |request: reqwest::RequestBuilder| async move { request.send().await.unwrap().status() };
+    assert_eq!(status(client.post(harness.url("/mutate")).body("{}")).await, 404);
     assert_eq!(status(client.get(harness.url("/validate"))).await, 405);
-    assert_eq!(
-        status(client.put(harness.url("/validate")).body("{}")).await,
-        405
-    );
+    assert_eq!(status(client.put(harness.url("/validate")).body("{}")).await, 405);
     // Still serving.
     review_full_provider(&client, &harness).await;
 }
@@ -618,14 +456,11 @@ async fn an_oversized_chunked_body_is_cut_off_while_streaming() {
     let (mut reader, mut writer) = tokio::io::split(tls);
     // Written concurrently with reading: the server stops reading once the limit is passed.
     tokio::spawn(async move {
-        let head =
-            b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let head = b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n";
         writer.write_all(head).await?;
         let chunk = vec![b' '; 64 * 1024];
         for _ in 0..=server::MAX_BODY / chunk.len() + 1 {
-            writer
-                .write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
-                .await?;
+            writer.write_all(format!("{:x}\r\n", chunk.len()).as_bytes()).await?;
             writer.write_all(&chunk).await?;
             writer.write_all(b"\r\n").await?;
         }
@@ -637,17 +472,10 @@ async fn an_oversized_chunked_body_is_cut_off_while_streaming() {
 
 // ---- misbehaving clients ------------------------------------------------------------------------
 
-async fn tls_connect(
-    ca: &Ca,
-    addr: SocketAddr,
-    alpn: &[&[u8]],
-) -> tokio_rustls::client::TlsStream<TcpStream> {
+async fn tls_connect(ca: &Ca, addr: SocketAddr, alpn: &[&[u8]]) -> tokio_rustls::client::TlsStream<TcpStream> {
     let connector = TlsConnector::from(Arc::new(ca.client_config(alpn)));
     let tcp = TcpStream::connect(addr).await.unwrap();
-    connector
-        .connect(ServerName::IpAddress(addr.ip().into()), tcp)
-        .await
-        .unwrap()
+    connector.connect(ServerName::IpAddress(addr.ip().into()), tcp).await.unwrap()
 }
 
 /// Reads until the server closes the connection (or 5 s pass, which fails the test).
@@ -671,10 +499,7 @@ async fn slow_clients_are_cut_off_without_holding_up_others() {
     let (harness, client, ca, _volume) = serving().await;
     // Half the headers, then nothing.
     let mut stalled_headers = tls_connect(&ca, harness.webhook, &[]).await;
-    stalled_headers
-        .write_all(b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-")
-        .await
-        .unwrap();
+    stalled_headers.write_all(b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-").await.unwrap();
     // The headers, then half the body.
     let mut stalled_body = tls_connect(&ca, harness.webhook, &[]).await;
     stalled_body
@@ -688,11 +513,7 @@ async fn slow_clients_are_cut_off_without_holding_up_others() {
     // Meanwhile another client is served at once.
     let started = std::time::Instant::now();
     review_full_provider(&client, &harness).await;
-    assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "{:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
 
     let closed = read_until_closed(&mut stalled_headers).await;
     assert!(!String::from_utf8_lossy(&closed).contains("200 OK"));
@@ -706,21 +527,11 @@ async fn slow_clients_are_cut_off_without_holding_up_others() {
 async fn plain_http_on_the_tls_port_fails_the_handshake_only() {
     let (harness, client, _ca, _volume) = serving().await;
     let mut plain = TcpStream::connect(harness.webhook).await.unwrap();
-    plain
-        .write_all(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
-        .await
-        .unwrap();
+    plain.write_all(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}").await.unwrap();
     let answer = read_until_closed(&mut plain).await;
-    assert!(
-        !answer.starts_with(b"HTTP/"),
-        "no HTTP answer in the clear: {answer:?}"
-    );
+    assert!(!answer.starts_with(b"HTTP/"), "no HTTP answer in the clear: {answer:?}");
     // Over plain HTTP a real client gets a connection error, not a response.
-    assert!(
-        reqwest::get(format!("http://{}/validate", harness.webhook))
-            .await
-            .is_err()
-    );
+    assert!(reqwest::get(format!("http://{}/validate", harness.webhook)).await.is_err());
     review_full_provider(&client, &harness).await;
 }
 
@@ -729,27 +540,16 @@ async fn http2_is_served_too() {
     let (harness, _client, ca, _volume) = serving().await;
     let tls = tls_connect(&ca, harness.webhook, &[b"h2"]).await;
     assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
-    let (mut sender, connection) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(tls),
-    )
-    .await
-    .unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(tls))
+            .await
+            .unwrap();
     tokio::spawn(connection);
-    let body = serde_json::to_vec(&review(
-        "CREATE",
-        &example("provider-removed-key.yaml"),
-        None,
-    ))
-    .unwrap();
-    let request = http::Request::post(harness.url("/validate"))
-        .body(axum::body::Body::from(body))
-        .unwrap();
+    let body = serde_json::to_vec(&review("CREATE", &example("provider-removed-key.yaml"), None)).unwrap();
+    let request = http::Request::post(harness.url("/validate")).body(axum::body::Body::from(body)).unwrap();
     let response = sender.send_request(request).await.unwrap();
     assert_eq!(response.status(), 200);
-    let bytes = axum::body::to_bytes(axum::body::Body::new(response.into_body()), 1 << 20)
-        .await
-        .unwrap();
+    let bytes = axum::body::to_bytes(axum::body::Body::new(response.into_body()), 1 << 20).await.unwrap();
     let answer: Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(answer["response"]["status"]["code"], 403);
 }
@@ -762,13 +562,7 @@ async fn readyz_waits_for_a_certificate_and_metrics_show_it() {
     let mut volume = SecretVolume::new();
     // The Secret is not mounted yet (an optional volume, filled in later).
     let harness = start(volume.source()).await;
-    assert_eq!(
-        reqwest::get(harness.admin_url("/healthz"))
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(reqwest::get(harness.admin_url("/healthz")).await.unwrap().status(), 200);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let not_ready = reqwest::get(harness.admin_url("/readyz")).await.unwrap();
     assert_eq!(not_ready.status(), 503);
@@ -777,43 +571,17 @@ async fn readyz_waits_for_a_certificate_and_metrics_show_it() {
     volume.publish(&leaf.cert_pem, &leaf.key_pem);
     wait_ready(&harness).await;
     let metrics = reqwest::get(harness.admin_url("/metrics")).await.unwrap();
-    assert!(
-        metrics.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("application/openmetrics-text")
-    );
+    assert!(metrics.headers()["content-type"].to_str().unwrap().starts_with("application/openmetrics-text"));
     let metrics = metrics.text().await.unwrap();
-    assert_eq!(
-        sample(&metrics, "sandcap_certificate_expiry_timestamp_seconds"),
-        leaf.not_after as f64,
-        "{metrics}"
-    );
-    assert_eq!(
-        sample(
-            &metrics,
-            r#"sandcap_certificate_reloads_total{result="success"}"#
-        ),
-        1.0,
-        "{metrics}"
-    );
+    assert_eq!(sample(&metrics, "sandcap_certificate_expiry_timestamp_seconds"), leaf.not_after as f64, "{metrics}");
+    assert_eq!(sample(&metrics, r#"sandcap_certificate_reloads_total{result="success"}"#), 1.0, "{metrics}");
     // The missing files were one failure, counted once however many polls saw them.
-    assert_eq!(
-        sample(
-            &metrics,
-            r#"sandcap_certificate_reloads_total{result="failure"}"#
-        ),
-        1.0,
-        "{metrics}"
-    );
+    assert_eq!(sample(&metrics, r#"sandcap_certificate_reloads_total{result="failure"}"#), 1.0, "{metrics}");
 }
 
 async fn wait_serving(ca: &Ca, harness: &Harness, serial: u8) {
     let what = format!("the certificate with serial {serial:#x}");
-    eventually(&what, || async {
-        served_serial(ca, harness.webhook).await == serial
-    })
-    .await;
+    eventually(&what, || async { served_serial(ca, harness.webhook).await == serial }).await;
 }
 
 /// The serial of the certificate the server presents on a fresh connection.
@@ -838,51 +606,26 @@ async fn certificates_rotate_without_a_restart_and_bad_pairs_are_ignored() {
     wait_serving(&ca, &harness, b.serial).await;
     review_full_provider(&client, &harness).await;
     let metrics = harness.metrics().await;
-    assert_eq!(
-        sample(&metrics, "sandcap_certificate_expiry_timestamp_seconds"),
-        b.not_after as f64
-    );
-    let failures = |metrics: &str| {
-        sample(
-            metrics,
-            r#"sandcap_certificate_reloads_total{result="failure"}"#,
-        )
-    };
+    assert_eq!(sample(&metrics, "sandcap_certificate_expiry_timestamp_seconds"), b.not_after as f64);
+    let failures = |metrics: &str| sample(metrics, r#"sandcap_certificate_reloads_total{result="failure"}"#);
     assert_eq!(failures(&metrics), 0.0);
 
     // A certificate with another certificate's key.
     let (c, d) = (ca.leaf(0xC3), ca.leaf(0xD4));
     volume.publish(&c.cert_pem, &d.key_pem);
-    eventually("the mismatch to be counted", || async {
-        failures(&harness.metrics().await) == 1.0
-    })
-    .await;
+    eventually("the mismatch to be counted", || async { failures(&harness.metrics().await) == 1.0 }).await;
     assert_eq!(served_serial(&ca, harness.webhook).await, b.serial);
 
     // A certificate written in place and caught half way.
-    std::fs::write(
-        volume.dir.path().join("..data").join("tls.crt"),
-        &c.cert_pem[..c.cert_pem.len() / 2],
-    )
-    .unwrap();
+    std::fs::write(volume.dir.path().join("..data").join("tls.crt"), &c.cert_pem[..c.cert_pem.len() / 2]).unwrap();
     std::fs::write(volume.dir.path().join("..data").join("tls.key"), &c.key_pem).unwrap();
-    eventually("the half-written pair to be counted", || async {
-        failures(&harness.metrics().await) >= 2.0
-    })
-    .await;
+    eventually("the half-written pair to be counted", || async { failures(&harness.metrics().await) >= 2.0 }).await;
     assert_eq!(served_serial(&ca, harness.webhook).await, b.serial);
     let metrics = harness.metrics().await;
-    assert_eq!(
-        sample(&metrics, "sandcap_certificate_expiry_timestamp_seconds"),
-        b.not_after as f64
-    );
+    assert_eq!(sample(&metrics, "sandcap_certificate_expiry_timestamp_seconds"), b.not_after as f64);
 
     // Finished writing: now it loads.
-    std::fs::write(
-        volume.dir.path().join("..data").join("tls.crt"),
-        &c.cert_pem,
-    )
-    .unwrap();
+    std::fs::write(volume.dir.path().join("..data").join("tls.crt"), &c.cert_pem).unwrap();
     wait_serving(&ca, &harness, c.serial).await;
 }
 
@@ -891,39 +634,25 @@ async fn shutdown_finishes_in_flight_reviews_and_stops_accepting() {
     let (harness, _client, ca, _volume) = serving().await;
     let body = serde_json::to_vec(&review("CREATE", &example("provider-full.yaml"), None)).unwrap();
     let mut in_flight = tls_connect(&ca, harness.webhook, &[]).await;
-    let head = format!(
-        "POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
+    let head = format!("POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n", body.len());
     in_flight.write_all(head.as_bytes()).await.unwrap();
     in_flight.write_all(&body[..100]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
 
     harness.shutdown.cancel();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(
-        TcpStream::connect(harness.webhook).await.is_err(),
-        "no new connections after shutdown"
-    );
+    assert!(TcpStream::connect(harness.webhook).await.is_err(), "no new connections after shutdown");
     in_flight.write_all(&body[100..]).await.unwrap();
     let answer = String::from_utf8_lossy(&read_until_closed(&mut in_flight).await).to_string();
     assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
     assert!(answer.contains(r#""allowed":true"#), "{answer}");
-    tokio::time::timeout(Duration::from_secs(5), harness.stopped)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), harness.stopped).await.unwrap().unwrap().unwrap();
 }
 
 // ---- the binary -----------------------------------------------------------------------------------
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 #[test]
@@ -931,12 +660,7 @@ fn sandcap_run_serves_until_sigterm_and_exits_zero() {
     let (webhook, admin) = (free_port(), free_port());
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sandcap"))
         .args(["run", "--webhook-only", "--tls-self-signed"])
-        .args([
-            "--webhook-addr",
-            &format!("127.0.0.1:{webhook}"),
-            "--admin-addr",
-            &format!("127.0.0.1:{admin}"),
-        ])
+        .args(["--webhook-addr", &format!("127.0.0.1:{webhook}"), "--admin-addr", &format!("127.0.0.1:{admin}")])
         .env("SANDCAP_LOG_FORMAT", "json")
         .env("RUST_LOG", "info")
         .stdout(std::process::Stdio::piped())
@@ -949,61 +673,28 @@ fn sandcap_run_serves_until_sigterm_and_exits_zero() {
     assert!(ready, "sandcap run never became ready");
 
     // The certificate is generated at startup: nothing to trust in advance.
-    let client = reqwest::Client::builder()
-        .danger_accept_invalid_certs(true)
-        .build()
-        .unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let client = reqwest::Client::builder().danger_accept_invalid_certs(true).build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let answer: Value = runtime.block_on(async {
-        let body = serde_json::to_vec(&review(
-            "CREATE",
-            &example("provider-removed-key.yaml"),
-            None,
-        ))
-        .unwrap();
+        let body = serde_json::to_vec(&review("CREATE", &example("provider-removed-key.yaml"), None)).unwrap();
         let url = format!("https://127.0.0.1:{webhook}/validate");
-        client
-            .post(url)
-            .body(body)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        client.post(url).body(body).send().await.unwrap().json().await.unwrap()
     });
     assert_eq!(answer["response"]["allowed"], false);
 
-    let kill = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
+    let kill = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(kill.success());
     let status = wait_with_timeout(&mut child, Duration::from_secs(10));
     assert_eq!(status.code(), Some(0));
     let mut logs = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut logs)
-        .unwrap();
+    child.stdout.take().unwrap().read_to_string(&mut logs).unwrap();
     let first: Value = serde_json::from_str(logs.lines().next().unwrap()).expect("JSON logs");
     assert_eq!(first["level"], "INFO");
-    let denial = logs
-        .lines()
-        .find(|l| l.contains("\"denied\""))
-        .expect("the denial is logged");
+    let denial = logs.lines().find(|l| l.contains("\"denied\"")).expect("the denial is logged");
     let denial: Value = serde_json::from_str(denial).unwrap();
     assert_eq!(denial["span"]["kind"], "SandboxProvider");
     assert_eq!(denial["span"]["allowed"], false);
-    assert!(
-        !logs.contains("oldstyle-worker"),
-        "request bodies are never logged"
-    );
+    assert!(!logs.contains("oldstyle-worker"), "request bodies are never logged");
 }
 
 fn wait_with_timeout(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
@@ -1023,11 +714,7 @@ fn wait_with_timeout(child: &mut std::process::Child, limit: Duration) -> std::p
 /// A minimal HTTP/1.1 GET, so the polling loop needs no runtime.
 fn http_get(port: u16, path: &str) -> Option<String> {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
     let mut answer = String::new();
     stream.read_to_string(&mut answer).ok()?;
     Some(answer)

@@ -2,9 +2,8 @@
 #![allow(dead_code)]
 
 use sandcap::api::{
-    ConfigSource, DeclaredCapabilities, DriverDeclaration, LeasePolicy, ProviderRef, SandboxLease,
-    SandboxLeaseSpec, SandboxProvider, SandboxProviderSpec, SecretKeyRef, ServiceRef, WorkerRef,
-    WorkloadRef,
+    ConfigSource, DeclaredCapabilities, DriverDeclaration, LeasePolicy, ProviderRef, SandboxLease, SandboxLeaseSpec,
+    SandboxProvider, SandboxProviderSpec, SecretKeyRef, ServiceRef, WorkerRef, WorkloadRef,
 };
 use sandcap::contract::{Capability, SecretLookup, Verified};
 use serde_json::{Value, json};
@@ -80,11 +79,7 @@ pub fn lease(provider: &str, driver_key: &str) -> SandboxLease {
     let mut l = SandboxLease::new(
         "run-42",
         SandboxLeaseSpec {
-            provider_ref: ProviderRef {
-                name: provider.into(),
-                driver_key: driver_key.into(),
-                ..Default::default()
-            },
+            provider_ref: ProviderRef { name: provider.into(), driver_key: driver_key.into(), ..Default::default() },
             ..Default::default()
         },
     );
@@ -112,11 +107,7 @@ pub fn config_from(mut l: SandboxLease, refs: &[(&str, &str)]) -> SandboxLease {
     l.spec.config_from = refs
         .iter()
         .map(|(name, key)| ConfigSource {
-            secret_key_ref: SecretKeyRef {
-                name: (*name).into(),
-                key: (*key).into(),
-                ..Default::default()
-            },
+            secret_key_ref: SecretKeyRef { name: (*name).into(), key: (*key).into(), ..Default::default() },
             ..Default::default()
         })
         .collect();
@@ -135,9 +126,7 @@ pub fn secrets(
         in_secret
             .iter()
             .find(|(_, k, _)| *k == r.key)
-            .map_or(SecretLookup::MissingKey, |(_, _, v)| {
-                SecretLookup::Found(v.as_bytes().to_vec())
-            })
+            .map_or(SecretLookup::MissingKey, |(_, _, v)| SecretLookup::Found(v.as_bytes().to_vec()))
     }
 }
 
@@ -189,9 +178,7 @@ pub fn lease_json() -> Value {
 /// Sets `value` at a JSON pointer, creating nothing: the parent must exist.
 pub fn set(mut v: Value, pointer: &str, value: Value) -> Value {
     let (parent, key) = pointer.rsplit_once('/').expect("pointer has a parent");
-    let target = v
-        .pointer_mut(parent)
-        .unwrap_or_else(|| panic!("no parent at {parent}"));
+    let target = v.pointer_mut(parent).unwrap_or_else(|| panic!("no parent at {parent}"));
     match target {
         Value::Object(map) => {
             map.insert(key.into(), value);
@@ -204,9 +191,6 @@ pub fn set(mut v: Value, pointer: &str, value: Value) -> Value {
 
 pub fn remove(mut v: Value, pointer: &str) -> Value {
     let (parent, key) = pointer.rsplit_once('/').expect("pointer has a parent");
-    v.pointer_mut(parent)
-        .and_then(Value::as_object_mut)
-        .expect("parent object")
-        .remove(key);
+    v.pointer_mut(parent).and_then(Value::as_object_mut).expect("parent object").remove(key);
     v
 }

@@ -1,0 +1,66 @@
+{{/* Chart name, truncated to the 63 characters a label value allows. */}}
+{{- define "sandcap.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Prefix of every resource name. Kept to 50 characters so suffixes like "-webhook-tls" fit. */}}
+{{- define "sandcap.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "sandcap.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "sandcap.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "sandcap.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "sandcap.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: sandcap
+{{- end }}
+
+{{- define "sandcap.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "sandcap.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The Service the apiserver calls; also the DNS names in the serving certificate. */}}
+{{- define "sandcap.serviceName" -}}
+{{ include "sandcap.fullname" . }}-webhook
+{{- end }}
+
+{{/* ValidatingWebhookConfiguration name; selfManaged mode patches the caBundle of this one only. */}}
+{{- define "sandcap.webhookConfigName" -}}
+{{ include "sandcap.fullname" . }}
+{{- end }}
+
+{{/* Secret with tls.crt/tls.key, mounted at /tls in both certificate modes. */}}
+{{- define "sandcap.certSecretName" -}}
+{{- if and (eq .Values.certificates.mode "selfManaged") .Values.certificates.selfManaged.secretName }}
+{{- .Values.certificates.selfManaged.secretName }}
+{{- else }}
+{{- include "sandcap.fullname" . }}-webhook-tls
+{{- end }}
+{{- end }}
+
+{{- define "sandcap.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,384 @@
+//! The operator half: two kube-runtime controllers that write what API.md section 3 says.
+//!
+//! - The provider controller probes each provider's worker (on a spec change and every probe
+//!   interval) and publishes `SandboxProvider.status`: the verified methods and, per driver,
+//!   verified ∩ declared. That status is the verified set: one probe per provider, not per lease.
+//! - The lease controller resolves each `SandboxLease` with [`contract::resolve_lease`] against the
+//!   provider's published status and the lease's `configFrom` Secrets. It is re-triggered by its
+//!   provider's changes and by changes of a Secret it references, not by a full resync.
+//!
+//! Both write status by server-side apply (field manager [`FIELD_MANAGER`], forced) and write
+//! nothing when the desired status equals the current one. With leader election only the holder of
+//! the `coordination.k8s.io/v1` Lease runs them.
+//!
+//! [`contract::resolve_lease`]: crate::contract::resolve_lease
+
+pub mod leader;
+mod lease;
+mod provider;
+
+use std::collections::HashMap;
+use std::future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, predicates, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+
+pub use lease::{LeaseSecrets, lease_status, leases_for_provider, leases_for_secret, reconcile_lease};
+pub use provider::{provider_status, reconcile_provider};
+
+use crate::api::{SandboxLease, SandboxProvider};
+use crate::metrics::{FailureLabels, KindLabels, Metrics};
+use crate::probe::Prober;
+
+/// The field manager of every status write.
+pub const FIELD_MANAGER: &str = "sandcap";
+/// Probes are slow I/O; a few at a time keeps a burst of new providers from piling up sockets.
+const PROVIDER_CONCURRENCY: u16 = 16;
+/// Bounds the apiserver load when every lease is resolved at once (startup, leader change).
+const LEASE_CONCURRENCY: u16 = 32;
+const BACKOFF_BASE: Duration = Duration::from_secs(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// How the controllers run; `sandcap run` fills it from its flags.
+#[derive(Clone, Debug)]
+pub struct ControllerOptions {
+    pub probe_interval: Duration,
+    pub probe_timeout: Duration,
+    pub allow_worker_urls: bool,
+    pub leader_elect: bool,
+    pub lease_name: String,
+    pub lease_namespace: String,
+    /// This replica's leader identity (the pod name); also the probe's `instanceInfo.instanceId`.
+    pub identity: String,
+    /// Namespaces whose Secrets leases may read for `configFrom`; empty means every namespace.
+    /// With a list, Secrets are watched per namespace, so RBAC can stay namespaced.
+    pub secret_namespaces: Vec<String>,
+}
+
+impl Default for ControllerOptions {
+    fn default() -> Self {
+        ControllerOptions {
+            probe_interval: Duration::from_secs(300),
+            probe_timeout: crate::probe::DEFAULT_TIMEOUT,
+            allow_worker_urls: false,
+            leader_elect: true,
+            lease_name: "sandcap-controller".into(),
+            lease_namespace: "default".into(),
+            identity: "sandcap".into(),
+            secret_namespaces: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot write the status of {kind} {name}: {source}")]
+    WriteStatus {
+        kind: &'static str,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("cannot read Secret {namespace}/{name}: {source}")]
+    ReadSecret {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the {0} cache was dropped before it was filled")]
+    CacheGone(&'static str),
+    #[error("leader election: {0}")]
+    LeaderElection(String),
+}
+
+impl Error {
+    /// The `error` label of the failure metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::WriteStatus { .. } => "write_status",
+            Error::ReadSecret { .. } => "read_secret",
+            Error::CacheGone(_) => "cache_gone",
+            Error::LeaderElection(_) => "leader_election",
+        }
+    }
+}
+
+/// What a reconcile needs; tests build one over an in-memory API and hand-filled stores.
+pub struct Context {
+    pub client: Client,
+    /// The providers as the lease controller sees them (filled before a provider event triggers leases).
+    pub providers: Store<SandboxProvider>,
+    pub prober: Prober,
+    pub recorder: Recorder,
+    pub metrics: Metrics,
+    pub probe_interval: Duration,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        providers: Store<SandboxProvider>,
+        prober: Prober,
+        metrics: Metrics,
+        probe_interval: Duration,
+        identity: &str,
+    ) -> Arc<Context> {
+        let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: Some(identity.into()) };
+        Arc::new(Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            providers,
+            prober,
+            metrics,
+            probe_interval,
+            failures: Mutex::default(),
+        })
+    }
+
+    /// Counts and times one reconcile; a success forgets the object's earlier failures.
+    async fn observe<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        work: impl Future<Output = Result<Action, Error>>,
+    ) -> Result<Action, Error> {
+        let labels = KindLabels { kind: kind_label::<K>() };
+        let started = Instant::now();
+        let result = work.await;
+        self.metrics.reconciles.get_or_create(&labels).inc();
+        self.metrics.reconcile_duration.get_or_create(&labels).observe(started.elapsed().as_secs_f64());
+        if result.is_ok() {
+            self.failures.lock().expect("not poisoned").remove(&key(obj));
+        }
+        result
+    }
+
+    /// Exponential backoff per object: 1s, 2s, 4s ... up to 5 minutes.
+    fn backoff<K: Resource<DynamicType = ()>>(&self, obj: &K) -> Duration {
+        let mut failures = self.failures.lock().expect("not poisoned");
+        let n = failures.entry(key(obj)).or_insert(0);
+        let delay = BACKOFF_BASE.saturating_mul(1 << (*n).min(16)).min(BACKOFF_MAX);
+        *n = n.saturating_add(1);
+        delay
+    }
+}
+
+fn kind_label<K: Resource<DynamicType = ()>>() -> &'static str {
+    if K::kind(&()) == "SandboxProvider" { "SandboxProvider" } else { "SandboxLease" }
+}
+
+fn key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
+    format!("{}/{}/{}", K::kind(&()), obj.namespace().unwrap_or_default(), obj.name_any())
+}
+
+fn error_policy<K: Resource<DynamicType = ()>>(obj: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
+    let kind = kind_label::<K>();
+    ctx.metrics.reconcile_failures.get_or_create(&FailureLabels { kind, error: error.metric_label() }).inc();
+    let delay = ctx.backoff(obj.as_ref());
+    tracing::warn!(kind, name = %obj.name_any(), namespace = obj.namespace(), %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Runs both controllers until `shutdown` is cancelled: behind leader election when
+/// `options.leader_elect`, otherwise right away. Watch errors (an apiserver that goes away) are
+/// retried with kube-runtime's default backoff; they never end the run.
+pub async fn run(
+    client: Client,
+    options: ControllerOptions,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    if !options.leader_elect {
+        metrics.leader.set(1);
+        let result = controllers(client, options, metrics.clone(), shutdown).await;
+        metrics.leader.set(0);
+        return result;
+    }
+    let election = leader::Election {
+        lease_name: options.lease_name.clone(),
+        namespace: options.lease_namespace.clone(),
+        identity: options.identity.clone(),
+        timing: leader::Timing::default(),
+    };
+    let lead = {
+        let (client, metrics) = (client.clone(), metrics.clone());
+        move |token| controllers(client.clone(), options.clone(), metrics.clone(), token)
+    };
+    leader::run_elected(client, election, metrics, shutdown, lead).await
+}
+
+/// Both controllers, until `shutdown` is cancelled (they finish the reconciles in flight).
+async fn controllers(
+    client: Client,
+    options: ControllerOptions,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let prober = Prober::new(options.probe_timeout, options.allow_worker_urls, &options.identity);
+    // The lease controller's own view of providers. The reflector updates the store before it
+    // passes an event on, so a lease triggered by a provider change reads the changed provider.
+    let (providers, provider_writer) = reflector::store();
+    let provider_changes = watcher(Api::<SandboxProvider>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .modify(drop_managed_fields)
+        .reflect(provider_writer)
+        .touched_objects();
+    let ctx = Context::new(client.clone(), providers, prober, metrics, options.probe_interval, &options.identity);
+
+    let (provider_store, provider_stream) = spec_changes(Api::<SandboxProvider>::all(client.clone()));
+    let provider_controller = Controller::for_stream(provider_stream, provider_store)
+        .with_config(ControllerConfig::default().concurrency(PROVIDER_CONCURRENCY))
+        .graceful_shutdown_on(shutdown.clone().cancelled_owned())
+        .run(reconcile_provider, error_policy, ctx.clone())
+        .for_each(log_outcome);
+
+    let (leases, lease_stream) = spec_changes(Api::<SandboxLease>::all(client.clone()));
+    let by_provider = leases.clone();
+    let by_secret = leases.clone();
+    let lease_controller = Controller::for_stream(lease_stream, leases)
+        .with_config(ControllerConfig::default().concurrency(LEASE_CONCURRENCY))
+        .watches_stream(provider_changes, move |p: SandboxProvider| leases_for_provider(&by_provider, &p.name_any()))
+        .watches_stream(secret_changes(client, &options.secret_namespaces), move |s| {
+            leases_for_secret(&by_secret, &s.namespace().unwrap_or_default(), &s.name_any())
+        })
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(reconcile_lease, error_policy, ctx)
+        .for_each(log_outcome);
+
+    tracing::info!("controllers started");
+    futures::join!(provider_controller, lease_controller);
+    tracing::info!("controllers stopped");
+    Ok(())
+}
+
+/// A reflected watch of `K` that passes an object on only when its generation changed: the
+/// controllers' own status writes do not trigger them again.
+fn spec_changes<K>(api: Api<K>) -> (Store<K>, impl Stream<Item = Result<K, watcher::Error>> + Send + 'static)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .modify(drop_managed_fields)
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default());
+    (store, stream)
+}
+
+/// Nothing reads `managedFields`, and they can be as large as the rest of the object: the caches
+/// hold every provider and lease, so they are dropped on the way in.
+fn drop_managed_fields<K: Resource>(obj: &mut K) {
+    obj.managed_fields_mut().clear();
+}
+
+/// Secret changes (metadata only: values never enter this stream), in `namespaces` or in every
+/// namespace when the list is empty.
+fn secret_changes(
+    client: Client,
+    namespaces: &[String],
+) -> impl Stream<Item = Result<PartialObjectMeta<Secret>, watcher::Error>> + Send + 'static {
+    let apis = if namespaces.is_empty() {
+        vec![Api::<PartialObjectMeta<Secret>>::all(client)]
+    } else {
+        namespaces.iter().map(|ns| Api::namespaced(client.clone(), ns)).collect()
+    };
+    futures::stream::select_all(apis.into_iter().map(|api| secret_watch(api).boxed()))
+}
+
+/// One Secret watch. The first list is skipped, since every lease is resolved at startup anyway;
+/// a later re-list (after a watch gap too long to resume) is passed on, as it may hide changes.
+fn secret_watch(
+    api: Api<PartialObjectMeta<Secret>>,
+) -> impl Stream<Item = Result<PartialObjectMeta<Secret>, watcher::Error>> + Send + 'static {
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .scan(false, |listed, event| {
+            let item = match event {
+                Ok(watcher::Event::Apply(s) | watcher::Event::Delete(s)) => Some(Ok(s)),
+                Ok(watcher::Event::InitApply(s)) if *listed => Some(Ok(s)),
+                Ok(watcher::Event::InitDone) => {
+                    *listed = true;
+                    None
+                }
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            };
+            future::ready(Some(item))
+        })
+        .filter_map(future::ready)
+}
+
+async fn log_outcome<K: Resource, E: std::fmt::Display>(
+    outcome: Result<(kube::runtime::reflector::ObjectRef<K>, Action), E>,
+) {
+    if let Err(error) = outcome {
+        tracing::debug!(%error, "controller event");
+    }
+}
+
+/// Server-side apply of a whole status with the `sandcap` field manager. The whole status is
+/// always sent, so the fields sandcap owns are exactly the ones it computed.
+async fn apply_status<K>(api: &Api<K>, name: &str, status: &impl Serialize) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let patch = serde_json::json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status});
+    api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+        .await
+        .map(drop)
+        .map_err(|source| Error::WriteStatus { kind: kind_label::<K>(), name: name.to_string(), source })
+}
+
+/// Now, to the second: what the apiserver stores, so a status read back compares equal.
+fn now() -> Time {
+    let now = Timestamp::now();
+    Time(Timestamp::from_second(now.as_second()).unwrap_or(now))
+}
+
+/// Builds one status's metav1.Conditions: each keeps its `lastTransitionTime` while its status
+/// stays the same, so an unchanged condition compares equal and is not rewritten.
+struct Conditions<'a> {
+    generation: Option<i64>,
+    previous: &'a [Condition],
+    now: &'a Time,
+}
+
+impl Conditions<'_> {
+    fn set(&self, type_: &str, status: bool, reason: &str, message: String) -> Condition {
+        self.set_tri(type_, if status { "True" } else { "False" }, reason, message)
+    }
+
+    /// `status` is `True`, `False` or `Unknown`.
+    fn set_tri(&self, type_: &str, status: &str, reason: &str, message: String) -> Condition {
+        let last_transition_time = self
+            .previous
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == status)
+            .map_or_else(|| self.now.clone(), |c| c.last_transition_time.clone());
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message,
+            observed_generation: self.generation,
+            last_transition_time,
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! The provider controller: probe the worker, publish verified ∩ declared per driver.
+//!
+//! The probe is stateless across replicas: whether one is due is read from the published status
+//! (`observedGeneration` behind the spec, or `lastProbeTime` older than the probe interval). So a
+//! status write that the controller's own watch brings back computes the same status and writes
+//! nothing, and `lastProbeTime` moves once per probe interval at most.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+
+use super::{Conditions, Context, Error, apply_status, now};
+use crate::api::{DriverStatus, ProbeResult, SandboxProvider, SandboxProviderStatus, WorkerStatus};
+use crate::contract::{self, Capability, Declared};
+use crate::metrics::ResultLabels;
+use crate::probe::{self, ProbeOutcome};
+
+/// Reconciles one provider: probes its worker if a probe is due, then applies the status if it
+/// differs from the published one, and records an Event for every capability that turned on or off.
+pub async fn reconcile_provider(provider: Arc<SandboxProvider>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.observe(provider.as_ref(), reconcile(&provider, &ctx)).await
+}
+
+async fn reconcile(provider: &SandboxProvider, ctx: &Context) -> Result<Action, Error> {
+    let now = now();
+    let (worker, next_probe) = match probe_not_due(provider, ctx, &now) {
+        Some((worker, wait)) => (worker.clone(), wait),
+        None => {
+            let outcome = ctx.prober.probe(provider).await;
+            ctx.metrics.probes.get_or_create(&ResultLabels { result: outcome.label() }).inc();
+            tracing::info!(provider = %provider.name_any(), result = outcome.label(), "probed worker");
+            (worker_status(outcome, &now), ctx.probe_interval)
+        }
+    };
+    let desired = provider_status(provider, worker, &now);
+    if provider.status.as_ref() != Some(&desired) {
+        let api = Api::<SandboxProvider>::all(ctx.client.clone());
+        apply_status(&api, &provider.name_any(), &desired).await?;
+        record_capability_changes(provider, &desired, ctx).await;
+    }
+    Ok(Action::requeue(next_probe))
+}
+
+/// The published worker status and the time until the next probe, unless a probe is due now.
+fn probe_not_due<'p>(provider: &'p SandboxProvider, ctx: &Context, now: &Time) -> Option<(&'p WorkerStatus, Duration)> {
+    let status = provider.status.as_ref()?;
+    if status.observed_generation != provider.metadata.generation {
+        return None;
+    }
+    let worker = status.worker.as_ref()?;
+    // A success through a URL the operator no longer allows must not outlive the setting.
+    if worker.probe == ProbeResult::Succeeded
+        && probe::endpoint(&provider.spec.worker, ctx.prober.allows_urls()).is_err()
+    {
+        return None;
+    }
+    let last = worker.last_probe_time.as_ref()?;
+    let elapsed = now.0.duration_since(last.0);
+    let elapsed = Duration::try_from(elapsed).ok()?;
+    ctx.probe_interval.checked_sub(elapsed).filter(|wait| !wait.is_zero()).map(|wait| (worker, wait))
+}
+
+fn worker_status(outcome: ProbeOutcome, now: &Time) -> WorkerStatus {
+    let (probe, supported_methods, message) = match outcome {
+        ProbeOutcome::Succeeded { methods } => {
+            let message = format!("initialize answered ok: true with {} supportedMethods", methods.len());
+            (ProbeResult::Succeeded, methods, message)
+        }
+        ProbeOutcome::Failed { message } => (ProbeResult::Failed, Vec::new(), message),
+    };
+    WorkerStatus { supported_methods, probe, last_probe_time: Some(now.clone()), message }
+}
+
+/// The status the provider should have with this worker status: pure, so tests can check it.
+pub fn provider_status(provider: &SandboxProvider, worker: WorkerStatus, now: &Time) -> SandboxProviderStatus {
+    let generation = provider.metadata.generation;
+    let previous = provider.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let verified = contract::verified_from_worker(Some(&worker));
+    let drivers: Vec<DriverStatus> = provider
+        .spec
+        .environment_drivers
+        .iter()
+        .map(|driver| {
+            let resolution = contract::resolve_driver(&verified, driver);
+            DriverStatus {
+                driver_key: driver.driver_key.clone(),
+                kind: driver.kind.clone(),
+                declared: Declared::from_driver(driver).present(),
+                capabilities: resolution.capabilities,
+                explanations: resolution.explanations,
+            }
+        })
+        .collect();
+    let (verified_ok, reason, message) = match worker.probe {
+        ProbeResult::Failed => (false, "ProbeFailed", worker.message.clone()),
+        ProbeResult::Succeeded if verified.is_nothing() => {
+            (false, "NoMethodsAdvertised", "the worker answered ok: true but listed no supportedMethods".into())
+        }
+        ProbeResult::Succeeded => (true, "ProbeSucceeded", worker.message.clone()),
+    };
+    let conditions = Conditions { generation, previous, now };
+    let worker_verified = conditions.set("WorkerVerified", verified_ok, reason, message);
+    let ready = if verified_ok {
+        let granted: Vec<String> = drivers
+            .iter()
+            .map(|d| {
+                format!("{} {}/6", d.driver_key, Capability::ALL.iter().filter(|c| d.capabilities.get(**c)).count())
+            })
+            .collect();
+        conditions.set("Ready", true, "CapabilitiesResolved", format!("capabilities granted: {}", granted.join(", ")))
+    } else {
+        let message = "the worker is not verified, so every capability is off".to_string();
+        conditions.set("Ready", false, "WorkerNotVerified", message)
+    };
+    SandboxProviderStatus {
+        observed_generation: generation,
+        conditions: vec![worker_verified, ready],
+        worker: Some(worker),
+        drivers,
+    }
+}
+
+/// One Event per driver and direction, compared with the status published before. A driver seen
+/// for the first time has nothing to turn on or off.
+async fn record_capability_changes(provider: &SandboxProvider, desired: &SandboxProviderStatus, ctx: &Context) {
+    let before = provider.status.as_ref().map(|s| s.drivers.as_slice()).unwrap_or_default();
+    let reference = provider.object_ref(&());
+    for driver in &desired.drivers {
+        let Some(old) = before.iter().find(|d| d.driver_key == driver.driver_key) else { continue };
+        for on in [true, false] {
+            let changed: Vec<String> = driver
+                .explanations
+                .iter()
+                .filter(|e| e.granted == on && old.capabilities.get(e.capability) != on)
+                .map(|e| if on { e.capability.to_string() } else { format!("{} ({})", e.capability, e.reason) })
+                .collect();
+            if changed.is_empty() {
+                continue;
+            }
+            let event = Event {
+                type_: if on { EventType::Normal } else { EventType::Warning },
+                reason: if on { "CapabilitiesGranted" } else { "CapabilitiesRevoked" }.into(),
+                note: Some(format!(
+                    "driver {}: {} now {}",
+                    driver.driver_key,
+                    changed.join(", "),
+                    if on { "on" } else { "off" }
+                )),
+                action: "Resolve".into(),
+                secondary: None,
+            };
+            if let Err(error) = ctx.recorder.publish(&event, &reference).await {
+                tracing::warn!(provider = %provider.name_any(), %error, "cannot record an Event");
+            }
+        }
+    }
+}

@@ -1,0 +1,576 @@
+"""Tests of charts/sandcap, rendered and linted by real Helm (Helm 4's Go SDK through the
+helm-python-sdk package; no helm binary, no cluster).
+
+Every scenario's objects are validated against the Kubernetes OpenAPI schemas in strict mode
+(kubernetes-validate). cert-manager and Prometheus Operator objects have no schema there: they are
+parsed with models generated from those projects' CRDs and must survive a round trip unchanged,
+so a misspelt field (dropped by the model) fails just like an unknown field in strict mode.
+
+Run: pip install -r tests/chart/requirements.txt && pytest tests/chart
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import pathlib
+import re
+from functools import cache
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+from cloudcoil.models.cert_manager import v1 as cert_manager
+from cloudcoil.models.prometheus_operator import v1 as prometheus_operator
+
+CHART = pathlib.Path(__file__).resolve().parents[2] / "charts" / "sandcap"
+KUBE_VERSION = "1.32"
+# The oldest and newest Kubernetes schemas kubernetes-validate ships: the chart must fit both.
+KUBE_VERSION_RANGE = ("1.25", "1.37")
+RELEASE = "sandcap"
+NAMESPACE = "sandcap-system"
+NONROOT = 65532
+
+# Objects kubernetes-validate has no schema for, and the CRD-generated model to check them with.
+CRD_MODELS = {
+    ("cert-manager.io/v1", "Issuer"): cert_manager.Issuer,
+    ("cert-manager.io/v1", "Certificate"): cert_manager.Certificate,
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): prometheus_operator.ServiceMonitor,
+}
+
+EGRESS = [{"to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}], "ports": [{"port": 443, "protocol": "TCP"}]}]
+
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "selfManaged": {"certificates": {"mode": "selfManaged", "selfManaged": {"secretName": "my-tls"}}},
+    "certManager": {"certificates": {"mode": "certManager"}},
+    "certManager-issuerRef": {
+        "certificates": {
+            "mode": "certManager",
+            "certManager": {"issuerRef": {"kind": "ClusterIssuer", "name": "corp-ca"}},
+        }
+    },
+    "replicas=1": {"replicaCount": 1},
+    "replicas=3": {"replicaCount": 3, "podAntiAffinity": "hard"},
+    "serviceMonitor": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
+    "networkPolicy": {"networkPolicy": {"enabled": True, "egress": EGRESS}},
+    "networkPolicy-ingress-only": {
+        "networkPolicy": {"enabled": True, "webhookFrom": [{"ipBlock": {"cidr": "172.18.0.0/16"}}]}
+    },
+    "secretNamespaces": {"secretNamespaces": ["team-a", "team-b"]},
+    "secretsClusterWide": {"secretsClusterWide": True},
+    "priorityClassName": {"priorityClassName": "system-cluster-critical"},
+    "webhook-options": {
+        "webhook": {
+            "failurePolicy": "Ignore",
+            "timeoutSeconds": 10,
+            "exemptNamespaces": ["kube-system"],
+            "namespaceSelector": {"matchLabels": {"sandcap.dev/validate": "true"}},
+        }
+    },
+    "no-leader-election": {"replicaCount": 1, "leaderElection": {"enabled": False}},
+    "existing-serviceaccount": {"serviceAccount": {"create": False, "name": "platform-sa"}},
+    "image-digest": {"image": {"repository": "registry.example/sandcap", "digest": "sha256:" + "a" * 64}},
+}
+
+
+def merged(values: dict[str, Any]) -> dict[str, Any]:
+    """The chart's defaults with `values` over them, as an install would see them."""
+    with helm.Chart.load(CHART) as chart:
+        return chart.merge_values(values)
+
+
+@cache
+def _render(values_json: str) -> tuple[dict[str, Any], ...]:
+    with helm.Chart.load(CHART) as chart:
+        manifests = chart.render(json.loads(values_json), name=RELEASE, namespace=NAMESPACE, is_install=True)
+    objects = []
+    for path, text in sorted(manifests.items()):
+        if path.endswith(".yaml"):
+            objects.extend(doc for doc in yaml.safe_load_all(text) if doc)
+    return tuple(objects)
+
+
+def render(values: dict[str, Any]) -> list[dict[str, Any]]:
+    return copy.deepcopy(list(_render(json.dumps(values, sort_keys=True))))
+
+
+def render_text(values: dict[str, Any], **options: Any) -> dict[str, str]:
+    with helm.Chart.load(CHART) as chart:
+        return chart.render(values, name=RELEASE, namespace=NAMESPACE, **options)
+
+
+def chart_crds() -> list[dict[str, Any]]:
+    with helm.Chart.load(CHART) as chart:
+        return [yaml.safe_load(crd["data"]) for crd in chart.crds]
+
+
+def of_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = of_kind(objects, kind)
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+
+
+def env(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container(objects)["env"]}
+
+
+def rbac_rules(objects: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    return [(o, rule) for o in objects if o["kind"] in ("Role", "ClusterRole") for rule in o.get("rules", [])]
+
+
+def validate_object(obj: dict[str, Any], kube_version: str = KUBE_VERSION) -> None:
+    model = CRD_MODELS.get((obj["apiVersion"], obj["kind"]))
+    if model is None:
+        # Raises SchemaNotFoundError for a kind it does not know: such an object fails the test.
+        kubernetes_validate.validate(obj, kube_version, strict=True)
+        return
+    round_trip = model.model_validate(obj).model_dump(mode="json", by_alias=True, exclude_unset=True)
+    assert round_trip == obj, f"{obj['kind']} has fields its CRD does not define:\n{obj}\n!=\n{round_trip}"
+
+
+# ---- Helm itself ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_lint_strict(scenario: str) -> None:
+    report = helm.lint(CHART, SCENARIOS[scenario], strict=True, namespace=NAMESPACE)
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert not problems and not report["errors"], report
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"replicaCont": 3},
+        {"webhook": {"failurePolicy": "fail"}},
+        {"webhook": {"timeoutSeconds": 31}},
+        {"certificates": {"mode": "helmGenerated"}},
+        {"certificates": {"selfManaged": {"secretNmae": "x"}}},
+        {"image": {"digest": "latest"}},
+        {"secretNamespaces": ["Team_A"]},
+        {"controller": {"probeInterval": "often"}},
+    ],
+)
+def test_schema_rejects_typos_and_bad_values(values: dict[str, Any]) -> None:
+    with pytest.raises(helm.HelmValuesError):
+        render(values)
+
+
+def test_every_value_is_commented() -> None:
+    """Each setting an admin can change has a comment right above it (values.yaml is the manual).
+    Settings are the keys the schema declares; inside free-form blocks (resources, securityContext)
+    the block's own comment covers its contents."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    missing = []
+    stack: list[tuple[int, dict[str, Any] | None]] = [(-1, schema)]
+    previous = ""
+    for line in (CHART / "values.yaml").read_text().splitlines():
+        match = re.match(r"^(\s*)([A-Za-z][\w.-]*):", line)
+        if match:
+            indent, key = len(match.group(1)), match.group(2)
+            while stack[-1][0] >= indent:
+                stack.pop()
+            parent = stack[-1][1]
+            node = (parent or {}).get("properties", {}).get(key) if parent is not None else None
+            if parent is not None and "properties" in parent:
+                assert node is not None, f"values.yaml key {key!r} is not in values.schema.json"
+                if "properties" not in node and not previous.lstrip().startswith("#"):
+                    missing.append(key)
+            stack.append((indent, node if node and "properties" in node else None))
+        if line.strip():
+            previous = line
+    assert not missing, f"values without a comment above them: {missing}"
+
+
+# ---- every rendered object is valid ---------------------------------------------------------
+
+
+def test_validators_are_strict() -> None:
+    """Guards the honesty of the next test: both validators must reject an unknown field."""
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(
+            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"}, "spec": {"portz": []}},
+            KUBE_VERSION,
+            strict=True,
+        )
+    certificate = next(o for o in render(SCENARIOS["certManager"]) if o["kind"] == "Certificate")
+    certificate["spec"]["dnsNamez"] = ["typo.example"]
+    with pytest.raises(AssertionError, match="fields its CRD does not define"):
+        validate_object(certificate)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_rendered_objects_validate(scenario: str) -> None:
+    objects = render(SCENARIOS[scenario])
+    assert objects
+    for obj in objects:
+        validate_object(obj)
+
+
+EVERYTHING_ON = {
+    "replicaCount": 3,
+    "priorityClassName": "system-cluster-critical",
+    "secretNamespaces": ["team-a"],
+    "serviceMonitor": {"enabled": True},
+    "networkPolicy": {"enabled": True, "egress": EGRESS},
+    "webhook": {"exemptNamespaces": ["kube-system"]},
+}
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSION_RANGE)
+@pytest.mark.parametrize("mode", ["selfManaged", "certManager"])
+def test_objects_fit_the_supported_kubernetes_range(kube_version: str, mode: str) -> None:
+    for obj in render({**EVERYTHING_ON, "certificates": {"mode": mode}}) + chart_crds():
+        validate_object(obj, kube_version)
+
+
+def test_chart_crds_validate_and_match_repo() -> None:
+    crds = chart_crds()
+    assert {c["metadata"]["name"] for c in crds} == {"sandboxproviders.sandcap.dev", "sandboxleases.sandcap.dev"}
+    for crd in crds:
+        validate_object(crd)
+    repo = CHART.parents[1] / "crds"
+    for path in (CHART / "crds").glob("*.yaml"):
+        assert path.read_text() == (repo / path.name).read_text(), f"{path} differs from crds/{path.name}"
+
+
+def test_names_follow_the_release_name() -> None:
+    """Another release name: every name sandcap is told about matches the object it names."""
+    with helm.Chart.load(CHART) as chart:
+        manifests = chart.render({}, name="platform", namespace="infra")
+    objects = [d for p, t in manifests.items() if p.endswith(".yaml") for d in yaml.safe_load_all(t) if d]
+    variables = env(objects)
+    assert (
+        variables["SANDCAP_WEBHOOK_CONFIG_NAME"]
+        == one(objects, "ValidatingWebhookConfiguration")["metadata"]["name"]
+        == "platform-sandcap"
+    )
+    assert (
+        variables["SANDCAP_SERVICE_NAME"] == one(objects, "Service")["metadata"]["name"] == "platform-sandcap-webhook"
+    )
+    assert variables["SANDCAP_CERT_SECRET_NAME"] == "platform-sandcap-webhook-tls"
+    assert {o["metadata"].get("namespace") for o in objects} == {"infra", None}
+
+
+@pytest.mark.parametrize("mode", ["selfManaged", "certManager"])
+def test_notes_tell_the_admin_how_to_check(mode: str) -> None:
+    notes = render_text({"certificates": {"mode": mode}})["sandcap/templates/NOTES.txt"]
+    assert "kubectl -n sandcap-system rollout status deployment/sandcap" in notes
+    assert 'denied by "validate.sandcap.dev"' in notes and "--dry-run=server" in notes
+    if mode == "selfManaged":
+        assert "get secret sandcap-webhook-tls" in notes
+    else:
+        assert "get certificate sandcap-webhook" in notes
+
+
+# ---- the admission webhook ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_webhook_configuration(scenario: str) -> None:
+    values = merged(SCENARIOS[scenario])
+    objects = render(SCENARIOS[scenario])
+    config = one(objects, "ValidatingWebhookConfiguration")
+    service = one(objects, "Service")
+    for hook in config["webhooks"]:
+        assert hook["sideEffects"] == "None"
+        assert hook["matchPolicy"] == "Equivalent"
+        assert hook["admissionReviewVersions"] == ["v1"]
+        assert hook["failurePolicy"] == values["webhook"]["failurePolicy"]
+        assert hook["timeoutSeconds"] == values["webhook"]["timeoutSeconds"]
+        assert "caBundle" not in hook["clientConfig"], "the chart must not carry key material"
+        target = hook["clientConfig"]["service"]
+        assert target == {"name": service["metadata"]["name"], "namespace": NAMESPACE, "path": "/validate", "port": 443}
+        resources = set()
+        for rule in hook["rules"]:
+            assert rule["apiGroups"] == ["sandcap.dev"]
+            assert rule["operations"] == ["CREATE", "UPDATE"]
+            assert "*" not in json.dumps(rule)
+            resources.update(rule["resources"])
+        assert resources == {"sandboxproviders", "sandboxleases"}
+
+
+def test_webhook_defaults_are_safe() -> None:
+    hook = one(render({}), "ValidatingWebhookConfiguration")["webhooks"][0]
+    assert (hook["failurePolicy"], hook["timeoutSeconds"]) == ("Fail", 5)
+    assert "namespaceSelector" not in hook
+
+
+def test_webhook_namespace_exemptions() -> None:
+    hook = one(render(SCENARIOS["webhook-options"]), "ValidatingWebhookConfiguration")["webhooks"][0]
+    assert hook["namespaceSelector"] == {
+        "matchLabels": {"sandcap.dev/validate": "true"},
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}],
+    }
+
+
+# ---- certificates ---------------------------------------------------------------------------
+
+
+def test_self_managed_renders_identically() -> None:
+    """GitOps: no generated key material, so every render (install or upgrade) is byte-identical."""
+    first = render_text({}, is_install=True)
+    assert first == render_text({}, is_install=True)
+    assert first == render_text({}, is_upgrade=True, revision=7)
+    everything = "\n".join(first.values())
+    assert "BEGIN" not in everything and "caBundle:" not in everything
+    assert not of_kind(render({}), "Secret")
+
+
+@pytest.mark.parametrize("scenario", ["default", "selfManaged"])
+def test_self_managed_wiring(scenario: str) -> None:
+    objects = render(SCENARIOS[scenario])
+    variables = env(objects)
+    secret = variables["SANDCAP_CERT_SECRET_NAME"]
+    assert variables["SANDCAP_SELF_MANAGED_CERTS"] == "true"
+    assert (
+        variables["SANDCAP_WEBHOOK_CONFIG_NAME"] == one(objects, "ValidatingWebhookConfiguration")["metadata"]["name"]
+    )
+    assert variables["SANDCAP_SERVICE_NAME"] == one(objects, "Service")["metadata"]["name"]
+    assert (variables["SANDCAP_TLS_CERT"], variables["SANDCAP_TLS_KEY"]) == ("/tls/tls.crt", "/tls/tls.key")
+    if scenario == "selfManaged":
+        assert secret == "my-tls"
+
+    volume = one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"][0]["secret"]
+    assert volume["secretName"] == secret and volume["optional"] is True
+    assert [i["key"] for i in volume["items"]] == ["tls.crt", "tls.key"], "the CA key must not be mounted"
+
+    # sandcap may touch exactly this Secret and this webhook configuration, by name.
+    names = {
+        (rule["resources"][0], tuple(rule["verbs"])): rule.get("resourceNames")
+        for _, rule in rbac_rules(objects)
+        if rule["resources"] in (["secrets"], ["validatingwebhookconfigurations"])
+    }
+    assert names == {
+        ("secrets", ("create",)): None,
+        ("secrets", ("get", "update")): [secret],
+        ("validatingwebhookconfigurations", ("get", "patch")): [variables["SANDCAP_WEBHOOK_CONFIG_NAME"]],
+    }
+    assert not [o for o in objects if o["apiVersion"].startswith("cert-manager.io")]
+    assert "annotations" not in one(objects, "ValidatingWebhookConfiguration")["metadata"]
+
+
+@pytest.mark.parametrize("scenario", ["certManager", "certManager-issuerRef"])
+def test_cert_manager_wiring(scenario: str) -> None:
+    objects = render(SCENARIOS[scenario])
+    certificates = {c["metadata"]["name"]: c for c in of_kind(objects, "Certificate")}
+    serving = certificates[f"{RELEASE}-webhook"]
+    service = one(objects, "Service")["metadata"]["name"]
+    assert serving["spec"]["dnsNames"] == [service, f"{service}.{NAMESPACE}", f"{service}.{NAMESPACE}.svc"]
+    config = one(objects, "ValidatingWebhookConfiguration")
+    assert config["metadata"]["annotations"] == {"cert-manager.io/inject-ca-from": f"{NAMESPACE}/{RELEASE}-webhook"}
+    volume = one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"][0]["secret"]
+    assert volume["secretName"] == serving["spec"]["secretName"] and "optional" not in volume
+    assert "SANDCAP_SELF_MANAGED_CERTS" not in env(objects)
+    assert not [r for _, r in rbac_rules(objects) if "validatingwebhookconfigurations" in r["resources"]]
+    assert not [r for _, r in rbac_rules(objects) if "secrets" in r["resources"]]
+    if scenario == "certManager":
+        ca = certificates[f"{RELEASE}-ca"]
+        assert ca["spec"]["isCA"] is True
+        issuers = {i["metadata"]["name"]: i["spec"] for i in of_kind(objects, "Issuer")}
+        assert issuers == {
+            f"{RELEASE}-selfsigned": {"selfSigned": {}},
+            f"{RELEASE}-ca": {"ca": {"secretName": ca["spec"]["secretName"]}},
+        }
+        assert serving["spec"]["issuerRef"]["name"] == f"{RELEASE}-ca"
+    else:
+        assert not of_kind(objects, "Issuer") and list(certificates) == [f"{RELEASE}-webhook"]
+        assert serving["spec"]["issuerRef"] == {"group": "cert-manager.io", "kind": "ClusterIssuer", "name": "corp-ca"}
+
+
+# ---- RBAC -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_no_rbac_wildcards(scenario: str) -> None:
+    for role, rule in rbac_rules(render(SCENARIOS[scenario])):
+        for field in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
+            assert not any("*" in item for item in rule.get(field, [])), f"{role['metadata']['name']}: {rule}"
+        assert not set(rule["verbs"]) & {"escalate", "bind", "impersonate", "delete", "deletecollection"}
+
+
+def test_cluster_role_grants_only_what_the_controllers_use() -> None:
+    roles = {r["metadata"]["name"]: r for r in of_kind(render({}), "ClusterRole")}
+    assert roles[RELEASE]["rules"] == [
+        {
+            "apiGroups": ["sandcap.dev"],
+            "resources": ["sandboxproviders", "sandboxleases"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {
+            "apiGroups": ["sandcap.dev"],
+            "resources": ["sandboxproviders/status", "sandboxleases/status"],
+            "verbs": ["patch"],
+        },
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    ]
+
+
+def test_leader_election_role() -> None:
+    objects = render({})
+    role = next(r for r in of_kind(objects, "Role") if r["metadata"]["name"].endswith("leader-election"))
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["sandcap-controller"],
+            "verbs": ["get", "update", "patch"],
+        },
+    ]
+    assert env(objects)["SANDCAP_LEADER_ELECT"] == "true"
+    off = render(SCENARIOS["no-leader-election"])
+    assert env(off)["SANDCAP_LEADER_ELECT"] == "false"
+    assert not [r for _, r in rbac_rules(off) if "leases" in r["resources"]]
+
+
+def secret_readers(objects: list[dict[str, Any]]) -> dict[tuple[str, str | None], list[str]]:
+    """Who may read Secrets beyond the certificate Secret: (kind, namespace) -> verbs."""
+    return {
+        (role["kind"], role["metadata"].get("namespace")): rule["verbs"]
+        for role, rule in rbac_rules(objects)
+        if "secrets" in rule["resources"] and "resourceNames" not in rule and rule["verbs"] != ["create"]
+    }
+
+
+def test_secret_access_is_opt_in_per_namespace() -> None:
+    assert secret_readers(render({})) == {}
+    objects = render(SCENARIOS["secretNamespaces"])
+    assert secret_readers(objects) == {
+        ("Role", "team-a"): ["get", "list", "watch"],
+        ("Role", "team-b"): ["get", "list", "watch"],
+    }
+    sa = one(objects, "ServiceAccount")["metadata"]["name"]
+    for binding in of_kind(objects, "RoleBinding"):
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
+    assert secret_readers(render(SCENARIOS["secretsClusterWide"])) == {("ClusterRole", None): ["get", "list", "watch"]}
+
+
+def test_bindings_point_at_rendered_roles_and_service_account() -> None:
+    for scenario in ("default", "secretNamespaces", "secretsClusterWide", "existing-serviceaccount"):
+        objects = render(SCENARIOS[scenario])
+        roles = {
+            (r["kind"], r["metadata"]["name"], r["metadata"].get("namespace"))
+            for r in of_kind(objects, "Role") + of_kind(objects, "ClusterRole")
+        }
+        sa = one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+        for binding in of_kind(objects, "RoleBinding") + of_kind(objects, "ClusterRoleBinding"):
+            ref = binding["roleRef"]
+            assert (
+                ref["kind"],
+                ref["name"],
+                binding["metadata"].get("namespace") if ref["kind"] == "Role" else None,
+            ) in roles
+            assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
+    assert not of_kind(render(SCENARIOS["existing-serviceaccount"]), "ServiceAccount")
+
+
+# ---- the pods -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_security_context_hardened(scenario: str) -> None:
+    pod = one(render(SCENARIOS[scenario]), "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is True
+    assert "hostNetwork" not in pod and "hostPID" not in pod
+    for c in pod["containers"]:
+        sc = c["securityContext"]
+        assert sc["runAsNonRoot"] is True and sc["runAsUser"] == NONROOT
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc.get("privileged", False) is False
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+
+
+def test_probes_and_ports() -> None:
+    c = container(render({}))
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"webhook": 8443, "admin": 8080}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
+    variables = env(render({}))
+    assert variables["SANDCAP_WEBHOOK_ADDR"] == "0.0.0.0:8443" and variables["SANDCAP_ADMIN_ADDR"] == "0.0.0.0:8080"
+    assert variables["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert variables["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    service_ports = {p["name"]: (p["port"], p["targetPort"]) for p in one(render({}), "Service")["spec"]["ports"]}
+    assert service_ports == {"https": (443, "webhook"), "metrics": (8080, "admin")}
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 3])
+def test_pdb_only_with_more_than_one_replica(replicas: int) -> None:
+    objects = render({"replicaCount": replicas})
+    assert one(objects, "Deployment")["spec"]["replicas"] == replicas
+    pdbs = of_kind(objects, "PodDisruptionBudget")
+    if replicas == 1:
+        assert pdbs == []
+    else:
+        assert len(pdbs) == 1 and pdbs[0]["spec"]["minAvailable"] == 1
+        assert pdbs[0]["spec"]["selector"] == one(objects, "Deployment")["spec"]["selector"]
+    assert (
+        of_kind(render({"replicaCount": replicas, "podDisruptionBudget": {"enabled": False}}), "PodDisruptionBudget")
+        == []
+    )
+
+
+def test_high_availability_defaults() -> None:
+    deployment = one(render({}), "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    anti = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    assert list(anti) == ["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]["labelSelector"] == {
+        "matchLabels": deployment["spec"]["selector"]["matchLabels"]
+    }
+    hard = one(render(SCENARIOS["replicas=3"]), "Deployment")["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    assert list(hard) == ["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert "affinity" not in one(render({"podAntiAffinity": "none"}), "Deployment")["spec"]["template"]["spec"]
+
+
+def test_priority_class_and_image() -> None:
+    pod = one(render(SCENARIOS["priorityClassName"]), "Deployment")["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    assert "priorityClassName" not in one(render({}), "Deployment")["spec"]["template"]["spec"]
+    assert container(render({}))["image"] == "sandcap:0.1.0"
+    assert container(render(SCENARIOS["image-digest"]))["image"] == "registry.example/sandcap@sha256:" + "a" * 64
+
+
+# ---- optional objects -----------------------------------------------------------------------
+
+
+def test_service_monitor_only_when_enabled() -> None:
+    assert not of_kind(render({}), "ServiceMonitor")
+    objects = render(SCENARIOS["serviceMonitor"])
+    monitor = one(objects, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= one(objects, "Service")["metadata"]["labels"].items()
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]
+
+
+def test_network_policy_only_when_enabled() -> None:
+    assert not of_kind(render({}), "NetworkPolicy")
+    ingress_only = one(render(SCENARIOS["networkPolicy-ingress-only"]), "NetworkPolicy")["spec"]
+    assert ingress_only["policyTypes"] == ["Ingress"] and "egress" not in ingress_only
+    assert ingress_only["ingress"][0] == {
+        "ports": [{"port": "webhook", "protocol": "TCP"}],
+        "from": [{"ipBlock": {"cidr": "172.18.0.0/16"}}],
+    }
+    spec = one(render(SCENARIOS["networkPolicy"]), "NetworkPolicy")["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    assert {p["port"] for p in spec["egress"][0]["ports"]} == {53}, "DNS is always allowed once egress is restricted"
+    assert spec["egress"][1:] == EGRESS

@@ -1,0 +1,206 @@
+//! The probe client against the real reference worker process over HTTP, plus a one-shot raw HTTP
+//! server for what the worker never does (HTTP errors, redirects) and to see the request itself.
+
+mod support;
+
+use std::time::Duration;
+
+use sandcap::api::SandboxProviderSpec;
+use sandcap::probe::{MAX_ANSWER_BYTES, ProbeOutcome, Prober, parse_worker_url};
+use serde_json::Value;
+use support::{ALL_METHODS, Worker, all_true, provider};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+fn spec() -> SandboxProviderSpec {
+    provider("acme", "http://unused.example", all_true()).spec
+}
+
+async fn probe_with(url: &str, timeout: Duration) -> ProbeOutcome {
+    let url = parse_worker_url(url).expect("a valid URL");
+    Prober::new(timeout, true, "test-instance").probe_url(&url, &spec()).await
+}
+
+async fn probe(url: &str) -> ProbeOutcome {
+    probe_with(url, Duration::from_secs(5)).await
+}
+
+fn failure(outcome: ProbeOutcome) -> String {
+    match outcome {
+        ProbeOutcome::Failed { message } => message,
+        other => panic!("expected a failed probe, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn success_verifies_the_advertised_methods() {
+    let worker = Worker::start(&["--methods", "environmentSyncOut,environmentExecute,environmentSyncIn"]);
+    let outcome = probe(&worker.url).await;
+    let expected = ["environmentExecute", "environmentSyncIn", "environmentSyncOut"].map(String::from).to_vec();
+    assert_eq!(outcome, ProbeOutcome::Succeeded { methods: expected });
+    assert!(outcome.verified().has("environmentSyncIn"));
+}
+
+#[tokio::test]
+async fn a_worker_listing_nothing_verifies_nothing() {
+    let worker = Worker::start(&[]);
+    let outcome = probe(&worker.url).await;
+    assert_eq!(outcome, ProbeOutcome::Succeeded { methods: vec![] });
+    assert!(outcome.verified().is_nothing());
+}
+
+#[tokio::test]
+async fn a_slow_worker_times_out() {
+    let worker = Worker::start(&["--methods", "environmentExecute", "--delay", "10s"]);
+    let message = failure(probe_with(&worker.url, Duration::from_millis(300)).await);
+    assert!(message.ends_with("failed: no answer within 300ms"), "{message}");
+}
+
+#[tokio::test]
+async fn a_malformed_answer_fails() {
+    let worker = Worker::start(&["--methods", "environmentExecute", "--mode", "malformed"]);
+    let message = failure(probe(&worker.url).await);
+    assert!(message.contains("the answer is not a JSON-RPC object"), "{message}");
+    assert!(!message.contains("this is not a JSON-RPC answer"), "the body is not quoted: {message}");
+}
+
+#[tokio::test]
+async fn a_json_rpc_error_fails_and_says_which() {
+    let worker = Worker::start(&["--methods", "environmentExecute", "--mode", "rpc-error"]);
+    let message = failure(probe(&worker.url).await);
+    assert!(message.contains("JSON-RPC error -32603: this worker fails on purpose"), "{message}");
+}
+
+#[tokio::test]
+async fn ok_false_fails() {
+    let worker = Worker::start(&["--methods", "environmentExecute", "--mode", "not-ok"]);
+    assert!(failure(probe(&worker.url).await).ends_with("the worker answered ok: false"));
+}
+
+#[tokio::test]
+async fn an_endless_answer_is_cut_off_at_the_size_bound() {
+    let worker = Worker::start(&["--methods", "environmentExecute", "--mode", "huge"]);
+    let message = failure(probe(&worker.url).await);
+    assert!(message.ends_with(&format!("the answer is larger than {MAX_ANSWER_BYTES} bytes")), "{message}");
+}
+
+#[tokio::test]
+async fn an_answer_to_another_request_fails() {
+    let worker = Worker::start(&["--methods", "environmentExecute", "--mode", "wrong-id"]);
+    assert!(failure(probe(&worker.url).await).contains("does not match the request id"));
+}
+
+#[tokio::test]
+async fn connection_refused_fails() {
+    let port = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
+    let message = failure(probe(&format!("http://127.0.0.1:{port}/rpc")).await);
+    assert!(message.contains("cannot connect"), "{message}");
+}
+
+#[tokio::test]
+async fn messages_never_show_url_credentials_or_query() {
+    let worker = Worker::start(&["--methods", "environmentExecute", "--mode", "not-ok"]);
+    let url = worker.url.replace("http://", "http://user:hunter2@") + "?token=s3cr3t";
+    let message = failure(probe(&url).await);
+    assert!(message.starts_with("probe of http://127.0.0.1:"), "{message}");
+    assert!(!message.contains("hunter2") && !message.contains("s3cr3t"), "{message}");
+}
+
+/// Answers one request with `response` and hands back the request body.
+async fn serve_once(response: String) -> (String, tokio::task::JoinHandle<Value>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/rpc", listener.local_addr().unwrap());
+    let handle = tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut request = Vec::new();
+        let mut buf = [0u8; 4096];
+        let body = loop {
+            let n = socket.read(&mut buf).await.unwrap();
+            request.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&request).to_string();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap())
+                    })
+                    .unwrap_or(0);
+                if body.len() >= length {
+                    break body.to_string();
+                }
+            }
+        };
+        socket.write_all(response.as_bytes()).await.unwrap();
+        socket.shutdown().await.unwrap();
+        serde_json::from_str(&body).unwrap()
+    });
+    (url, handle)
+}
+
+fn http(status: &str, headers: &str, body: &str) -> String {
+    format!("HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n{headers}\r\n{body}", body.len())
+}
+
+#[tokio::test]
+async fn the_request_is_json_rpc_initialize_with_the_manifest() {
+    let answer = r#"{"jsonrpc":"2.0","id":1,"result":{"ok":true,"supportedMethods":["environmentExecute"]}}"#;
+    let (url, request) = serve_once(http("200 OK", "content-type: application/json\r\n", answer)).await;
+    assert!(matches!(probe(&url).await, ProbeOutcome::Succeeded { .. }));
+    let request = request.await.unwrap();
+    assert_eq!(request["jsonrpc"], "2.0");
+    assert_eq!(request["id"], 1);
+    assert_eq!(request["method"], "initialize");
+    let params = &request["params"];
+    assert_eq!(params["manifest"]["pluginKey"], "acme.kubernetes-sandbox-provider");
+    assert_eq!(params["manifest"]["version"], "1.4.0");
+    assert_eq!(params["manifest"]["drivers"][0]["driverKey"], "kubernetes");
+    assert_eq!(params["config"], serde_json::json!({}));
+    assert_eq!(params["instanceInfo"]["instanceId"], "test-instance");
+    assert_eq!(params["instanceInfo"]["hostVersion"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(params["apiVersion"], 1);
+}
+
+#[tokio::test]
+async fn http_errors_fail_and_redirects_are_not_followed() {
+    let (url, _) = serve_once(http("503 Service Unavailable", "", "busy")).await;
+    assert!(failure(probe(&url).await).ends_with("the worker answered HTTP 503 Service Unavailable"));
+
+    let worker = Worker::with_methods(&ALL_METHODS);
+    let (url, _) = serve_once(http("307 Temporary Redirect", &format!("location: {}\r\n", worker.url), "")).await;
+    assert!(failure(probe(&url).await).ends_with("the worker answered HTTP 307 Temporary Redirect"));
+}
+
+#[tokio::test]
+async fn a_worker_url_is_not_probed_without_the_flag() {
+    let worker = Worker::with_methods(&ALL_METHODS);
+    let provider = provider("acme", &worker.url, all_true());
+    let refused = Prober::new(Duration::from_secs(5), false, "test").probe(&provider).await;
+    assert!(failure(refused).contains("without --allow-worker-urls"));
+    let allowed = Prober::new(Duration::from_secs(5), true, "test").probe(&provider).await;
+    assert!(matches!(allowed, ProbeOutcome::Succeeded { .. }));
+}
+
+fn resolve_with_worker_url(url: &str) -> (Value, String) {
+    let provider = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/provider-full.yaml");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandcap"))
+        .args(["resolve", "--provider", provider, "--driver", "kubernetes", "--worker-url", url, "-o", "json"])
+        .output()
+        .expect("sandcap runs");
+    assert!(out.status.success(), "{out:?}");
+    (serde_json::from_slice(&out.stdout).expect("JSON"), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn resolve_probes_a_worker_url_live() {
+    let worker = Worker::with_methods(&ALL_METHODS);
+    let (record, stderr) = resolve_with_worker_url(&worker.url);
+    assert_eq!(record["capabilities"]["nativeSyncIn"], true, "{record}");
+    assert_eq!(record["effectivePolicy"], "ReuseByEnvironment");
+    assert!(stderr.is_empty(), "{stderr}");
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (record, stderr) = resolve_with_worker_url(&format!("http://127.0.0.1:{port}/rpc"));
+    let explanations = record["explanations"].as_array().unwrap();
+    assert!(explanations.iter().all(|e| e["reason"] == "WorkerNotVerified"), "{record}");
+    assert!(stderr.contains("cannot connect") && stderr.contains("nothing is verified"), "{stderr}");
+}
