@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use crate::api::{Capabilities, Explanation, LeasePolicy, SandboxLease, SandboxProvider, SecretKeyRef};
 use crate::contract::{self, SecretLookup, Verified};
+use crate::controller::SecretScope;
 use crate::probe::{self, ProbeOutcome, Prober};
 use crate::validation::{self, Options, Verdict};
 
@@ -126,6 +127,10 @@ pub struct RunArgs {
     pub log_format: LogFormat,
     /// Keep a CA and serving certificate in a Secret and the webhook configuration's caBundle in
     /// sync with it.
+    /// Namespaces whose Secrets leases may read for configFrom, comma-separated; `*` means every
+    /// namespace, an empty value none (give the operator RBAC to match).
+    #[arg(long, env = "SANDCAP_SECRET_NAMESPACES", default_value = "*")]
+    pub secret_namespaces: SecretScope,
     #[arg(long, env = "SANDCAP_SELF_MANAGED_CERTS")]
     pub self_managed_certs: bool,
     /// The Secret (in --pod-namespace) holding ca.crt, tls.crt and tls.key.

@@ -34,7 +34,9 @@ use tower_http::timeout::TimeoutLayer;
 use tracing::field;
 
 use crate::admission::{self, Answer, Verdict};
+use crate::certs::{self, CertOptions};
 use crate::cli::{LogFormat, RunArgs};
+use crate::controller::{self, ControllerOptions};
 use crate::metrics::{self, AdmissionLabels, KindLabels, Metrics};
 use crate::tls::{self, CertError, CertResolver, CertSource};
 use crate::validation::Options;
@@ -87,44 +89,99 @@ pub enum ServerError {
     Certificate(#[from] CertError),
     #[error("admin listener: {0}")]
     Admin(std::io::Error),
+    #[error("no Kubernetes client configuration (in-cluster or kubeconfig): {0}")]
+    Kube(kube::Error),
+    #[error("controllers: {0}")]
+    Controller(crate::controller::Error),
 }
 
 /// `/readyz`: ready once the webhook listener is bound and its resolver has a certificate.
 #[derive(Clone, Debug, Default)]
 pub struct Readiness {
     webhook: Arc<OnceLock<Arc<CertResolver>>>,
+    no_webhook: bool,
 }
 
 impl Readiness {
+    /// For `--controllers-only`: there is no listener to wait for.
+    pub fn without_webhook() -> Readiness {
+        Readiness { webhook: Arc::default(), no_webhook: true }
+    }
+
     pub fn is_ready(&self) -> bool {
-        self.webhook.get().is_some_and(|resolver| resolver.has_cert())
+        self.no_webhook || self.webhook.get().is_some_and(|resolver| resolver.has_cert())
     }
 }
 
-/// Runs `sandcap run` until SIGTERM or SIGINT.
+/// Runs `sandcap run` until SIGTERM or SIGINT: the admin port always; the webhook unless
+/// `--controllers-only`; the controllers (behind leader election) unless `--webhook-only`; and with
+/// `--self-managed-certs`, the certificate keeper on every replica (the webhook's readiness waits
+/// for the certificate it writes, so it must not wait for readiness itself).
 pub async fn run(args: RunArgs) -> Result<(), ServerError> {
     init_tracing(args.log_format);
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let readiness = Readiness::default();
+    let readiness = if args.controllers_only { Readiness::without_webhook() } else { Readiness::default() };
 
     let admin = bind(args.admin_addr).await?;
     let admin = serve_admin(admin, admin_router(Arc::new(registry), readiness.clone()), shutdown.clone());
-    if args.controllers_only {
-        return admin.await;
-    }
-    let webhook = Webhook {
-        listener: bind(args.webhook_addr).await?,
-        certificate: cert_source(&args)?,
-        options: Options { allow_worker_urls: args.allow_worker_urls },
-        limits: Limits::default(),
+    let needs_cluster = !args.webhook_only || args.self_managed_certs;
+    let client = if needs_cluster { Some(kube::Client::try_default().await.map_err(ServerError::Kube)?) } else { None };
+
+    let controllers = async {
+        match (&client, args.webhook_only) {
+            (Some(client), false) => {
+                let options = ControllerOptions {
+                    probe_interval: args.probe_interval,
+                    probe_timeout: args.probe_timeout,
+                    allow_worker_urls: args.allow_worker_urls,
+                    leader_elect: args.leader_elect,
+                    lease_name: args.leader_election_name.clone(),
+                    lease_namespace: args.leader_election_namespace().to_string(),
+                    identity: args.identity(),
+                    secret_namespaces: args.secret_namespaces.clone(),
+                };
+                controller::run(client.clone(), options, metrics.clone(), shutdown.clone())
+                    .await
+                    .map_err(ServerError::Controller)
+            }
+            _ => Ok(()),
+        }
     };
-    tokio::try_join!(admin, serve_webhook(webhook, metrics, readiness, shutdown))?;
+    let certificates = async {
+        if let (Some(client), true) = (&client, args.self_managed_certs) {
+            let options = CertOptions {
+                secret_name: args.cert_secret_name.clone(),
+                namespace: args.pod_namespace.clone(),
+                service_name: args.service_name.clone(),
+                webhook_config_name: args.webhook_config_name.clone(),
+                check_interval: CERT_CHECK_INTERVAL,
+            };
+            certs::run_self_managed(client.clone(), options, shutdown.clone()).await;
+        }
+        Ok(())
+    };
+    let webhook = async {
+        if args.controllers_only {
+            return Ok(());
+        }
+        let webhook = Webhook {
+            listener: bind(args.webhook_addr).await?,
+            certificate: cert_source(&args)?,
+            options: Options { allow_worker_urls: args.allow_worker_urls },
+            limits: Limits::default(),
+        };
+        serve_webhook(webhook, metrics.clone(), readiness, shutdown.clone()).await
+    };
+    tokio::try_join!(admin, webhook, controllers, certificates)?;
     tracing::info!("stopped");
     Ok(())
 }
+
+/// Two GETs per replica per check; renewal starts months before expiry, so a minute is plenty.
+const CERT_CHECK_INTERVAL: Duration = Duration::from_secs(60);
 
 fn cert_source(args: &RunArgs) -> Result<CertSource, ServerError> {
     match (&args.tls_cert, &args.tls_key) {

@@ -64,9 +64,9 @@ pub struct ControllerOptions {
     pub lease_namespace: String,
     /// This replica's leader identity (the pod name); also the probe's `instanceInfo.instanceId`.
     pub identity: String,
-    /// Namespaces whose Secrets leases may read for `configFrom`; empty means every namespace.
-    /// With a list, Secrets are watched per namespace, so RBAC can stay namespaced.
-    pub secret_namespaces: Vec<String>,
+    /// Where leases may read `configFrom` Secrets; Secrets are watched only there, so the
+    /// operator's RBAC can stay namespaced.
+    pub secret_namespaces: SecretScope,
 }
 
 impl Default for ControllerOptions {
@@ -79,7 +79,7 @@ impl Default for ControllerOptions {
             lease_name: "sandcap-controller".into(),
             lease_namespace: "default".into(),
             identity: "sandcap".into(),
-            secret_namespaces: Vec::new(),
+            secret_namespaces: SecretScope::All,
         }
     }
 }
@@ -288,16 +288,37 @@ fn drop_managed_fields<K: Resource>(obj: &mut K) {
     obj.managed_fields_mut().clear();
 }
 
-/// Secret changes (metadata only: values never enter this stream), in `namespaces` or in every
-/// namespace when the list is empty.
+/// The namespaces whose Secrets sandcap reads (`--secret-namespaces`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretScope {
+    All,
+    /// Possibly none: then every `configFrom` read is refused and narrows, with a message.
+    Namespaces(Vec<String>),
+}
+
+impl std::str::FromStr for SecretScope {
+    type Err = std::convert::Infallible;
+
+    /// `*` is every namespace; otherwise a comma-separated list (empty: none).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(if s.trim() == "*" {
+            SecretScope::All
+        } else {
+            SecretScope::Namespaces(s.split(',').map(str::trim).filter(|n| !n.is_empty()).map(String::from).collect())
+        })
+    }
+}
+
+/// Secret changes (metadata only: values never enter this stream) in the namespaces of `scope`.
 fn secret_changes(
     client: Client,
-    namespaces: &[String],
+    scope: &SecretScope,
 ) -> impl Stream<Item = Result<PartialObjectMeta<Secret>, watcher::Error>> + Send + 'static {
-    let apis = if namespaces.is_empty() {
-        vec![Api::<PartialObjectMeta<Secret>>::all(client)]
-    } else {
-        namespaces.iter().map(|ns| Api::namespaced(client.clone(), ns)).collect()
+    let apis = match scope {
+        SecretScope::All => vec![Api::<PartialObjectMeta<Secret>>::all(client)],
+        SecretScope::Namespaces(namespaces) => {
+            namespaces.iter().map(|ns| Api::namespaced(client.clone(), ns)).collect()
+        }
     };
     futures::stream::select_all(apis.into_iter().map(|api| secret_watch(api).boxed()))
 }

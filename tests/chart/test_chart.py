@@ -458,6 +458,13 @@ def test_secret_access_is_opt_in_per_namespace() -> None:
     assert secret_readers(render(SCENARIOS["secretsClusterWide"])) == {("ClusterRole", None): ["get", "list", "watch"]}
 
 
+def test_sandcap_reads_secrets_exactly_where_rbac_allows() -> None:
+    """The controller watches Secrets only where it may (a watch it is refused would never heal)."""
+    assert env(render({}))["SANDCAP_SECRET_NAMESPACES"] == ""
+    assert env(render(SCENARIOS["secretNamespaces"]))["SANDCAP_SECRET_NAMESPACES"] == "team-a,team-b"
+    assert env(render(SCENARIOS["secretsClusterWide"]))["SANDCAP_SECRET_NAMESPACES"] == "*"
+
+
 def test_bindings_point_at_rendered_roles_and_service_account() -> None:
     for scenario in ("default", "secretNamespaces", "secretsClusterWide", "existing-serviceaccount"):
         objects = render(SCENARIOS[scenario])
