@@ -1,6 +1,11 @@
 use clap::Parser;
 use sandcap::cli::{self, Cli, Command, RunArgs};
 
+// Every review allocates its parsed object and answer; mimalloc's per-thread free lists make that
+// cheaper than glibc malloc under load (see docs/webhook.md, "Speed").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let cli = Cli::parse();
     let code = match cli.command {

@@ -10,8 +10,8 @@ use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AdmissionLabels {
-    pub kind: String,
-    pub operation: String,
+    pub kind: &'static str,
+    pub operation: &'static str,
     /// `allowed`, `denied` or `invalid` (the body was not a usable AdmissionReview).
     pub verdict: &'static str,
 }
