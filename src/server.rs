@@ -91,7 +91,7 @@ pub enum ServerError {
     #[error("no Kubernetes client configuration (in-cluster or kubeconfig): {0}")]
     Kube(kube::Error),
     #[error("controllers: {0}")]
-    Controller(crate::controller::Error),
+    Controller(Box<crate::controller::Error>),
 }
 
 /// `/readyz`: ready once the webhook listener is bound and its resolver has a certificate.
@@ -144,7 +144,7 @@ pub async fn run(args: RunArgs) -> Result<(), ServerError> {
                 };
                 controller::run(client.clone(), options, metrics.clone(), shutdown.clone())
                     .await
-                    .map_err(ServerError::Controller)
+                    .map_err(|e| ServerError::Controller(Box::new(e)))
             }
             _ => Ok(()),
         }
