@@ -15,6 +15,23 @@ fn sandcap(args: &[&str]) -> Output {
         .expect("sandcap runs")
 }
 
+/// `sandcap resolve` of examples/lease-reuse.yaml against examples/provider-full.yaml with every
+/// worker method verified and `secret` as its configFrom Secret.
+fn resolve_reuse_lease(secret: &str, extra: &[&str]) -> Output {
+    let args = [
+        "resolve",
+        "--provider",
+        "examples/provider-full.yaml",
+        "--lease",
+        "examples/lease-reuse.yaml",
+        "--secret",
+        secret,
+        "--worker-methods",
+        ALL,
+    ];
+    sandcap(&[&args[..], extra].concat())
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8(o.stdout.clone()).unwrap()
 }
@@ -179,17 +196,7 @@ fn resolve_never_prints_a_secret_value() {
         "s.yaml",
         "apiVersion: v1\nkind: Secret\nmetadata: {name: acme-credentials}\nstringData:\n  config.json: '{\"apiToken\": 12345678901}'\n",
     );
-    let o = sandcap(&[
-        "resolve",
-        "--provider",
-        "examples/provider-full.yaml",
-        "--lease",
-        "examples/lease-reuse.yaml",
-        "--secret",
-        &secret,
-        "--worker-methods",
-        ALL,
-    ]);
+    let o = resolve_reuse_lease(&secret, &[]);
     let out = stdout(&o);
     assert!(out.contains("/apiToken (type)"), "{out}");
     assert!(!out.contains("12345678901"));
@@ -290,19 +297,7 @@ fn bad_input_gets_a_one_line_error_naming_the_file() {
         assert!(!err.contains("panicked"));
     }
     // A Secret whose key holds non-JSON is a config-resolution failure of the lease, not a crash.
-    let o = sandcap(&[
-        "resolve",
-        "--provider",
-        "examples/provider-full.yaml",
-        "--lease",
-        "examples/lease-reuse.yaml",
-        "--secret",
-        &not_json_secret,
-        "-o",
-        "json",
-        "--worker-methods",
-        ALL,
-    ]);
+    let o = resolve_reuse_lease(&not_json_secret, &["-o", "json"]);
     assert_eq!(o.status.code(), Some(0));
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(r["explanations"][3]["message"].as_str().unwrap().contains("key config.json is not valid JSON"));
