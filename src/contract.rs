@@ -11,8 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::api::{
-    Capabilities, DeclaredCapabilities, DriverDeclaration, Explanation, LeasePolicy, Pinned, SandboxLease,
-    SandboxProvider, SecretKeyRef,
+    Capabilities, DriverDeclaration, Explanation, LeasePolicy, Pinned, SandboxLease, SandboxProvider, SecretKeyRef,
 };
 
 pub const METHOD_RESUME_LEASE: &str = "environmentResumeLease";
@@ -161,21 +160,14 @@ pub struct Declared([Option<bool>; 6]);
 impl Declared {
     /// Folds the legacy `supportsReusableLeases` in when the nested key is absent.
     pub fn from_driver(driver: &DriverDeclaration) -> Self {
-        let nested = driver.sandbox_capabilities.clone().unwrap_or_default();
         let mut declared = Declared::default();
-        for cap in Capability::ALL {
-            declared.0[cap as usize] = nested.get(cap);
+        if let Some(nested) = &driver.sandbox_capabilities {
+            for cap in Capability::ALL {
+                declared.0[cap as usize] = nested.get(cap);
+            }
         }
         if declared.get(Capability::ReusableLeases).is_none() {
             declared.0[Capability::ReusableLeases as usize] = driver.supports_reusable_leases;
-        }
-        declared
-    }
-
-    pub fn from_capabilities(caps: &DeclaredCapabilities) -> Self {
-        let mut declared = Declared::default();
-        for cap in Capability::ALL {
-            declared.0[cap as usize] = caps.get(cap);
         }
         declared
     }

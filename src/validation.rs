@@ -606,7 +606,7 @@ fn compact(value: &Value) -> String {
 }
 
 /// `^[a-z0-9][a-z0-9._-]*$`, at most 253 characters.
-pub fn is_key(s: &str) -> bool {
+fn is_key(s: &str) -> bool {
     let mut bytes = s.bytes();
     s.len() <= 253
         && bytes.next().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
