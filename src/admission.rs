@@ -4,16 +4,38 @@
 //!
 //! The envelope is read field by field from a `serde_json::Value` rather than into typed structs:
 //! a malformed review then still gets its `uid` echoed and a message naming the bad field, and the
-//! object reaches [`validation::review`] untouched, whatever its shape.
+//! object reaches [`validation::review`] in whatever shape it came. Only the fields read are built
+//! ([`REVIEW`]): `userInfo`, `managedFields` and the last-applied annotation, most of a typical
+//! review's bytes, are scanned and skipped, which halves the cost of a review.
 
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::validation::{self, Kind, MAX_WARNING_LEN, Options};
+use crate::validation::{self, Kind, MAX_WARNING_LEN, Options, REVIEWED, Shape};
 
 pub const API_VERSION: &str = "admission.k8s.io/v1";
 pub const KIND: &str = "AdmissionReview";
 const GROUP: &str = "sandcap.dev";
+
+/// The parts of a review that [`decode`] reads, with the object and old object only as far as
+/// the rules read them.
+const REVIEW: Shape = Shape::Keys(&[
+    ("apiVersion", Shape::Whole),
+    ("kind", Shape::Whole),
+    (
+        "request",
+        Shape::Keys(&[
+            ("uid", Shape::Whole),
+            ("operation", Shape::Whole),
+            ("kind", Shape::Whole),
+            ("subResource", Shape::Whole),
+            ("name", Shape::Whole),
+            ("dryRun", Shape::Whole),
+            ("object", REVIEWED),
+            ("oldObject", REVIEWED),
+        ]),
+    ),
+]);
 
 /// The operation of a request, as a bounded set (it labels metrics).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,7 +157,9 @@ struct Request {
 fn decode(body: &[u8], outcome: &mut Outcome) -> Result<Request, String> {
     // serde_json refuses nesting deeper than 128 levels, so a hostile body cannot overflow the
     // stack here, and every Value handed to the rules is at most that deep.
-    let review: Value = serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+    let not_json = |e: &dyn std::fmt::Display| format!("the body is not JSON: {e}");
+    let body = std::str::from_utf8(body).map_err(|e| not_json(&e))?;
+    let review = REVIEW.decode(body).map_err(|e| not_json(&e))?;
     let Value::Object(mut review) = review else {
         return Err(format!("the body is not an {KIND} object"));
     };

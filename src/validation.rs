@@ -4,10 +4,14 @@
 //! (a wrong type, an unknown key, a typo) is reported at once with its Kubernetes field path,
 //! instead of stopping at the first serde error.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{LazyLock, Mutex, PoisonError};
 
+use serde::Deserialize;
+use serde::de::value::SeqAccessDeserializer;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 use crate::api::SANDBOX_PROVIDER_KIND;
@@ -118,6 +122,124 @@ pub fn identify(object: &Value) -> (String, String) {
         .unwrap_or("(no name)")
         .to_string();
     (kind, name)
+}
+
+/// What [`review`] and [`identify`] read of an object. The webhook builds only these parts: the
+/// rest (`status`, `metadata.managedFields`, the last-applied annotation) is often most of the
+/// bytes, and reviewing the parts gives the verdict of reviewing the whole (a property test in
+/// tests/properties.rs holds the two to that).
+pub const REVIEWED: Shape = Shape::Keys(&[
+    ("apiVersion", Shape::Whole),
+    ("kind", Shape::Whole),
+    ("metadata", Shape::Keys(&[("name", Shape::Whole), ("generateName", Shape::Whole)])),
+    ("spec", Shape::Whole),
+]);
+
+/// Which parts of a JSON document to build into a [`Value`]: all of it, or some keys of an object,
+/// each with its own shape. Other keys are checked for syntax and skipped without allocating. A
+/// value that is not an object where the shape names keys is built whole, so the rules still see
+/// (and name) its real type.
+#[derive(Clone, Copy, Debug)]
+pub enum Shape {
+    Whole,
+    Keys(&'static [(&'static str, Shape)]),
+}
+
+impl Shape {
+    /// Decodes one JSON document. Errors are serde_json's, including its nesting limit of 128
+    /// levels in the parts built (skipped parts are scanned without recursion).
+    pub fn decode(self, json: &str) -> serde_json::Result<Value> {
+        let mut deserializer = serde_json::Deserializer::from_str(json);
+        let value = self.deserialize(&mut deserializer)?;
+        deserializer.end()?;
+        Ok(value)
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Shape {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        match self {
+            Shape::Whole => Value::deserialize(deserializer),
+            Shape::Keys(keys) => deserializer.deserialize_any(KeysVisitor(keys)),
+        }
+    }
+}
+
+struct KeysVisitor(&'static [(&'static str, Shape)]);
+
+impl<'de> Visitor<'de> for KeysVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut built = Map::new();
+        while let Some(Key(key)) = map.next_key()? {
+            match self.0.iter().find(|(name, _)| *name == key) {
+                // Inserting keeps the last of duplicate keys, as serde_json's own Value does.
+                Some((_, shape)) => drop(built.insert(key.into_owned(), map.next_value_seed(*shape)?)),
+                None => drop(map.next_value::<IgnoredAny>()?),
+            }
+        }
+        Ok(Value::Object(built))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Value, A::Error> {
+        Value::deserialize(SeqAccessDeserializer::new(seq))
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+}
+
+/// An object key, borrowed from the input unless it had escapes: skipped keys cost no allocation.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object key")
+            }
+
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
 }
 
 const PROVIDER_SPEC_FIELDS: &[&str] = &["pluginKey", "version", "worker", "environmentDrivers"];

@@ -6,7 +6,7 @@ use common::ALL_METHODS;
 use proptest::prelude::*;
 use sandcap::api::{DeclaredCapabilities, DriverDeclaration, LeasePolicy};
 use sandcap::contract::{Capability, Declared, Narrowing, Reason, Verified, resolve, resolve_driver};
-use sandcap::validation::{Options, review};
+use sandcap::validation::{Options, REVIEWED, identify, review};
 use serde_json::{Value, json};
 
 fn verified() -> impl Strategy<Value = Verified> {
@@ -148,6 +148,36 @@ proptest! {
             prop_assert!(v.allowed() || !v.message().is_empty());
         }
     }
+
+    /// The webhook builds only the parts of an object that the rules read (`REVIEWED`); the
+    /// verdict and the reported name are those of the whole object, whatever its shape.
+    #[test]
+    fn reviewing_the_decoded_parts_is_reviewing_the_whole(
+        object in prop_oneof![object(), arbitrary_json()],
+        old in prop_oneof![object(), arbitrary_json()],
+        allow_worker_urls in any::<bool>(),
+    ) {
+        let parts = |v: &Value| REVIEWED.decode(&v.to_string()).unwrap();
+        let options = Options { allow_worker_urls };
+        prop_assert_eq!(
+            review(&parts(&object), Some(&parts(&old)), &options),
+            review(&object, Some(&old), &options)
+        );
+        prop_assert_eq!(identify(&parts(&object)), identify(&object));
+    }
+}
+
+/// A sandcap object (or something posing as one) with arbitrary metadata, spec and extra fields.
+fn object() -> impl Strategy<Value = Value> {
+    let kind = prop::sample::select(vec!["SandboxProvider", "SandboxLease", "Pod"]);
+    (kind, arbitrary_json(), prop::option::of("[a-z0-9.-]{0,8}"), arbitrary_json(), arbitrary_json()).prop_map(
+        |(kind, mut metadata, name, spec, status)| {
+            if let (Some(m), Some(name)) = (metadata.as_object_mut(), name) {
+                m.insert("name".into(), name.into());
+            }
+            json!({"apiVersion": "sandcap.dev/v1alpha1", "kind": kind, "metadata": metadata, "spec": spec, "status": status})
+        },
+    )
 }
 
 fn arbitrary_json() -> impl Strategy<Value = Value> {
@@ -166,6 +196,10 @@ fn arbitrary_json() -> impl Strategy<Value = Value> {
         "policy",
         "configFrom",
         "secretKeyRef",
+        "name",
+        "generateName",
+        "metadata",
+        "spec",
         "x",
     ]);
     let leaf = prop_oneof![

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use sandcap::validation::{MAX_WARNING_LEN, Options, review};
+use sandcap::validation::{MAX_WARNING_LEN, Options, REVIEWED, review};
 use serde_json::{Value, json};
 
 fn deny(object: &Value) -> String {
@@ -502,4 +502,34 @@ fn sandcap_validate_is_never_more_lenient_than_the_crd_schema() {
     }
     assert!(provider_schema.is_valid(&provider_json()["spec"]));
     assert!(lease_schema.is_valid(&lease_json()["spec"]));
+}
+
+#[test]
+fn the_webhook_decodes_only_what_the_rules_read_and_keeps_json_semantics() {
+    let decode = |json: &str| REVIEWED.decode(json).map_err(|e| e.to_string());
+    // Skipped: status, managedFields, annotations; kept: apiVersion, kind, name, generateName, spec.
+    let object = r#"{"apiVersion": "v", "kind": "K", "status": {"x": [1, {"y": "\u00e9"}]},
+        "metadata": {"name": "n", "generateName": "g", "managedFields": [{}], "annotations": {"a": "b"}},
+        "spec": {"a": [1, 2.5, null, true, "s"], "b": {}}}"#;
+    let expected = json!({"apiVersion": "v", "kind": "K", "metadata": {"name": "n", "generateName": "g"},
+        "spec": {"a": [1, 2.5, null, true, "s"], "b": {}}});
+    assert_eq!(decode(object), Ok(expected));
+    // Escaped keys are still keys, and the last of duplicate keys wins, as in serde_json's Value.
+    assert_eq!(decode(r#"{"\u0073pec": 1, "kind": 1, "kind": 2}"#), Ok(json!({"spec": 1, "kind": 2})));
+    // A value that is not an object where keys are named is built whole, so the rules name its type.
+    for other in [r#""s""#, "[1, [2]]", "7", "-7", "true", "null"] {
+        assert_eq!(decode(&format!(r#"{{"metadata": {other}}}"#)), decode_whole(other).map(|v| json!({"metadata": v})));
+        assert_eq!(decode(other), decode_whole(other), "{other}");
+    }
+    // Skipped parts are still checked for syntax; built parts keep serde_json's nesting limit.
+    assert!(decode(r#"{"status": {"x": [1,]}}"#).unwrap_err().contains("expected value"));
+    assert!(decode(r#"{"status": {}} trailing"#).unwrap_err().contains("trailing characters"));
+    let deep = format!(r#"{{"spec": {}1{}}}"#, "[".repeat(200), "]".repeat(200));
+    assert!(decode(&deep).unwrap_err().contains("recursion limit exceeded"));
+    let deep_skipped = format!(r#"{{"status": {}1{}}}"#, "[".repeat(100_000), "]".repeat(100_000));
+    assert_eq!(decode(&deep_skipped), Ok(json!({})));
+}
+
+fn decode_whole(json: &str) -> Result<Value, String> {
+    serde_json::from_str(json).map_err(|e| e.to_string())
 }
