@@ -5,7 +5,7 @@
 //! The envelope is read field by field from a `serde_json::Value` rather than into typed structs:
 //! a malformed review then still gets its `uid` echoed and a message naming the bad field, and the
 //! object reaches [`validation::review`] in whatever shape it came. Only the fields read are built
-//! ([`REVIEW`]): `userInfo`, `managedFields` and the last-applied annotation, most of a typical
+//! (`REVIEW`): `userInfo`, `managedFields` and the last-applied annotation, most of a typical
 //! review's bytes, are scanned and skipped, which halves the cost of a review.
 
 use serde::Serialize;
