@@ -5,9 +5,9 @@
 //! instead of stopping at the first serde error.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::fmt;
-use std::sync::{LazyLock, Mutex, PoisonError};
 
 use serde::Deserialize;
 use serde::de::value::SeqAccessDeserializer;
@@ -281,8 +281,10 @@ impl Checker {
         self.verdict
     }
 
-    fn problem(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.verdict.problems.push(Problem { path: path.into(), message: message.into() });
+    /// Paths arrive as `Display` (often `format_args!`) and are written out only here: a review
+    /// that finds nothing formats no path at all.
+    fn problem(&mut self, path: impl fmt::Display, message: impl Into<String>) {
+        self.verdict.problems.push(Problem { path: path.to_string(), message: message.into() });
     }
 
     fn warn(&mut self, warning: String) {
@@ -300,7 +302,7 @@ impl Checker {
         }
     }
 
-    fn object<'v>(&mut self, value: &'v Value, path: &str) -> Option<&'v Map<String, Value>> {
+    fn object<'v>(&mut self, value: &'v Value, path: impl fmt::Display) -> Option<&'v Map<String, Value>> {
         let map = value.as_object();
         if map.is_none() {
             self.problem(path, format!("must be an object, got {}", type_name(value)));
@@ -318,7 +320,7 @@ impl Checker {
                 String::new()
             };
             self.problem(
-                format!("{path}.{key}"),
+                format_args!("{path}.{key}"),
                 format!("unknown field (allowed fields: {}){hint}", allowed.join(", ")),
             );
         }
@@ -327,12 +329,12 @@ impl Checker {
     fn required<'v>(&mut self, map: &'v Map<String, Value>, path: &str, key: &str) -> Option<&'v Value> {
         let v = field(map, key);
         if v.is_none() {
-            self.problem(format!("{path}.{key}"), "required");
+            self.problem(format_args!("{path}.{key}"), "required");
         }
         v
     }
 
-    fn string<'v>(&mut self, value: &'v Value, path: &str) -> Option<&'v str> {
+    fn string<'v>(&mut self, value: &'v Value, path: impl fmt::Display) -> Option<&'v str> {
         let s = value.as_str();
         if s.is_none() {
             self.problem(path, format!("must be a string, got {}", type_name(value)));
@@ -340,7 +342,7 @@ impl Checker {
         s
     }
 
-    fn boolean(&mut self, value: &Value, path: &str) -> Option<bool> {
+    fn boolean(&mut self, value: &Value, path: impl fmt::Display) -> Option<bool> {
         let b = value.as_bool();
         if b.is_none() {
             self.problem(path, format!("must be a boolean (true or false), got {}", type_name(value)));
@@ -350,21 +352,21 @@ impl Checker {
 
     fn required_string<'v>(&mut self, map: &'v Map<String, Value>, path: &str, key: &str) -> Option<&'v str> {
         let v = self.required(map, path, key)?;
-        self.string(v, &format!("{path}.{key}"))
+        self.string(v, format_args!("{path}.{key}"))
     }
 
     fn optional_string<'v>(&mut self, map: &'v Map<String, Value>, path: &str, key: &str) -> Option<&'v str> {
         let v = field(map, key)?;
-        self.string(v, &format!("{path}.{key}"))
+        self.string(v, format_args!("{path}.{key}"))
     }
 
-    fn key_pattern(&mut self, value: &str, path: &str) {
+    fn key_pattern(&mut self, value: &str, path: impl fmt::Display) {
         if !is_key(value) {
             self.problem(path, format!("{value:?} must match ^[a-z0-9][a-z0-9._-]*$ (at most 253 characters)"));
         }
     }
 
-    fn dns_label(&mut self, value: &str, path: &str) {
+    fn dns_label(&mut self, value: &str, path: impl fmt::Display) {
         if !is_dns_label(value) {
             self.problem(
                 path,
@@ -373,7 +375,7 @@ impl Checker {
         }
     }
 
-    fn dns_subdomain(&mut self, value: &str, path: &str) {
+    fn dns_subdomain(&mut self, value: &str, path: impl fmt::Display) {
         if !is_dns_subdomain(value) {
             self.problem(path, format!("{value:?} is not a valid resource name (DNS-1123 subdomain)"));
         }
@@ -501,7 +503,7 @@ impl Checker {
             };
             match seen.iter().find(|(k, _)| *k == key) {
                 Some((_, first)) => self.problem(
-                    format!("{path}.driverKey"),
+                    format_args!("{path}.driverKey"),
                     format!("duplicate driverKey {key:?} (first declared at spec.environmentDrivers[{first}])"),
                 ),
                 None => seen.push((key, i)),
@@ -515,41 +517,41 @@ impl Checker {
         self.known_fields(d, path, DRIVER_FIELDS);
         let key = self.required_string(d, path, "driverKey");
         if let Some(key) = key {
-            self.key_pattern(key, &format!("{path}.driverKey"));
+            self.key_pattern(key, format_args!("{path}.driverKey"));
         }
         let kind = self.optional_string(d, path, "kind");
         if let Some(kind) = kind
             && !DRIVER_KINDS.contains(&kind)
         {
             self.problem(
-                format!("{path}.kind"),
+                format_args!("{path}.kind"),
                 format!("{kind:?} is not a driver kind: use sandbox_provider or environment_driver (or omit it)"),
             );
         }
         if let Some(name) = self.optional_string(d, path, "displayName") {
             let n = name.chars().count();
             if !(1..=100).contains(&n) {
-                self.problem(format!("{path}.displayName"), format!("must be 1 to 100 characters, got {n}"));
+                self.problem(format_args!("{path}.displayName"), format!("must be 1 to 100 characters, got {n}"));
             }
         }
         if let Some(description) = self.optional_string(d, path, "description") {
             let n = description.chars().count();
             if n > 500 {
-                self.problem(format!("{path}.description"), format!("must be at most 500 characters, got {n}"));
+                self.problem(format_args!("{path}.description"), format!("must be at most 500 characters, got {n}"));
             }
         }
         if let Some(schema) = field(d, "configSchema") {
-            self.config_schema(schema, &format!("{path}.configSchema"));
+            self.config_schema(schema, format_args!("{path}.configSchema"));
         }
         let legacy =
-            field(d, "supportsReusableLeases").and_then(|v| self.boolean(v, &format!("{path}.supportsReusableLeases")));
+            field(d, "supportsReusableLeases").and_then(|v| self.boolean(v, format_args!("{path}.supportsReusableLeases")));
         if let Some(caps) = field(d, "sandboxCapabilities") {
             self.capabilities(caps, path, legacy, kind == Some(SANDBOX_PROVIDER_KIND));
         }
         key
     }
 
-    fn config_schema(&mut self, schema: &Value, path: &str) {
+    fn config_schema(&mut self, schema: &Value, path: impl fmt::Display) {
         if !schema.is_object() {
             self.problem(path, format!("must be a JSON Schema object, got {}", type_name(schema)));
         } else if let Err(e) = schema_compiles(schema) {
@@ -558,15 +560,15 @@ impl Checker {
     }
 
     fn capabilities(&mut self, caps: &Value, driver_path: &str, legacy: Option<bool>, is_sandbox_provider: bool) {
-        let path = format!("{driver_path}.sandboxCapabilities");
-        let Some(map) = self.object(caps, &path) else {
+        let path = format_args!("{driver_path}.sandboxCapabilities");
+        let Some(map) = self.object(caps, path) else {
             return;
         };
         let mut declared = [None; 6];
         for (key, value) in map.iter().filter(|(_, v)| !v.is_null()) {
-            let at = format!("{path}.{key}");
+            let at = format_args!("{path}.{key}");
             match Capability::from_key(key) {
-                Some(cap) => declared[cap as usize] = self.boolean(value, &at),
+                Some(cap) => declared[cap as usize] = self.boolean(value, at),
                 None if REMOVED_KEYS.contains(&key.as_str()) => self.problem(
                     at,
                     "unknown capability key: it was removed from the contract (concurrency is no longer declared), delete it",
@@ -670,12 +672,12 @@ impl Checker {
             };
             self.known_fields(r, &path, SECRET_KEY_REF_FIELDS);
             if let Some(name) = self.required_string(r, &path, "name") {
-                self.dns_subdomain(name, &format!("{path}.name"));
+                self.dns_subdomain(name, format_args!("{path}.name"));
             }
             if let Some(key) = self.required_string(r, &path, "key")
                 && !is_secret_key(key)
             {
-                self.problem(format!("{path}.key"), format!("{key:?} is not a valid Secret key ([-._a-zA-Z0-9]+)"));
+                self.problem(format_args!("{path}.key"), format!("{key:?} is not a valid Secret key ([-._a-zA-Z0-9]+)"));
             }
         }
     }
@@ -683,26 +685,41 @@ impl Checker {
 
 /// Whether a configSchema compiles, remembered: the apiserver sends the same provider again and
 /// again (every update, dry run and `kubectl diff`), and compiling a schema costs more than all the
-/// other rules together. Bounded: schemas up to 64 KiB of JSON, at most 256 of them.
+/// other rules together. The memo is per thread, so the webhook takes no lock, and is searched by
+/// comparing schemas, which costs less than writing one out as a key. Bounded: the last 32 schemas
+/// of at most 64 KiB each (see [`size_within`]) per thread.
 fn schema_compiles(schema: &Value) -> Result<(), String> {
-    const MAX_KEY: usize = 64 * 1024;
-    const MAX_ENTRIES: usize = 256;
-    static MEMO: LazyLock<Mutex<HashMap<String, Result<(), String>>>> = LazyLock::new(Default::default);
-    let key = schema.to_string();
-    if key.len() > MAX_KEY {
+    const MAX_SIZE: usize = 64 * 1024;
+    const MAX_ENTRIES: usize = 32;
+    thread_local! {
+        static MEMO: RefCell<VecDeque<(Value, Result<(), String>)>> = const { RefCell::new(VecDeque::new()) };
+    }
+    let mut budget = MAX_SIZE;
+    if !size_within(schema, &mut budget) {
         return compile_schema(schema).map(drop);
     }
-    let memo = || MEMO.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(known) = memo().get(&key) {
-        return known.clone();
+    if let Some(known) = MEMO.with_borrow(|memo| memo.iter().find(|(s, _)| s == schema).map(|(_, r)| r.clone())) {
+        return known;
     }
     let result = compile_schema(schema).map(drop);
-    let mut memo = memo();
-    if memo.len() >= MAX_ENTRIES {
-        memo.clear();
-    }
-    memo.insert(key, result.clone());
+    MEMO.with_borrow_mut(|memo| {
+        memo.truncate(MAX_ENTRIES - 1);
+        memo.push_front((schema.clone(), result.clone()));
+    });
     result
+}
+
+/// Whether `value` weighs at most `budget`: a unit per node plus the bytes of its strings and keys
+/// (about its size as JSON). Stops as soon as the budget is spent.
+fn size_within(value: &Value, budget: &mut usize) -> bool {
+    let spend = |budget: &mut usize, n: usize| budget.checked_sub(n).map(|left| *budget = left).is_some();
+    spend(budget, 1)
+        && match value {
+            Value::String(s) => spend(budget, s.len()),
+            Value::Array(items) => items.iter().all(|item| size_within(item, budget)),
+            Value::Object(map) => map.iter().all(|(k, v)| spend(budget, k.len()) && size_within(v, budget)),
+            _ => true,
+        }
 }
 
 /// A field's value; `null` counts as absent, as the CRD schema (nullable) lets it through.
