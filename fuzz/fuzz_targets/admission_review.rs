@@ -1,5 +1,6 @@
 //! Arbitrary bytes as an AdmissionReview body: the decode and review path the webhook runs.
-//! Whatever comes in, the answer is a 200 or a 400 carrying an AdmissionReview, never a panic.
+//! Whatever comes in, the answer is a 200 or a 400 carrying an AdmissionReview, never a panic; and
+//! building only the parts of an object that the rules read never changes the verdict.
 //!
 //!     cargo +nightly fuzz run admission_review fuzz/corpus/admission_review fuzz/seeds -- -dict=fuzz/admission.dict
 
@@ -7,12 +8,13 @@
 
 use libfuzzer_sys::fuzz_target;
 use sandcap::admission;
-use sandcap::validation::{MAX_WARNING_LEN, Options};
+use sandcap::validation::{self, MAX_WARNING_LEN, Options, REVIEWED};
 use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {
     let allow_worker_urls = data.first().is_some_and(|b| b & 1 == 1);
-    let answer = admission::handle(data, &Options { allow_worker_urls });
+    let options = Options { allow_worker_urls };
+    let answer = admission::handle(data, &options);
     assert!(matches!(answer.status, 200 | 400), "status {}", answer.status);
     let body: Value = serde_json::from_slice(&answer.body).expect("the answer is JSON");
     let response = &body["response"];
@@ -23,5 +25,13 @@ fuzz_target!(|data: &[u8]| {
     }
     for warning in response["warnings"].as_array().into_iter().flatten() {
         assert!(warning.as_str().is_some_and(|w| w.len() < MAX_WARNING_LEN));
+    }
+    if let Ok(review) = serde_json::from_slice::<Value>(data) {
+        let parts = |v: &Value| REVIEWED.decode(&v.to_string()).expect("serde_json's own output decodes");
+        let (object, old) = (&review["request"]["object"], &review["request"]["oldObject"]);
+        assert_eq!(
+            validation::review(&parts(object), Some(&parts(old)), &options),
+            validation::review(object, Some(old), &options)
+        );
     }
 });
