@@ -543,8 +543,8 @@ impl Checker {
         if let Some(schema) = field(d, "configSchema") {
             self.config_schema(schema, format_args!("{path}.configSchema"));
         }
-        let legacy =
-            field(d, "supportsReusableLeases").and_then(|v| self.boolean(v, format_args!("{path}.supportsReusableLeases")));
+        let legacy = field(d, "supportsReusableLeases")
+            .and_then(|v| self.boolean(v, format_args!("{path}.supportsReusableLeases")));
         if let Some(caps) = field(d, "sandboxCapabilities") {
             self.capabilities(caps, path, legacy, kind == Some(SANDBOX_PROVIDER_KIND));
         }
@@ -677,7 +677,10 @@ impl Checker {
             if let Some(key) = self.required_string(r, &path, "key")
                 && !is_secret_key(key)
             {
-                self.problem(format_args!("{path}.key"), format!("{key:?} is not a valid Secret key ([-._a-zA-Z0-9]+)"));
+                self.problem(
+                    format_args!("{path}.key"),
+                    format!("{key:?} is not a valid Secret key ([-._a-zA-Z0-9]+)"),
+                );
             }
         }
     }

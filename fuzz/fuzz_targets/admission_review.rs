@@ -2,6 +2,9 @@
 //! Whatever comes in, the answer is a 200 or a 400 carrying an AdmissionReview, never a panic; and
 //! building only the parts of an object that the rules read never changes the verdict.
 //!
+//! From the repository root (the corpus folder must exist):
+//!
+//!     mkdir -p fuzz/corpus/admission_review
 //!     cargo +nightly fuzz run admission_review fuzz/corpus/admission_review fuzz/seeds -- -dict=fuzz/admission.dict
 
 #![no_main]
