@@ -11,11 +11,10 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::validation::{self, Kind, MAX_WARNING_LEN, Options, REVIEWED, Shape};
+use crate::validation::{self, Kind, Options, REVIEWED, REVIEWED_OLD, Shape, prefix};
 
 pub const API_VERSION: &str = "admission.k8s.io/v1";
 pub const KIND: &str = "AdmissionReview";
-const GROUP: &str = "sandcap.dev";
 
 /// The parts of a review that [`decode`] reads, with the object and old object only as far as
 /// the rules read them.
@@ -32,7 +31,7 @@ const REVIEW: Shape = Shape::Keys(&[
             ("name", Shape::Whole),
             ("dryRun", Shape::Whole),
             ("object", REVIEWED),
-            ("oldObject", REVIEWED),
+            ("oldObject", REVIEWED_OLD),
         ]),
     ),
 ]);
@@ -191,7 +190,7 @@ fn decode(body: &[u8], outcome: &mut Outcome) -> Result<Request, String> {
     let (group, kind) = (string(kind, "group"), string(kind, "kind"));
     let sub_resource = string(&request, "subResource");
     // Subresources (status, scale) carry the controller's own writes, never a new declaration.
-    if group == GROUP && sub_resource.is_empty() {
+    if group == crate::api::GROUP && sub_resource.is_empty() {
         outcome.kind = Kind::from_kind(kind);
     }
     outcome.name = clip(string(&request, "name")).to_string();
@@ -216,26 +215,15 @@ fn answer(request: Request, options: &Options, outcome: &mut Outcome) -> Respons
         outcome.name = clip(&validation::identify(&object).1).to_string();
     }
     let verdict = validation::review(&object, request.old_object.as_ref(), options);
-    let warnings = verdict.warnings.iter().map(|w| truncate_warning(w)).collect();
     if verdict.allowed() {
         outcome.verdict = Some(Verdict::Allowed);
-        Response::allow(&outcome.uid, warnings)
+        Response::allow(&outcome.uid, verdict.warnings)
     } else {
         outcome.verdict = Some(Verdict::Denied);
         outcome.message = verdict.message();
-        Response { warnings, ..Response::deny(&outcome.uid, Status::forbidden(outcome.message.clone())) }
+        let status = Status::forbidden(outcome.message.clone());
+        Response { warnings: verdict.warnings, ..Response::deny(&outcome.uid, status) }
     }
-}
-
-/// The apiserver drops warnings of 120 characters or more; a longer one keeps its start (which
-/// names the field) and ends in an ellipsis, cut on a character boundary.
-pub fn truncate_warning(warning: &str) -> String {
-    const ELLIPSIS: &str = "...";
-    // Bytes bound characters from above, so counting bytes keeps every client's count in range.
-    if warning.len() < MAX_WARNING_LEN {
-        return warning.to_string();
-    }
-    format!("{}{ELLIPSIS}", prefix(warning, MAX_WARNING_LEN - 1 - ELLIPSIS.len()))
 }
 
 fn take_object(request: &mut Map<String, Value>, key: &str) -> Option<Value> {
@@ -249,15 +237,6 @@ fn string<'a>(map: &'a Map<String, Value>, key: &str) -> &'a str {
 /// A client-chosen string echoed in answers and logs, cut to the longest name Kubernetes allows.
 fn clip(s: &str) -> &str {
     prefix(s, 253)
-}
-
-/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
-fn prefix(s: &str, max: usize) -> &str {
-    let mut end = s.len().min(max);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 #[derive(Serialize)]
@@ -333,18 +312,6 @@ mod tests {
         json!({"uid": "u-1", "kind": {"group": "sandcap.dev", "version": "v1alpha1", "kind": "SandboxProvider"},
                "resource": {"group": "sandcap.dev", "version": "v1alpha1", "resource": "sandboxproviders"},
                "name": "p", "operation": operation, "userInfo": {}, "object": object})
-    }
-
-    #[test]
-    fn warnings_are_cut_below_the_limit_on_a_char_boundary() {
-        let short = "x".repeat(MAX_WARNING_LEN - 1);
-        assert_eq!(truncate_warning(&short), short);
-        for filler in ["y", "é", "😀"] {
-            let long = filler.repeat(200);
-            let cut = truncate_warning(&long);
-            assert!(cut.len() < MAX_WARNING_LEN, "{} bytes", cut.len());
-            assert!(cut.ends_with("..."));
-        }
     }
 
     #[test]

@@ -17,8 +17,12 @@ use crate::contract::{Capability, Reason};
 
 pub const GROUP: &str = "sandcap.dev";
 pub const VERSION: &str = "v1alpha1";
+/// `GROUP/VERSION`, as objects of both kinds carry it (a unit test keeps the three in step).
+pub const API_VERSION: &str = "sandcap.dev/v1alpha1";
 /// The driver kind whose capabilities sandcap resolves; any other kind is never read.
 pub const SANDBOX_PROVIDER_KIND: &str = "sandbox_provider";
+/// Every driver kind a declaration may name.
+pub const DRIVER_KINDS: &[&str] = &[SANDBOX_PROVIDER_KIND, "environment_driver"];
 
 /// A sandbox-provider plugin: its driver declarations and where its live worker answers.
 #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
@@ -434,7 +438,7 @@ fn free_form_object(_: &mut SchemaGenerator) -> Schema {
 /// The driver kind is checked by the webhook (so its message names the allowed values) but the
 /// schema still states the enum so `kubectl explain` shows it.
 fn driver_kind_schema(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({"type": "string", "enum": ["sandbox_provider", "environment_driver"]})
+    json_schema!({"type": "string", "enum": DRIVER_KINDS})
 }
 
 /// `metav1.Condition` list keyed by `type`, so server-side apply merges conditions per type.
@@ -446,4 +450,18 @@ fn conditions_schema(generator: &mut SchemaGenerator) -> Schema {
         "x-kubernetes-list-type": "map",
         "x-kubernetes-list-map-keys": ["type"],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::Resource;
+
+    use super::*;
+
+    #[test]
+    fn the_api_version_constant_is_the_crds_own() {
+        assert_eq!(API_VERSION, format!("{GROUP}/{VERSION}"));
+        assert_eq!(API_VERSION, SandboxProvider::api_version(&()));
+        assert_eq!(API_VERSION, SandboxLease::api_version(&()));
+    }
 }

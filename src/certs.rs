@@ -134,10 +134,6 @@ impl Cert {
         &self.pem
     }
 
-    pub fn der(&self) -> &[u8] {
-        &self.der
-    }
-
     pub fn not_before(&self) -> SystemTime {
         self.not_before
     }
@@ -296,7 +292,7 @@ pub fn dns_names(service: &str, namespace: &str) -> Vec<String> {
 }
 
 /// Whether a PEM bundle (a webhook's `caBundle`) contains this certificate.
-pub fn bundle_contains(bundle: &[u8], cert: &Cert) -> bool {
+fn bundle_contains(bundle: &[u8], cert: &Cert) -> bool {
     Pem::iter_from_buffer(bundle).any(|pem| pem.is_ok_and(|pem| pem.contents == cert.der))
 }
 
@@ -339,7 +335,7 @@ impl fmt::Display for Action {
 
 /// Decides the next step. `next_ca_published`: every webhook's caBundle already holds the next CA
 /// (see [`bundle_contains`]); a CA is never used before the apiservers trust it.
-pub fn decide(stored: &Stored, dns_names: &[String], next_ca_published: bool, now: SystemTime) -> Action {
+fn decide(stored: &Stored, dns_names: &[String], next_ca_published: bool, now: SystemTime) -> Action {
     let m = match stored {
         Stored::Absent => {
             return Action::Create { reason: "no certificate Secret yet".into() };
@@ -431,7 +427,7 @@ fn ca_params(common_name: &str) -> CertificateParams {
 }
 
 /// A new self-signed CA (ECDSA P-256) valid for [`CA_LIFETIME`].
-pub fn new_ca(now: SystemTime) -> Result<KeyedCert, rcgen::Error> {
+fn new_ca(now: SystemTime) -> Result<KeyedCert, rcgen::Error> {
     let key = KeyPair::generate()?;
     let created = now.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs();
     // Unique per CA (time and key), so the CAs in one caBundle are told apart by name too.
@@ -444,7 +440,7 @@ pub fn new_ca(now: SystemTime) -> Result<KeyedCert, rcgen::Error> {
 
 /// A serving certificate for `dns_names` signed by `ca`, valid for [`SERVING_LIFETIME`] or until
 /// the CA expires, whichever is sooner.
-pub fn issue_serving(ca: &KeyedCert, dns_names: &[String], now: SystemTime) -> Result<KeyedCert, rcgen::Error> {
+fn issue_serving(ca: &KeyedCert, dns_names: &[String], now: SystemTime) -> Result<KeyedCert, rcgen::Error> {
     let issuer = Issuer::new(ca_params(&ca.cert.common_name), KeyPair::from_pem(&ca.key_pem)?);
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::new(dns_names.to_vec())?;

@@ -125,12 +125,12 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, env = "SANDCAP_LOG_FORMAT", value_enum, default_value_t)]
     pub log_format: LogFormat,
-    /// Keep a CA and serving certificate in a Secret and the webhook configuration's caBundle in
-    /// sync with it.
     /// Namespaces whose Secrets leases may read for configFrom, comma-separated; `*` means every
     /// namespace, an empty value none (give the operator RBAC to match).
     #[arg(long, env = "SANDCAP_SECRET_NAMESPACES", default_value = "*")]
     pub secret_namespaces: SecretScope,
+    /// Keep a CA and serving certificate in a Secret and the webhook configuration's caBundle in
+    /// sync with it.
     #[arg(long, env = "SANDCAP_SELF_MANAGED_CERTS")]
     pub self_managed_certs: bool,
     /// The Secret (in --pod-namespace) holding ca.crt, tls.crt and tls.key.
@@ -262,22 +262,16 @@ pub fn load_objects(path: &Path) -> Result<Vec<Value>, CliError> {
             other => {
                 return Err(CliError::Parse {
                     path: shown,
-                    message: format!("document {}: expected a Kubernetes object, got {}", i + 1, kind_of(&other)),
+                    message: format!(
+                        "document {}: expected a Kubernetes object, got {}",
+                        i + 1,
+                        crate::validation::type_name(&other)
+                    ),
                 });
             }
         }
     }
     Ok(objects)
-}
-
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Array(_) => "a list",
-        Value::String(_) => "a string",
-        Value::Number(_) => "a number",
-        Value::Bool(_) => "a boolean",
-        _ => "something else",
-    }
 }
 
 #[derive(Serialize)]
@@ -385,7 +379,7 @@ fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, CliError> {
                 .into_iter()
                 .map(|d| {
                     let r = contract::resolve_driver(&verified, d);
-                    let policy = contract::effective_policy(LeasePolicy::ReuseByEnvironment, &r);
+                    let policy = contract::effective_policy(&r);
                     ResolveRecord {
                         driver_key: d.driver_key.clone(),
                         effective_policy: policy,

@@ -3,8 +3,10 @@
 //! Pure functions only. The webhook, the controllers and `sandcap resolve` all call these, so there
 //! is exactly one place where a capability is granted or removed.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
+use std::rc::Rc;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -310,9 +312,11 @@ fn driver_kind_failure(driver: &DriverDeclaration) -> Option<String> {
     })
 }
 
-/// The policy a lease actually gets: reuse only when the provider is eligible for it.
-pub fn effective_policy(requested: LeasePolicy, provider_level: &Resolution) -> LeasePolicy {
-    if requested == LeasePolicy::ReuseByEnvironment && provider_level.is_granted(Capability::ReusableLeases) {
+/// The policy a lease actually gets: reuse exactly when its resolution grants reusableLeases
+/// (which the lease's own policy already narrows). Over a provider-level resolution: the best
+/// policy any lease of that driver could get.
+pub fn effective_policy(resolution: &Resolution) -> LeasePolicy {
+    if resolution.is_granted(Capability::ReusableLeases) {
         LeasePolicy::ReuseByEnvironment
     } else {
         LeasePolicy::Ephemeral
@@ -449,9 +453,47 @@ fn merge(base: &mut Value, overlay: Value) {
     }
 }
 
-/// Compiles a `configSchema` with the same validator crate the webhook uses to accept it.
-pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
-    jsonschema::options().build(schema).map_err(|e| e.to_string())
+/// Compiles a `configSchema` with the validator crate that both the webhook (to accept it) and
+/// the lease controller (to check config against it) use, remembered: the apiserver sends the same
+/// provider again and again (every update, dry run and `kubectl diff`), every lease of a driver
+/// checks its config against the same schema, and compiling costs more than all the admission rules
+/// together. The memo is per thread, so nobody takes a lock, and is searched by comparing schemas,
+/// which costs less than writing one out as a key. Bounded: the last 32 schemas of at most 64 KiB
+/// each (see [`size_within`]) per thread.
+pub fn compile_schema(schema: &Value) -> Result<Rc<jsonschema::Validator>, String> {
+    const MAX_SIZE: usize = 64 * 1024;
+    const MAX_ENTRIES: usize = 32;
+    type Compiled = Result<Rc<jsonschema::Validator>, String>;
+    thread_local! {
+        static MEMO: RefCell<VecDeque<(Value, Compiled)>> = const { RefCell::new(VecDeque::new()) };
+    }
+    let compile = || jsonschema::options().build(schema).map(Rc::new).map_err(|e| e.to_string());
+    let mut budget = MAX_SIZE;
+    if !size_within(schema, &mut budget) {
+        return compile();
+    }
+    if let Some(known) = MEMO.with_borrow(|memo| memo.iter().find(|(s, _)| s == schema).map(|(_, r)| r.clone())) {
+        return known;
+    }
+    let result = compile();
+    MEMO.with_borrow_mut(|memo| {
+        memo.truncate(MAX_ENTRIES - 1);
+        memo.push_front((schema.clone(), result.clone()));
+    });
+    result
+}
+
+/// Whether `value` weighs at most `budget`: a unit per node plus the bytes of its strings and keys
+/// (about its size as JSON). Stops as soon as the budget is spent.
+fn size_within(value: &Value, budget: &mut usize) -> bool {
+    let spend = |budget: &mut usize, n: usize| budget.checked_sub(n).map(|left| *budget = left).is_some();
+    spend(budget, 1)
+        && match value {
+            Value::String(s) => spend(budget, s.len()),
+            Value::Array(items) => items.iter().all(|item| size_within(item, budget)),
+            Value::Object(map) => map.iter().all(|(k, v)| spend(budget, k.len()) && size_within(v, budget)),
+            _ => true,
+        }
 }
 
 fn check_config(schema: &Value, config: &Value) -> Result<(), String> {
@@ -494,9 +536,20 @@ pub fn resolve_lease(
     verified: &Verified,
     secret: impl Fn(&SecretKeyRef) -> SecretLookup,
 ) -> LeaseResolution {
-    let requested = lease.spec.policy();
+    resolve_checked_lease(lease, provider, check_identity(lease, provider), verified, secret)
+}
+
+/// [`resolve_lease`] for a caller that has already run [`check_identity`] (the lease controller
+/// reads Secrets only when it passes), so the check runs once.
+pub fn resolve_checked_lease(
+    lease: &SandboxLease,
+    provider: Option<&SandboxProvider>,
+    identity: Result<&DriverDeclaration, String>,
+    verified: &Verified,
+    secret: impl Fn(&SecretKeyRef) -> SecretLookup,
+) -> LeaseResolution {
     let driver_key = lease.spec.provider_ref.driver_key.clone();
-    let driver = match check_identity(lease, provider) {
+    let driver = match identity {
         Ok(driver) => driver,
         Err(why) => {
             let narrowing = Narrowing { identity_failure: Some(why.clone()), ..Narrowing::default() };
@@ -510,22 +563,21 @@ pub fn resolve_lease(
             };
         }
     };
-    let provider = provider.expect("identity check passed, so the provider exists");
-    let declared = Declared::from_driver(driver);
-    let provider_level = resolve(verified, &declared, &Narrowing::default());
+    let provider = provider.expect("the identity check passed, so the provider exists");
     let config = resolve_config(lease, driver, secret).map(|_| ());
     let narrowing = Narrowing {
         identity_failure: None,
-        policy: Some(requested),
+        policy: Some(lease.spec.policy()),
         job_backend: job_backend(lease),
         native_file_sync_unsupported: lease.spec.native_file_sync_unsupported.unwrap_or(false),
         config_failure: config.clone().err(),
     };
+    let resolution = resolve(verified, &Declared::from_driver(driver), &narrowing);
     let already_pinned = lease.status.as_ref().is_some_and(|s| s.pinned.is_some());
     LeaseResolution {
         driver_key,
-        effective_policy: effective_policy(requested, &provider_level),
-        resolution: resolve(verified, &declared, &narrowing),
+        effective_policy: effective_policy(&resolution),
+        resolution,
         pin: if already_pinned { None } else { pin_for(provider, &lease.spec.provider_ref.driver_key) },
         identity: Ok(()),
         config: Some(config),

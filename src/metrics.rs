@@ -6,7 +6,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AdmissionLabels {
@@ -51,39 +51,57 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Creates the metrics and registers them (prefixed `sandcap_`) in `registry`.
+    /// Creates the metrics and registers them (prefixed `sandcap_`) in `registry`, in this order.
     pub fn register(registry: &mut Registry) -> Metrics {
-        let m = Metrics {
-            admission_requests: Family::default(),
-            admission_duration: Family::new_with_constructor(|| Histogram::new(ADMISSION_BUCKETS)),
-            certificate_reloads: Family::default(),
-            certificate_expiry: Gauge::default(),
-            reconciles: Family::default(),
-            reconcile_failures: Family::default(),
-            reconcile_duration: Family::new_with_constructor(|| Histogram::new(RECONCILE_BUCKETS)),
-            probes: Family::default(),
-            leader: Gauge::default(),
-        };
         let r = registry.sub_registry_with_prefix("sandcap");
-        r.register(
-            "admission_requests",
-            "Admission reviews by kind, operation and verdict",
-            m.admission_requests.clone(),
-        );
-        r.register("admission_duration_seconds", "Time to answer one admission review", m.admission_duration.clone());
-        r.register("certificate_reloads", "Serving certificate reloads by result", m.certificate_reloads.clone());
-        r.register(
-            "certificate_expiry_timestamp_seconds",
-            "Unix time at which the serving certificate expires",
-            m.certificate_expiry.clone(),
-        );
-        r.register("reconciles", "Reconciles by kind", m.reconciles.clone());
-        r.register("reconcile_failures", "Failed reconciles by kind and error", m.reconcile_failures.clone());
-        r.register("reconcile_duration_seconds", "Time for one reconcile", m.reconcile_duration.clone());
-        r.register("worker_probes", "Worker probes by result", m.probes.clone());
-        r.register("leader", "1 while this replica holds the controller leader lease", m.leader.clone());
-        m
+        Metrics {
+            admission_requests: registered(
+                r,
+                "admission_requests",
+                "Admission reviews by kind, operation and verdict",
+                Family::default(),
+            ),
+            admission_duration: registered(
+                r,
+                "admission_duration_seconds",
+                "Time to answer one admission review",
+                Family::new_with_constructor(|| Histogram::new(ADMISSION_BUCKETS)),
+            ),
+            certificate_reloads: registered(
+                r,
+                "certificate_reloads",
+                "Serving certificate reloads by result",
+                Family::default(),
+            ),
+            certificate_expiry: registered(
+                r,
+                "certificate_expiry_timestamp_seconds",
+                "Unix time at which the serving certificate expires",
+                Gauge::default(),
+            ),
+            reconciles: registered(r, "reconciles", "Reconciles by kind", Family::default()),
+            reconcile_failures: registered(
+                r,
+                "reconcile_failures",
+                "Failed reconciles by kind and error",
+                Family::default(),
+            ),
+            reconcile_duration: registered(
+                r,
+                "reconcile_duration_seconds",
+                "Time for one reconcile",
+                Family::new_with_constructor(|| Histogram::new(RECONCILE_BUCKETS)),
+            ),
+            probes: registered(r, "worker_probes", "Worker probes by result", Family::default()),
+            leader: registered(r, "leader", "1 while this replica holds the controller leader lease", Gauge::default()),
+        }
     }
+}
+
+/// Registers a handle to `metric` and returns it (the registry keeps its own clone).
+fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
 }
 
 /// The registry in Prometheus text format.

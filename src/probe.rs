@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use crate::api::{SandboxProvider, SandboxProviderSpec, ServiceRef, WorkerRef};
 use crate::contract::Verified;
+use crate::validation::is_dns_label;
 
 /// An answer larger than this is refused; a real `initialize` result is a few hundred bytes.
 pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
@@ -151,7 +152,7 @@ impl Prober {
 }
 
 /// The `initialize` request API.md section 4 specifies.
-pub fn initialize_request(id: u64, spec: &SandboxProviderSpec, instance_id: &str) -> Value {
+fn initialize_request(id: u64, spec: &SandboxProviderSpec, instance_id: &str) -> Value {
     json!({
         "jsonrpc": "2.0",
         "id": id,
@@ -210,15 +211,6 @@ fn service_url(service: &ServiceRef) -> Result<Url, String> {
     Url::parse(&url).map_err(|e| format!("spec.worker.service does not make a valid URL: {e}"))
 }
 
-/// RFC 1123 label, as Service names and namespaces are.
-fn is_dns_label(s: &str) -> bool {
-    let ok_end = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-    s.len() <= 63
-        && ok_end(s.chars().next())
-        && ok_end(s.chars().last())
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-}
-
 /// The URL without credentials, query or fragment: safe to show.
 pub fn redacted(url: &Url) -> String {
     let host = url.host_str().unwrap_or_default();
@@ -249,7 +241,7 @@ struct InitializeResult {
 
 /// Judges the answer body. Errors describe the answer's shape, never quote its values (except a
 /// JSON-RPC error message, shortened), so a misbehaving worker cannot fill the status.
-pub fn parse_answer(body: &[u8], expected_id: u64) -> Result<Vec<String>, String> {
+fn parse_answer(body: &[u8], expected_id: u64) -> Result<Vec<String>, String> {
     let answer: Answer = serde_json::from_slice(body)
         .map_err(|e| format!("the answer is not a JSON-RPC object (line {}, column {})", e.line(), e.column()))?;
     if answer.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {

@@ -197,7 +197,7 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
 }
 
 /// Logs to stdout, filtered by `RUST_LOG` (default `info`). A second call keeps the first setup.
-pub fn init_tracing(format: LogFormat) {
+fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
@@ -271,7 +271,7 @@ struct WebhookState {
 }
 
 /// `POST /validate`; other paths are 404 and other methods 405.
-pub fn webhook_router(options: Options, metrics: Metrics) -> Router {
+fn webhook_router(options: Options, metrics: Metrics) -> Router {
     Router::new().route("/validate", post(validate)).with_state(Arc::new(WebhookState { options, metrics }))
 }
 

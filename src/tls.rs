@@ -170,16 +170,16 @@ impl Reloader {
     /// Loads the pair if it changed since the last poll. Each distinct state is logged and counted
     /// once, so a pair that stays broken does not flood the log or the failure counter.
     async fn poll(&mut self) {
-        let (seen, result) = match read_pair(&self.cert, &self.key).await {
-            Ok((cert, key)) => {
-                let result = load_pem(&cert, &key, &shown(&self.cert), &shown(&self.key));
-                (Seen::Contents(cert, key), result)
-            }
-            Err(e) => (Seen::Unreadable(e.to_string()), Err(e)),
+        let read = read_pair(&self.cert, &self.key).await;
+        let seen = match &read {
+            Ok((cert, key)) => Seen::Contents(cert.clone(), key.clone()),
+            Err(e) => Seen::Unreadable(e.to_string()),
         };
         if self.seen.as_ref() == Some(&seen) {
             return;
         }
+        // Parsed only when the bytes changed: most polls find the same files.
+        let result = read.and_then(|(cert, key)| load_pem(&cert, &key, &shown(&self.cert), &shown(&self.key)));
         self.seen = Some(seen);
         let result = match result {
             Ok(loaded) => {

@@ -5,8 +5,6 @@
 //! instead of stopping at the first serde error.
 
 use std::borrow::Cow;
-use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::fmt;
 
 use serde::Deserialize;
@@ -14,10 +12,9 @@ use serde::de::value::SeqAccessDeserializer;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use crate::api::SANDBOX_PROVIDER_KIND;
+use crate::api::{API_VERSION, DRIVER_KINDS, SANDBOX_PROVIDER_KIND};
 use crate::contract::{Capability, REMOVED_KEYS, compile_schema};
 
-pub const API_VERSION: &str = "sandcap.dev/v1alpha1";
 /// Kubernetes refuses admission warnings longer than this, so ours stay below it.
 pub const MAX_WARNING_LEN: usize = 120;
 
@@ -127,13 +124,17 @@ pub fn identify(object: &Value) -> (String, String) {
 /// What [`review`] and [`identify`] read of an object. The webhook builds only these parts: the
 /// rest (`status`, `metadata.managedFields`, the last-applied annotation) is often most of the
 /// bytes, and reviewing the parts gives the verdict of reviewing the whole (a property test in
-/// tests/properties.rs holds the two to that).
+/// tests/properties.rs and the fuzz target hold the two to that, with [`REVIEWED_OLD`]).
 pub const REVIEWED: Shape = Shape::Keys(&[
     ("apiVersion", Shape::Whole),
     ("kind", Shape::Whole),
     ("metadata", Shape::Keys(&[("name", Shape::Whole), ("generateName", Shape::Whole)])),
     ("spec", Shape::Whole),
 ]);
+
+/// What [`review`] reads of the stored object on UPDATE: the immutable fields.
+pub const REVIEWED_OLD: Shape =
+    Shape::Keys(&[("spec", Shape::Keys(&[("pluginKey", Shape::Whole), ("providerRef", Shape::Whole)]))]);
 
 /// Which parts of a JSON document to build into a [`Value`]: all of it, or some keys of an object,
 /// each with its own shape. Other keys are checked for syntax and skipped without allocating. A
@@ -254,7 +255,6 @@ const DRIVER_FIELDS: &[&str] = &[
     "supportsReusableLeases",
     "sandboxCapabilities",
 ];
-const DRIVER_KINDS: &[&str] = &[SANDBOX_PROVIDER_KIND, "environment_driver"];
 const LEASE_SPEC_FIELDS: &[&str] = &[
     "providerRef",
     "policy",
@@ -288,7 +288,7 @@ impl Checker {
     }
 
     fn warn(&mut self, warning: String) {
-        self.verdict.warnings.push(warning);
+        self.verdict.warnings.push(truncate_warning(warning));
     }
 
     /// `spec` must be an object; returns it for field checks.
@@ -554,7 +554,7 @@ impl Checker {
     fn config_schema(&mut self, schema: &Value, path: impl fmt::Display) {
         if !schema.is_object() {
             self.problem(path, format!("must be a JSON Schema object, got {}", type_name(schema)));
-        } else if let Err(e) = schema_compiles(schema) {
+        } else if let Err(e) = compile_schema(schema) {
             self.problem(path, format!("is not a valid JSON Schema: {e}"));
         }
     }
@@ -686,43 +686,25 @@ impl Checker {
     }
 }
 
-/// Whether a configSchema compiles, remembered: the apiserver sends the same provider again and
-/// again (every update, dry run and `kubectl diff`), and compiling a schema costs more than all the
-/// other rules together. The memo is per thread, so the webhook takes no lock, and is searched by
-/// comparing schemas, which costs less than writing one out as a key. Bounded: the last 32 schemas
-/// of at most 64 KiB each (see [`size_within`]) per thread.
-fn schema_compiles(schema: &Value) -> Result<(), String> {
-    const MAX_SIZE: usize = 64 * 1024;
-    const MAX_ENTRIES: usize = 32;
-    thread_local! {
-        static MEMO: RefCell<VecDeque<(Value, Result<(), String>)>> = const { RefCell::new(VecDeque::new()) };
+/// The apiserver drops warnings of 120 characters or more; a longer one keeps its start (which
+/// names the field) and ends in an ellipsis, cut on a character boundary. Applied where warnings
+/// are made, so the webhook and `sandcap validate` give the same text.
+pub fn truncate_warning(warning: String) -> String {
+    const ELLIPSIS: &str = "...";
+    // Bytes bound characters from above, so counting bytes keeps every client's count in range.
+    if warning.len() < MAX_WARNING_LEN {
+        return warning;
     }
-    let mut budget = MAX_SIZE;
-    if !size_within(schema, &mut budget) {
-        return compile_schema(schema).map(drop);
-    }
-    if let Some(known) = MEMO.with_borrow(|memo| memo.iter().find(|(s, _)| s == schema).map(|(_, r)| r.clone())) {
-        return known;
-    }
-    let result = compile_schema(schema).map(drop);
-    MEMO.with_borrow_mut(|memo| {
-        memo.truncate(MAX_ENTRIES - 1);
-        memo.push_front((schema.clone(), result.clone()));
-    });
-    result
+    format!("{}{ELLIPSIS}", prefix(&warning, MAX_WARNING_LEN - 1 - ELLIPSIS.len()))
 }
 
-/// Whether `value` weighs at most `budget`: a unit per node plus the bytes of its strings and keys
-/// (about its size as JSON). Stops as soon as the budget is spent.
-fn size_within(value: &Value, budget: &mut usize) -> bool {
-    let spend = |budget: &mut usize, n: usize| budget.checked_sub(n).map(|left| *budget = left).is_some();
-    spend(budget, 1)
-        && match value {
-            Value::String(s) => spend(budget, s.len()),
-            Value::Array(items) => items.iter().all(|item| size_within(item, budget)),
-            Value::Object(map) => map.iter().all(|(k, v)| spend(budget, k.len()) && size_within(v, budget)),
-            _ => true,
-        }
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
+pub fn prefix(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 /// A field's value; `null` counts as absent, as the CRD schema (nullable) lets it through.
@@ -730,7 +712,7 @@ fn field<'v>(map: &'v Map<String, Value>, key: &str) -> Option<&'v Value> {
     map.get(key).filter(|v| !v.is_null())
 }
 
-fn type_name(value: &Value) -> &'static str {
+pub(crate) fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -755,7 +737,8 @@ fn is_key(s: &str) -> bool {
         && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'))
 }
 
-fn is_dns_label(s: &str) -> bool {
+/// RFC 1123 label, as Service names and namespaces are.
+pub(crate) fn is_dns_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 63
@@ -770,4 +753,21 @@ fn is_dns_subdomain(s: &str) -> bool {
 
 fn is_secret_key(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warnings_are_cut_below_the_limit_on_a_char_boundary() {
+        let short = "x".repeat(MAX_WARNING_LEN - 1);
+        assert_eq!(truncate_warning(short.clone()), short);
+        for filler in ["y", "é", "😀"] {
+            let long = filler.repeat(200);
+            let cut = truncate_warning(long);
+            assert!(cut.len() < MAX_WARNING_LEN, "{} bytes", cut.len());
+            assert!(cut.ends_with("..."));
+        }
+    }
 }

@@ -1,11 +1,16 @@
 //! The built `sandcap` binary on `examples/` and on bad input (API.md section 6).
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
+use std::sync::LazyLock;
 
+use common::ALL_METHODS;
 use serde_json::{Value, json};
 
-const ALL: &str = "environmentResumeLease,environmentReleaseLease,environmentDestroyLease,environmentSyncIn,environmentSyncOut,environmentExecute";
+/// Every worker method, as `--worker-methods` takes them.
+static ALL: LazyLock<String> = LazyLock::new(|| ALL_METHODS.join(","));
 
 fn sandcap(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sandcap"))
@@ -15,21 +20,18 @@ fn sandcap(args: &[&str]) -> Output {
         .expect("sandcap runs")
 }
 
+/// `resolve --provider examples/provider-full.yaml --lease <lease> [--secret <secret>]`.
+fn resolve_lease_args<'a>(lease: &'a str, secret: Option<&'a str>) -> Vec<&'a str> {
+    let mut args = vec!["resolve", "--provider", "examples/provider-full.yaml", "--lease", lease];
+    args.extend(secret.into_iter().flat_map(|s| ["--secret", s]));
+    args
+}
+
 /// `sandcap resolve` of examples/lease-reuse.yaml against examples/provider-full.yaml with every
 /// worker method verified and `secret` as its configFrom Secret.
 fn resolve_reuse_lease(secret: &str, extra: &[&str]) -> Output {
-    let args = [
-        "resolve",
-        "--provider",
-        "examples/provider-full.yaml",
-        "--lease",
-        "examples/lease-reuse.yaml",
-        "--secret",
-        secret,
-        "--worker-methods",
-        ALL,
-    ];
-    sandcap(&[&args[..], extra].concat())
+    let args = resolve_lease_args("examples/lease-reuse.yaml", Some(secret));
+    sandcap(&[&args[..], &["--worker-methods", &ALL], extra].concat())
 }
 
 fn stdout(o: &Output) -> String {
@@ -116,7 +118,7 @@ fn resolve_provider_level_table_and_json() {
         "--driver",
         "kubernetes",
         "--worker-methods",
-        ALL,
+        &ALL,
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let table = stdout(&o);
@@ -155,7 +157,7 @@ fn resolve_without_worker_methods_verifies_nothing_unless_the_provider_status_sa
     let dir = tempfile::tempdir().unwrap();
     let mut provider: Value =
         serde_yaml_ng::from_str(&std::fs::read_to_string("examples/provider-legacy.yaml").unwrap()).unwrap();
-    provider["status"] = json!({"worker": {"probe": "Succeeded", "supportedMethods": ALL.split(',').collect::<Vec<_>>(), "message": ""}});
+    provider["status"] = json!({"worker": {"probe": "Succeeded", "supportedMethods": ALL_METHODS, "message": ""}});
     let file = write(dir.path(), "p.json", &provider.to_string());
     let r: Value = serde_json::from_slice(&sandcap(&["resolve", "--provider", &file, "-o", "json"]).stdout).unwrap();
     assert_eq!(r["capabilities"]["reusableLeases"], true, "legacy flag read as reusableLeases");
@@ -165,7 +167,7 @@ fn resolve_without_worker_methods_verifies_nothing_unless_the_provider_status_sa
 
 #[test]
 fn resolve_lease_with_secret_config_and_narrowing() {
-    let base = ["resolve", "--provider", "examples/provider-full.yaml", "-o", "json", "--worker-methods", ALL];
+    let base = ["resolve", "--provider", "examples/provider-full.yaml", "-o", "json", "--worker-methods", &ALL];
     let with = |extra: &[&str]| -> Value {
         let args: Vec<&str> = base.iter().chain(extra).copied().collect();
         let o = sandcap(&args);
@@ -213,17 +215,7 @@ fn resolve_lease_whose_driver_or_pin_does_not_match_is_all_off_not_an_error() {
     lease["status"] = json!({"pinned": {"providerUID": "old-uid", "pluginKey": "acme.kubernetes-sandbox-provider", "driverKey": "kubernetes"}});
     let stale_pin = write(dir.path(), "l2.json", &lease.to_string());
     for (file, why) in [(other_driver, "not sandbox_provider"), (stale_pin, "re-created")] {
-        let o = sandcap(&[
-            "resolve",
-            "--provider",
-            "examples/provider-full.yaml",
-            "--lease",
-            &file,
-            "-o",
-            "json",
-            "--worker-methods",
-            ALL,
-        ]);
+        let o = sandcap(&[&resolve_lease_args(&file, None)[..], &["-o", "json", "--worker-methods", &ALL]].concat());
         assert_eq!(o.status.code(), Some(0));
         let r: Value = serde_json::from_slice(&o.stdout).unwrap();
         for e in r["explanations"].as_array().unwrap() {
@@ -276,15 +268,7 @@ fn bad_input_gets_a_one_line_error_naming_the_file() {
             "the provider declares no driver nope",
         ),
         (
-            vec![
-                "resolve",
-                "--provider",
-                "examples/provider-full.yaml",
-                "--lease",
-                "examples/lease-reuse.yaml",
-                "--secret",
-                &bad_base64,
-            ],
+            resolve_lease_args("examples/lease-reuse.yaml", Some(&bad_base64)),
             "b.yaml: Secret/acme-credentials: data.config.json is not valid base64",
         ),
     ];

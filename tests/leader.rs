@@ -11,7 +11,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use sandcap::controller::leader::{Election, Timing, run_elected};
 use sandcap::metrics::Metrics;
-use support::{FakeApi, metrics};
+use support::{FakeApi, eventually, metrics};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -53,17 +53,6 @@ impl Candidate {
     }
 }
 
-/// Polls until `cond` holds; false if it did not within 20 seconds.
-async fn eventually(cond: impl Fn() -> bool) -> bool {
-    for _ in 0..400 {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    false
-}
-
 async fn holder(api: &FakeApi) -> Option<String> {
     let lease = Api::<Lease>::namespaced(api.client.clone(), "default").get("sandcap-controller").await.ok()?;
     lease.spec?.holder_identity
@@ -73,7 +62,7 @@ async fn holder(api: &FakeApi) -> Option<String> {
 async fn one_holder_at_a_time_with_handover_on_release_and_on_death() {
     let api = FakeApi::new().await;
     let a = candidate(&api, "replica-a");
-    assert!(eventually(|| a.leads()).await, "the first candidate becomes leader");
+    eventually("the first candidate becomes leader", || async { a.leads() }).await;
     assert_eq!(a.metrics.leader.get(), 1);
     assert_eq!(holder(&api).await.as_deref(), Some("replica-a"));
 
@@ -88,13 +77,13 @@ async fn one_holder_at_a_time_with_handover_on_release_and_on_death() {
     a.task.await.unwrap().unwrap();
     assert!(!a.leading.load(Ordering::SeqCst));
     assert_eq!(a.metrics.leader.get(), 0);
-    assert!(eventually(|| b.leads()).await, "b takes over the released lease");
+    eventually("b takes over the released lease", || async { b.leads() }).await;
     assert_eq!(holder(&api).await.as_deref(), Some("replica-b"));
 
     // b dies without releasing: c takes over once the lease has expired.
     b.task.abort();
     let c = candidate(&api, "replica-c");
-    assert!(eventually(|| c.leads()).await, "c takes over the expired lease");
+    eventually("c takes over the expired lease", || async { c.leads() }).await;
     assert_eq!(holder(&api).await.as_deref(), Some("replica-c"));
     c.shutdown.cancel();
     c.task.await.unwrap().unwrap();

@@ -32,6 +32,12 @@ fn failure(outcome: ProbeOutcome) -> String {
     }
 }
 
+/// The failure message of probing a worker that serves `environmentExecute` in `--mode mode`.
+async fn failure_in_mode(mode: &str) -> String {
+    let worker = Worker::start(&["--methods", "environmentExecute", "--mode", mode]);
+    failure(probe(&worker.url).await)
+}
+
 #[tokio::test]
 async fn success_verifies_the_advertised_methods() {
     let worker = Worker::start(&["--methods", "environmentSyncOut,environmentExecute,environmentSyncIn"]);
@@ -58,36 +64,31 @@ async fn a_slow_worker_times_out() {
 
 #[tokio::test]
 async fn a_malformed_answer_fails() {
-    let worker = Worker::start(&["--methods", "environmentExecute", "--mode", "malformed"]);
-    let message = failure(probe(&worker.url).await);
+    let message = failure_in_mode("malformed").await;
     assert!(message.contains("the answer is not a JSON-RPC object"), "{message}");
     assert!(!message.contains("this is not a JSON-RPC answer"), "the body is not quoted: {message}");
 }
 
 #[tokio::test]
 async fn a_json_rpc_error_fails_and_says_which() {
-    let worker = Worker::start(&["--methods", "environmentExecute", "--mode", "rpc-error"]);
-    let message = failure(probe(&worker.url).await);
+    let message = failure_in_mode("rpc-error").await;
     assert!(message.contains("JSON-RPC error -32603: this worker fails on purpose"), "{message}");
 }
 
 #[tokio::test]
 async fn ok_false_fails() {
-    let worker = Worker::start(&["--methods", "environmentExecute", "--mode", "not-ok"]);
-    assert!(failure(probe(&worker.url).await).ends_with("the worker answered ok: false"));
+    assert!(failure_in_mode("not-ok").await.ends_with("the worker answered ok: false"));
 }
 
 #[tokio::test]
 async fn an_endless_answer_is_cut_off_at_the_size_bound() {
-    let worker = Worker::start(&["--methods", "environmentExecute", "--mode", "huge"]);
-    let message = failure(probe(&worker.url).await);
+    let message = failure_in_mode("huge").await;
     assert!(message.ends_with(&format!("the answer is larger than {MAX_ANSWER_BYTES} bytes")), "{message}");
 }
 
 #[tokio::test]
 async fn an_answer_to_another_request_fails() {
-    let worker = Worker::start(&["--methods", "environmentExecute", "--mode", "wrong-id"]);
-    assert!(failure(probe(&worker.url).await).contains("does not match the request id"));
+    assert!(failure_in_mode("wrong-id").await.contains("does not match the request id"));
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@ use common::ALL_METHODS;
 use proptest::prelude::*;
 use sandcap::api::{DeclaredCapabilities, DriverDeclaration, LeasePolicy};
 use sandcap::contract::{Capability, Declared, Narrowing, Reason, Verified, resolve, resolve_driver};
-use sandcap::validation::{Options, REVIEWED, identify, review};
+use sandcap::validation::{Options, REVIEWED, REVIEWED_OLD, Shape, identify, review};
 use serde_json::{Value, json};
 
 fn verified() -> impl Strategy<Value = Verified> {
@@ -111,8 +111,8 @@ proptest! {
     #[test]
     fn fewer_verified_methods_never_grant_more(d in driver(), n in narrowing(), drop in 0usize..6) {
         let declared = Declared::from_driver(&d);
-        let all = resolve(&Verified::methods(ALL_METHODS), &declared, &n);
-        let fewer = resolve(&Verified::methods(ALL_METHODS.iter().enumerate().filter(|(i, _)| *i != drop).map(|(_, m)| *m)), &declared, &n);
+        let all = resolve(&common::all_verified(), &declared, &n);
+        let fewer = resolve(&common::verified_without(&[ALL_METHODS[drop]]), &declared, &n);
         for cap in Capability::ALL {
             prop_assert!(!fewer.is_granted(cap) || all.is_granted(cap));
         }
@@ -149,21 +149,22 @@ proptest! {
         }
     }
 
-    /// The webhook builds only the parts of an object that the rules read (`REVIEWED`); the
-    /// verdict and the reported name are those of the whole object, whatever its shape.
+    /// The webhook builds only the parts of an object (`REVIEWED`) and of the stored object
+    /// (`REVIEWED_OLD`) that the rules read; the verdict and the reported name are those of the
+    /// whole objects, whatever their shape.
     #[test]
     fn reviewing_the_decoded_parts_is_reviewing_the_whole(
         object in prop_oneof![object(), arbitrary_json()],
         old in prop_oneof![object(), arbitrary_json()],
         allow_worker_urls in any::<bool>(),
     ) {
-        let parts = |v: &Value| REVIEWED.decode(&v.to_string()).unwrap();
+        let parts = |shape: Shape, v: &Value| shape.decode(&v.to_string()).unwrap();
         let options = Options { allow_worker_urls };
         prop_assert_eq!(
-            review(&parts(&object), Some(&parts(&old)), &options),
+            review(&parts(REVIEWED, &object), Some(&parts(REVIEWED_OLD, &old)), &options),
             review(&object, Some(&old), &options)
         );
-        prop_assert_eq!(identify(&parts(&object)), identify(&object));
+        prop_assert_eq!(identify(&parts(REVIEWED, &object)), identify(&object));
     }
 }
 

@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
@@ -15,19 +14,8 @@ use sandcap::contract::{Capability, Reason};
 use sandcap::controller::{ControllerOptions, run};
 use serde_json::json;
 use support::apiserver::MiniApi;
-use support::{ALL_METHODS, Worker, all_true, lease, metrics, provider, secret};
+use support::{ALL_METHODS, Worker, all_true, eventually, lease, metrics, provider, secret};
 use tokio_util::sync::CancellationToken;
-
-/// Polls `check` until it returns true; panics with `what` after 20 seconds.
-async fn eventually<F: Future<Output = bool>>(what: &str, check: impl Fn() -> F) {
-    for _ in 0..400 {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out waiting until {what}");
-}
 
 async fn lease_status(api: &Api<SandboxLease>, name: &str) -> Option<SandboxLeaseStatus> {
     api.get(name).await.ok()?.status

@@ -11,7 +11,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use sandcap::admission;
-use sandcap::validation::{self, MAX_WARNING_LEN, Options, REVIEWED};
+use sandcap::validation::{self, MAX_WARNING_LEN, Options, REVIEWED, REVIEWED_OLD, Shape};
 use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {
@@ -30,10 +30,10 @@ fuzz_target!(|data: &[u8]| {
         assert!(warning.as_str().is_some_and(|w| w.len() < MAX_WARNING_LEN));
     }
     if let Ok(review) = serde_json::from_slice::<Value>(data) {
-        let parts = |v: &Value| REVIEWED.decode(&v.to_string()).expect("serde_json's own output decodes");
+        let parts = |shape: Shape, v: &Value| shape.decode(&v.to_string()).expect("serde_json's own output decodes");
         let (object, old) = (&review["request"]["object"], &review["request"]["oldObject"]);
         assert_eq!(
-            validation::review(&parts(object), Some(&parts(old)), &options),
+            validation::review(&parts(REVIEWED, object), Some(&parts(REVIEWED_OLD, old)), &options),
             validation::review(object, Some(old), &options)
         );
     }

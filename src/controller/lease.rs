@@ -36,12 +36,13 @@ async fn reconcile(lease: &SandboxLease, ctx: &Context) -> Result<Action, Error>
     let namespace = lease.namespace().unwrap_or_default();
     let resolution = {
         // Config is resolved only after the identity check passes, so only then are Secrets read.
-        let secrets = match contract::check_identity(lease, provider) {
+        let identity = contract::check_identity(lease, provider);
+        let secrets = match identity {
             Ok(_) => LeaseSecrets::read(&ctx.client, &namespace, lease).await?,
             Err(_) => LeaseSecrets::default(),
         };
         let verified = provider.map_or_else(Verified::nothing, contract::verified_from_status);
-        contract::resolve_lease(lease, provider, &verified, |r| secrets.lookup(r))
+        contract::resolve_checked_lease(lease, provider, identity, &verified, |r| secrets.lookup(r))
     };
     let desired = lease_status(lease, &resolution, &now());
     if lease.status.as_ref() != Some(&desired) {

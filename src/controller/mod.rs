@@ -43,6 +43,7 @@ pub use provider::{provider_status, reconcile_provider};
 use crate::api::{SandboxLease, SandboxProvider};
 use crate::metrics::{FailureLabels, KindLabels, Metrics};
 use crate::probe::Prober;
+use crate::validation::Kind;
 
 /// The field manager of every status write.
 pub const FIELD_MANAGER: &str = "sandcap";
@@ -163,7 +164,11 @@ impl Context {
         self.metrics.reconciles.get_or_create(&labels).inc();
         self.metrics.reconcile_duration.get_or_create(&labels).observe(started.elapsed().as_secs_f64());
         if result.is_ok() {
-            self.failures.lock().expect("not poisoned").remove(&key(obj));
+            let mut failures = self.failures.lock().expect("not poisoned");
+            // Nearly always empty: then there is no key to build.
+            if !failures.is_empty() {
+                failures.remove(&key(obj));
+            }
         }
         result
     }
@@ -179,7 +184,7 @@ impl Context {
 }
 
 fn kind_label<K: Resource<DynamicType = ()>>() -> &'static str {
-    if K::kind(&()) == "SandboxProvider" { "SandboxProvider" } else { "SandboxLease" }
+    Kind::from_kind(&K::kind(&())).map_or("other", Kind::as_str)
 }
 
 fn key<K: Resource<DynamicType = ()>>(obj: &K) -> String {

@@ -4,6 +4,7 @@
 
 pub mod apiserver;
 
+use std::future::Future;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -243,6 +244,17 @@ pub fn metrics() -> (Metrics, Registry) {
 pub fn context(api: &FakeApi, providers: Store<SandboxProvider>, metrics: Metrics) -> Arc<Context> {
     let prober = Prober::new(Duration::from_secs(2), true, "test");
     Context::new(api.client.clone(), providers, prober, metrics, Duration::from_secs(300), "test")
+}
+
+/// Polls `check` every 50 ms until it returns true; panics with `what` after 20 seconds.
+pub async fn eventually<F: Future<Output = bool>>(what: &str, check: impl Fn() -> F) {
+    for _ in 0..400 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting until {what}");
 }
 
 /// kube-fake-client 0.3 registers every custom resource as namespaced (its registry has no scope

@@ -43,6 +43,11 @@ app.kubernetes.io/part-of: sandcap
 {{ include "sandcap.fullname" . }}-webhook
 {{- end }}
 
+{{/* certManager mode: the cert-manager Certificate of the serving certificate; cainjector reads its CA. */}}
+{{- define "sandcap.certificateName" -}}
+{{ include "sandcap.fullname" . }}-webhook
+{{- end }}
+
 {{/* ValidatingWebhookConfiguration name; selfManaged mode patches the caBundle of this one only. */}}
 {{- define "sandcap.webhookConfigName" -}}
 {{ include "sandcap.fullname" . }}
