@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Builds the real etcd, kube-apiserver and kubectl of each Kubernetes minor in testcluster/ from
+# their Go modules (the Go module proxy is the only source), envtest-style, for the end-to-end tests
+# and examples/cluster.sh.
+#
+#   testcluster/build.sh [MINOR...]     default: every testcluster/k8s-* module (1.33 1.37)
+#
+# Binaries land in target/testcluster/v<version>/ (the version is the k8s.io/kubernetes requirement
+# of that module). A directory that already holds all three binaries and the go.sum they were
+# built from is reused, so only the first run pays (see README for the times). Prints one line per
+# minor: "<minor> <directory>".
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+
+if ! command -v go >/dev/null 2>&1; then
+  echo "testcluster/build.sh: Go is not installed; the end-to-end tests build kube-apiserver and etcd with it. Install Go 1.26 (https://go.dev/doc/install), or set SANDCAP_E2E=skip to skip them." >&2
+  exit 3
+fi
+
+minors=("$@")
+if [ ${#minors[@]} -eq 0 ]; then
+  for dir in "$root"/testcluster/k8s-*/; do
+    minors+=("$(basename "$dir" | sed 's/^k8s-//')")
+  done
+fi
+
+for minor in "${minors[@]}"; do
+  module="$root/testcluster/k8s-$minor"
+  if [ ! -f "$module/go.mod" ]; then
+    echo "testcluster/build.sh: no module for Kubernetes $minor (expected $module/go.mod)" >&2
+    exit 2
+  fi
+  version="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v1\./ { print $2; exit }' "$module/go.mod")"
+  out="$root/target/testcluster/$version"
+  stamp="$out/go.sum"
+  if [ -x "$out/etcd" ] && [ -x "$out/kube-apiserver" ] && [ -x "$out/kubectl" ] && cmp -s "$stamp" "$module/go.sum"; then
+    echo "$minor $out"
+    continue
+  fi
+  mkdir -p "$out"
+  major_minor="${version#v}"
+  major="${major_minor%%.*}"
+  minor_number="$(echo "$major_minor" | cut -d. -f2)"
+  # What the release build stamps (hack/lib/version.sh), so /version, kubectl version and the
+  # apiserver's own compatibility checks see the real version instead of v0.0.0-master.
+  ldflags="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor_number"
+    ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  started=$SECONDS
+  echo "testcluster/build.sh: building etcd, kube-apiserver and kubectl $version (cold: about 10 minutes per minor on 2 cores)" >&2
+  (
+    cd "$module"
+    export CGO_ENABLED=0 GOFLAGS=-mod=readonly
+    go build -trimpath -ldflags "$ldflags" -o "$out/etcd" go.etcd.io/etcd/server/v3
+    go build -trimpath -ldflags "$ldflags" -o "$out/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
+    go build -trimpath -ldflags "$ldflags" -o "$out/kubectl" k8s.io/kubernetes/cmd/kubectl
+  )
+  cp "$module/go.sum" "$stamp"
+  echo "testcluster/build.sh: $version built in $((SECONDS - started)) s" >&2
+  echo "$minor $out"
+done
