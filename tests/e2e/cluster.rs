@@ -1,0 +1,377 @@
+//! A real Kubernetes control plane for the tests, envtest-style: etcd and kube-apiserver built from
+//! their Go modules by `testcluster/build.sh`, started on free loopback ports with token
+//! authentication and RBAC.
+//!
+//! Every process is started with `PR_SET_PDEATHSIG`, from a thread that lives as long as the test
+//! process, so nothing outlives the tests even when one panics or the runner is killed; `Drop`
+//! stops them in order when a cluster goes out of scope.
+
+use std::fs;
+use std::io::Write;
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, OnceLock, mpsc};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+};
+
+const ADMIN_TOKEN: &str = "sandcap-e2e-admin";
+const STARTUP: Duration = Duration::from_secs(120);
+
+/// The binaries of one Kubernetes minor.
+#[derive(Clone, Debug)]
+pub struct Binaries {
+    pub minor: String,
+    pub dir: PathBuf,
+}
+
+impl Binaries {
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// The version the directory is named after (`v1.37.2`).
+    pub fn version(&self) -> String {
+        self.dir.file_name().expect("versioned directory").to_string_lossy().into_owned()
+    }
+}
+
+/// Builds (or finds cached) binaries for every minor in testcluster/, or for `SANDCAP_E2E_MINORS`.
+pub fn build_all() -> Result<Vec<Binaries>, String> {
+    let root = repo_root();
+    let minors: Vec<String> = std::env::var("SANDCAP_E2E_MINORS")
+        .map(|v| v.split([',', ' ']).filter(|m| !m.is_empty()).map(String::from).collect())
+        .unwrap_or_default();
+    let output = Command::new("bash")
+        .arg(root.join("testcluster/build.sh"))
+        .args(&minors)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run testcluster/build.sh: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("testcluster/build.sh failed ({})", output.status));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        .map(|(minor, dir)| Binaries { minor: minor.into(), dir: dir.into() })
+        .collect())
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free loopback port").port()
+}
+
+/// Spawns `command` with stdout and stderr appended to `log`. Every child is started by one
+/// thread that never ends, with `PR_SET_PDEATHSIG` (which fires when the *spawning thread* dies):
+/// so children die exactly when the test process does, however it ends.
+pub fn spawn_logged(command: Command, log: &Path) -> Child {
+    type Job = (Command, PathBuf, mpsc::Sender<std::io::Result<Child>>);
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::spawn(move || {
+            for (mut command, log, reply) in rx {
+                let _ = reply.send(spawn_here(&mut command, &log));
+            }
+        });
+        Mutex::new(tx)
+    });
+    let (reply, answer) = mpsc::channel();
+    let program = command.get_program().to_string_lossy().into_owned();
+    spawner.lock().unwrap().send((command, log.to_path_buf(), reply)).expect("spawner thread");
+    answer.recv().expect("spawner answers").unwrap_or_else(|e| panic!("cannot start {program}: {e}"))
+}
+
+fn spawn_here(command: &mut Command, log: &Path) -> std::io::Result<Child> {
+    let out = fs::OpenOptions::new().create(true).append(true).open(log)?;
+    let err = out.try_clone()?;
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    command.stdin(Stdio::null()).stdout(out).stderr(err).spawn()
+}
+
+pub fn stop(child: &mut Child) {
+    // SIGTERM first: etcd and the apiserver flush and exit in well under a second.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// The last lines of a log, for a failure message.
+pub fn tail(log: &Path, lines: usize) -> String {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// A test CA that signs the apiserver's and the webhooks' serving certificates.
+pub struct TestCa {
+    issuer: Issuer<'static, KeyPair>,
+    pub pem: String,
+}
+
+impl TestCa {
+    pub fn new(name: &str) -> TestCa {
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+        let pem = params.self_signed(&key).expect("self-signed CA").pem();
+        TestCa { issuer: Issuer::new(params, key), pem }
+    }
+
+    /// A serving certificate for loopback: (certificate PEM, key PEM).
+    pub fn serving(&self) -> (String, String) {
+        let key = KeyPair::generate().expect("key");
+        let mut params =
+            CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).expect("params");
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let cert = params.signed_by(&key, &self.issuer).expect("signed");
+        (cert.pem(), key.serialize_pem())
+    }
+
+    /// Writes a serving pair into `dir` as `tls.crt`/`tls.key`; returns both paths.
+    pub fn write_serving(&self, dir: &Path) -> (PathBuf, PathBuf) {
+        let (cert, key) = self.serving();
+        fs::create_dir_all(dir).expect("cert dir");
+        let (cert_path, key_path) = (dir.join("tls.crt"), dir.join("tls.key"));
+        fs::write(&cert_path, cert).expect("write cert");
+        fs::write(&key_path, key).expect("write key");
+        (cert_path, key_path)
+    }
+}
+
+/// etcd and kube-apiserver of one minor, running until dropped.
+pub struct Cluster {
+    pub bin: Binaries,
+    pub dir: PathBuf,
+    pub port: u16,
+    pub ca: TestCa,
+    etcd_port: u16,
+    etcd: Mutex<Option<Child>>,
+    apiserver: Mutex<Option<Child>>,
+    /// The admin kubeconfig (`system:masters`), for kubectl and for clients.
+    pub kubeconfig: PathBuf,
+}
+
+impl Cluster {
+    /// Starts etcd and kube-apiserver and waits for `/readyz`.
+    pub fn start(bin: Binaries) -> Cluster {
+        let dir = repo_root().join("target/e2e").join(format!("{}-{}", bin.minor, std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("pki")).expect("cluster dir");
+        let ca = TestCa::new("sandcap e2e cluster CA");
+        ca.write_serving(&dir.join("pki"));
+        fs::write(dir.join("pki/ca.crt"), &ca.pem).expect("ca");
+        let sa_key = KeyPair::generate().expect("service account key");
+        fs::write(dir.join("pki/sa.key"), sa_key.serialize_pem()).expect("sa key");
+        fs::write(dir.join("pki/sa.pub"), sa_key.public_key_pem()).expect("sa pub");
+        fs::write(dir.join("tokens.csv"), format!("{ADMIN_TOKEN},admin,admin,system:masters\n")).expect("tokens");
+        let (port, etcd_port) = (free_port(), free_port());
+        let kubeconfig = dir.join("admin.kubeconfig");
+        fs::write(&kubeconfig, kubeconfig_yaml(port, &ca.pem, ADMIN_TOKEN)).expect("kubeconfig");
+        let cluster = Cluster {
+            bin,
+            dir,
+            port,
+            ca,
+            etcd_port,
+            etcd: Mutex::new(None),
+            apiserver: Mutex::new(None),
+            kubeconfig,
+        };
+        cluster.start_etcd();
+        cluster.start_apiserver();
+        cluster
+    }
+
+    fn start_etcd(&self) {
+        let peer = free_port();
+        let client_url = format!("http://127.0.0.1:{}", self.etcd_port);
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let mut command = Command::new(self.bin.path("etcd"));
+        command
+                .args(["--name", "e2e", "--data-dir"])
+                .arg(self.dir.join("etcd"))
+                .args(["--listen-client-urls", &client_url, "--advertise-client-urls", &client_url])
+                .args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url])
+                .args(["--initial-cluster", &format!("e2e={peer_url}")])
+                // A test cluster loses nothing worth an fsync; etcd's own default is far slower.
+            .args(["--unsafe-no-fsync", "--listen-metrics-urls", &format!("http://127.0.0.1:{}", free_port())]);
+        let child = spawn_logged(command, &self.dir.join("etcd.log"));
+        *self.etcd.lock().unwrap() = Some(child);
+    }
+
+    /// Starts kube-apiserver over the same etcd (also after [`Cluster::stop_apiserver`]).
+    pub fn start_apiserver(&self) {
+        let pki = self.dir.join("pki");
+        let arg = |name: &str| pki.join(name).into_os_string();
+        let mut command = Command::new(self.bin.path("kube-apiserver"));
+        command
+                .args(["--etcd-servers", &format!("http://127.0.0.1:{}", self.etcd_port)])
+            .args(["--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1"])
+            // The `kubernetes` Service's endpoints may not be loopback, and nothing here needs them.
+            .args(["--endpoint-reconciler-type", "none"])
+                .args(["--secure-port", &self.port.to_string()])
+                .arg("--tls-cert-file")
+                .arg(arg("tls.crt"))
+                .arg("--tls-private-key-file")
+                .arg(arg("tls.key"))
+                .arg("--client-ca-file")
+                .arg(arg("ca.crt"))
+                .arg("--token-auth-file")
+                .arg(self.dir.join("tokens.csv"))
+                .args(["--authorization-mode", "RBAC", "--service-cluster-ip-range", "10.0.0.0/24"])
+                .args(["--service-account-issuer", "https://kubernetes.default.svc"])
+                .arg("--service-account-key-file")
+                .arg(arg("sa.pub"))
+                .arg("--service-account-signing-key-file")
+                .arg(arg("sa.key"))
+                // Pods never run here; priority and fairness only adds its own objects and load.
+                .args(["--enable-priority-and-fairness=false", "--allow-privileged=true"])
+                .args(["--cert-dir"])
+            .arg(self.dir.join("apiserver-certs"));
+        let child = spawn_logged(command, &self.dir.join("apiserver.log"));
+        *self.apiserver.lock().unwrap() = Some(child);
+        self.wait_ready();
+    }
+
+    /// Stops kube-apiserver (etcd keeps running), as an outage would.
+    pub fn stop_apiserver(&self) {
+        if let Some(mut child) = self.apiserver.lock().unwrap().take() {
+            stop(&mut child);
+        }
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + STARTUP;
+        let url = format!("https://127.0.0.1:{}/readyz", self.port);
+        // Its own thread and runtime: this is called from plain threads and from async tests alike.
+        let ready = || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            let _entered = runtime.enter();
+            let ca = reqwest::Certificate::from_pem(self.ca.pem.as_bytes()).expect("ca");
+            let http = reqwest::Client::builder().add_root_certificate(ca).build().expect("http client");
+            let request = http.get(&url).bearer_auth(ADMIN_TOKEN).timeout(Duration::from_secs(2));
+            runtime.block_on(request.send()).is_ok_and(|r| r.status().is_success())
+        };
+        loop {
+            if std::thread::scope(|s| s.spawn(ready).join().unwrap_or(false)) {
+                return;
+            }
+            if let Some(child) = self.apiserver.lock().unwrap().as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!("kube-apiserver exited with {status}:\n{}", tail(&self.dir.join("apiserver.log"), 40));
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kube-apiserver {} not ready after {STARTUP:?}:\n{}",
+                self.bin.version(),
+                tail(&self.dir.join("apiserver.log"), 40)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// A client authenticated as `system:masters`.
+    pub async fn admin(&self) -> Client {
+        client_from(&self.kubeconfig).await
+    }
+
+    /// A kubeconfig for ServiceAccount `namespace/name` with a fresh token (TokenRequest), so a
+    /// process runs with exactly that account's RBAC.
+    pub async fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> PathBuf {
+        let api = Api::<ServiceAccount>::namespaced(self.admin().await, namespace);
+        let request = TokenRequest {
+            spec: TokenRequestSpec { expiration_seconds: Some(24 * 3600), ..Default::default() },
+            ..Default::default()
+        };
+        let token = api
+            .create_token_request(name, &PostParams::default(), &request)
+            .await
+            .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{name}: {e}"))
+            .status
+            .expect("token status")
+            .token;
+        let path = self.dir.join(format!("{namespace}-{name}.kubeconfig"));
+        fs::write(&path, kubeconfig_yaml(self.port, &self.ca.pem, &token)).expect("kubeconfig");
+        path
+    }
+
+    /// Runs kubectl against this cluster as admin.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_stdin(args, "")
+    }
+
+    /// Runs kubectl with `stdin` (for `-f -`).
+    pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> Output {
+        let mut child = Command::new(self.bin.path("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl starts");
+        child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("stdin written");
+        child.wait_with_output().expect("kubectl finishes")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop_apiserver();
+        if let Some(mut child) = self.etcd.lock().unwrap().take() {
+            stop(&mut child);
+        }
+        if !std::thread::panicking() {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+pub async fn client_from(kubeconfig: &Path) -> Client {
+    let config = Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let config = Config::from_custom_kubeconfig(config, &KubeConfigOptions::default()).await.expect("config");
+    Client::try_from(config).expect("client")
+}
+
+fn kubeconfig_yaml(port: u16, ca_pem: &str, token: &str) -> String {
+    use base64::Engine;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority-data: {ca}\nusers:\n- name: e2e\n  user:\n    token: {token}\ncontexts:\n- name: e2e\n  context: {{cluster: e2e, user: e2e}}\ncurrent-context: e2e\n"
+    )
+}

@@ -1,0 +1,202 @@
+//! The controllers through the real apiserver, running with exactly the chart's RBAC.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+
+use crate::cluster::Cluster;
+use crate::install::{self, Install, Sandcap, eventually, ok};
+use crate::support::{ALL_METHODS, Worker};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+pub fn resource(kind: &str) -> ApiResource {
+    let gvk = match kind {
+        "SandboxProvider" | "SandboxLease" => GroupVersionKind::gvk("sandcap.dev", "v1alpha1", kind),
+        "Secret" => GroupVersionKind::gvk("", "v1", kind),
+        "Event" => GroupVersionKind::gvk("events.k8s.io", "v1", kind),
+        other => panic!("no resource for {other}"),
+    };
+    ApiResource::from_gvk(&gvk)
+}
+
+fn api(client: &Client, kind: &str, namespace: Option<&str>) -> Api<DynamicObject> {
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource(kind)),
+        None => Api::all_with(client.clone(), &resource(kind)),
+    }
+}
+
+/// The object as JSON, or `None` if it does not exist.
+pub async fn get(client: &Client, kind: &str, namespace: Option<&str>, name: &str) -> Option<Value> {
+    let object = api(client, kind, namespace).get_opt(name).await.expect("GET answers")?;
+    Some(serde_json::to_value(object).expect("JSON"))
+}
+
+pub async fn delete(client: &Client, kind: &str, namespace: Option<&str>, name: &str) {
+    let _ = api(client, kind, namespace).delete(name, &DeleteParams::default()).await;
+}
+
+/// A provider of one `sandbox_provider` driver `kubernetes` whose worker is at `url`.
+pub fn provider(name: &str, url: &str, capabilities: Value) -> Value {
+    json!({
+        "apiVersion": "sandcap.dev/v1alpha1",
+        "kind": "SandboxProvider",
+        "metadata": {"name": name},
+        "spec": {
+            "pluginKey": "acme.kubernetes-sandbox-provider",
+            "version": "1.4.0",
+            "worker": {"url": url},
+            "environmentDrivers": [{
+                "driverKey": "kubernetes",
+                "kind": "sandbox_provider",
+                "displayName": "Kubernetes",
+                "configSchema": {
+                    "type": "object",
+                    "properties": {"backend": {"type": "string"}, "apiToken": {"type": "string", "minLength": 8}},
+                    "additionalProperties": false
+                },
+                "sandboxCapabilities": capabilities
+            }]
+        }
+    })
+}
+
+pub fn all_true() -> Value {
+    json!({"reusableLeases": true, "nativeSyncIn": true, "nativeSyncOut": true,
+           "persistentProcessSessions": true, "independentControlCommands": true, "incrementalSessionOutput": true})
+}
+
+/// A lease of `provider`'s `kubernetes` driver; `spec` is merged over the minimal spec.
+pub fn lease(namespace: &str, name: &str, provider: &str, spec: Value) -> Value {
+    let mut base = json!({"providerRef": {"name": provider, "driverKey": "kubernetes"}});
+    base.as_object_mut().expect("object").extend(spec.as_object().expect("spec is an object").clone());
+    json!({
+        "apiVersion": "sandcap.dev/v1alpha1",
+        "kind": "SandboxLease",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": base
+    })
+}
+
+/// A Secret holding `value` under `key`; labelled as a config source when `consent`.
+pub fn secret(namespace: &str, name: &str, key: &str, value: &str, consent: bool) -> Value {
+    let labels = if consent { json!({"sandcap.dev/config-source": "true"}) } else { json!({}) };
+    json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "stringData": {key: value}
+    })
+}
+
+/// `(reason, message)` of `capability` in a status's explanations.
+pub fn explanation(status: &Value, capability: &str) -> Option<(String, String)> {
+    status["explanations"].as_array()?.iter().find(|e| e["capability"] == capability).map(|e| {
+        (e["reason"].as_str().unwrap_or_default().to_string(), e["message"].as_str().unwrap_or_default().to_string())
+    })
+}
+
+/// Waits until the lease's `capability` has `reason` (for the lease's current generation).
+pub async fn lease_reason(client: &Client, namespace: &str, name: &str, capability: &str, reason: &str) -> Value {
+    let what = format!("lease {namespace}/{name}: {capability} {reason}");
+    eventually(&what, WAIT, || async {
+        let lease = get(client, "SandboxLease", Some(namespace), name).await?;
+        let status = &lease["status"];
+        (explanation(status, capability)?.0 == reason && status["observedGeneration"] == lease["metadata"]["generation"])
+            .then(|| status.clone())
+    })
+    .await
+}
+
+pub async fn status_narrowing_and_recovery_with_the_charts_rbac(c: Arc<Cluster>) {
+    const NS: &str = "e2e-controllers";
+    install::crds(&c);
+    let install = Install::chart(&c, json!({"secretNamespaces": [NS]})).await;
+    let worker = Worker::with_methods(&ALL_METHODS);
+    let sandcap = Sandcap::start(
+        &c,
+        &install,
+        "controllers",
+        &[("SANDCAP_CONTROLLERS_ONLY", "true"), ("SANDCAP_PROBE_INTERVAL", "2s"), ("SANDCAP_PROBE_TIMEOUT", "1s")],
+    );
+    let admin = c.admin().await;
+
+    // Provider status, `kubectl wait`, and the printer columns.
+    install::apply(&c, &[provider("e2e-acme", &worker.url, all_true())]);
+    ok("wait Ready", c.kubectl(&["wait", "--for=condition=Ready", "--timeout=30s", "sbp/e2e-acme"]));
+    let status = get(&admin, "SandboxProvider", None, "e2e-acme").await.expect("provider")["status"].clone();
+    assert_eq!(status["worker"]["probe"], "Succeeded", "{status:#}");
+    assert_eq!(status["drivers"][0]["capabilities"]["reusableLeases"], true, "{status:#}");
+    let columns = ok("get sbp", c.kubectl(&["get", "sbp", "e2e-acme"]));
+    assert!(columns.contains("Succeeded") && columns.contains("True"), "{columns}");
+
+    // Every lease narrowing.
+    install::apply(
+        &c,
+        &[
+            lease(NS, "ephemeral", "e2e-acme", json!({})),
+            lease(NS, "reuse", "e2e-acme", json!({"policy": "ReuseByEnvironment", "environment": "env-7"})),
+            lease(NS, "job", "e2e-acme", json!({"backend": "job"})),
+            lease(NS, "workload", "e2e-acme", json!({"workloadRef": {"apiVersion": "batch/v1", "kind": "Job", "name": "j"}})),
+            lease(NS, "no-sync", "e2e-acme", json!({"nativeFileSyncUnsupported": true})),
+            lease(NS, "bad-config", "e2e-acme", json!({"config": {"apiToken": "short"}})),
+            lease(NS, "from-secret", "e2e-acme", json!({"configFrom": [{"secretKeyRef": {"name": "creds", "key": "config.json"}}]})),
+            lease(NS, "orphan", "e2e-nobody", json!({})),
+        ],
+    );
+    lease_reason(&admin, NS, "ephemeral", "reusableLeases", "NarrowedByLeasePolicy").await;
+    let reuse = lease_reason(&admin, NS, "reuse", "reusableLeases", "Granted").await;
+    assert_eq!(reuse["effectivePolicy"], "ReuseByEnvironment");
+    assert_eq!(reuse["pinned"]["pluginKey"], "acme.kubernetes-sandbox-provider");
+    lease_reason(&admin, NS, "job", "nativeSyncIn", "NarrowedByJobBackend").await;
+    lease_reason(&admin, NS, "workload", "nativeSyncOut", "NarrowedByJobBackend").await;
+    lease_reason(&admin, NS, "no-sync", "nativeSyncIn", "NarrowedByNativeFileSyncUnsupported").await;
+    lease_reason(&admin, NS, "bad-config", "persistentProcessSessions", "NarrowedByConfigResolution").await;
+    lease_reason(&admin, NS, "orphan", "independentControlCommands", "PluginIdentityFailed").await;
+
+    // Secret missing -> narrowed; created -> recovered; broken -> narrowed, never quoted; deleted -> narrowed.
+    let missing = lease_reason(&admin, NS, "from-secret", "incrementalSessionOutput", "NarrowedByConfigResolution").await;
+    assert!(explanation(&missing, "incrementalSessionOutput").unwrap().1.contains("creds"), "{missing:#}");
+    install::apply(&c, &[secret(NS, "creds", "config.json", r#"{"apiToken": "s3cr3t-token-value"}"#, true)]);
+    lease_reason(&admin, NS, "from-secret", "incrementalSessionOutput", "Granted").await;
+    install::apply(&c, &[secret(NS, "creds", "config.json", "s3cr3t-token-value not json", true)]);
+    let broken = lease_reason(&admin, NS, "from-secret", "persistentProcessSessions", "NarrowedByConfigResolution").await;
+    assert!(!broken.to_string().contains("s3cr3t"), "a Secret value reached the status: {broken:#}");
+    delete(&admin, "Secret", Some(NS), "creds").await;
+    install::apply(&c, &[secret(NS, "creds", "config.json", r#"{"apiToken": "s3cr3t-token-value"}"#, true)]);
+    lease_reason(&admin, NS, "from-secret", "persistentProcessSessions", "Granted").await;
+
+    // A declaration change is published with an Event and reaches the leases.
+    install::apply(&c, &[provider("e2e-acme", &worker.url, json!({"reusableLeases": true, "nativeSyncIn": false}))]);
+    lease_reason(&admin, NS, "reuse", "nativeSyncIn", "DeclaredFalse").await;
+    eventually("a CapabilitiesRevoked Event", WAIT, || async {
+        let events = ok("get events", c.kubectl(&["get", "events.events.k8s.io", "-A", "-o", "json"]));
+        (events.contains("CapabilitiesRevoked") && events.contains("e2e-acme")).then_some(())
+    })
+    .await;
+
+    // Provider deleted and re-created: pinned leases stay all-off.
+    delete(&admin, "SandboxProvider", None, "e2e-acme").await;
+    lease_reason(&admin, NS, "reuse", "persistentProcessSessions", "PluginIdentityFailed").await;
+    install::apply(&c, &[provider("e2e-acme", &worker.url, all_true())]);
+    ok("wait Ready", c.kubectl(&["wait", "--for=condition=Ready", "--timeout=30s", "sbp/e2e-acme"]));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let recreated = lease_reason(&admin, NS, "reuse", "persistentProcessSessions", "PluginIdentityFailed").await;
+    assert!(explanation(&recreated, "persistentProcessSessions").unwrap().1.contains("uid"), "{recreated:#}");
+    // A lease created now pins the new provider.
+    install::apply(&c, &[lease(NS, "fresh", "e2e-acme", json!({}))]);
+    lease_reason(&admin, NS, "fresh", "persistentProcessSessions", "Granted").await;
+
+    // The worker stops: the probe fails, the provider and its leases turn off.
+    drop(worker);
+    ok("wait probe", c.kubectl(&["wait", "--for=condition=WorkerVerified=false", "--timeout=30s", "sbp/e2e-acme"]));
+    lease_reason(&admin, NS, "fresh", "persistentProcessSessions", "WorkerNotVerified").await;
+
+    assert!(sandcap.problems().is_empty(), "sandcap logged:\n{}", sandcap.problems().join("\n"));
+    delete(&admin, "SandboxProvider", None, "e2e-acme").await;
+}

@@ -1,0 +1,286 @@
+//! sandcap installed as the chart installs it, minus what needs a kubelet: the chart's own RBAC and
+//! ServiceAccount applied, and the real `sandcap` binary run as a local process with the
+//! Deployment's environment (pod-only parts such as mounted certificates and `0.0.0.0` replaced by
+//! loopback equivalents) and a token of the chart's ServiceAccount.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::cluster::{self, Cluster, free_port, repo_root, spawn_logged};
+
+pub const NAMESPACE: &str = "sandcap-system";
+
+/// Panics with kubectl's output unless it succeeded; returns stdout.
+pub fn ok(what: &str, output: Output) -> String {
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Server-side applies `objects` as admin.
+pub fn apply(cluster: &Cluster, objects: &[Value]) {
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    ok(
+        "kubectl apply",
+        cluster.kubectl_stdin(&["apply", "--server-side", "--field-manager", "e2e", "-f", "-"], &list.to_string()),
+    );
+}
+
+/// Applies crds/ (once per cluster) and waits until both are served.
+pub fn crds(cluster: &Cluster) {
+    let crds = repo_root().join("crds");
+    ok("apply crds/", cluster.kubectl(&["apply", "--server-side", "-f", crds.to_str().expect("utf-8 path")]));
+    ok(
+        "wait for the CRDs",
+        cluster.kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/sandboxproviders.sandcap.dev",
+            "crd/sandboxleases.sandcap.dev",
+        ]),
+    );
+}
+
+/// Namespaces, created if missing (no namespace controller runs here, so none is ever deleted).
+pub fn namespaces(cluster: &Cluster, names: &[&str]) {
+    let objects: Vec<Value> =
+        names.iter().map(|n| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}})).collect();
+    apply(cluster, &objects);
+}
+
+/// The chart rendered by real Helm (tests/chart/render.py in the chart tests' venv).
+pub fn render_chart(values: &Value) -> Vec<Value> {
+    static VENV: OnceLock<PathBuf> = OnceLock::new();
+    let venv = VENV.get_or_init(|| {
+        let root = repo_root();
+        let status = Command::new("bash")
+            .arg(root.join(".ci/chart.sh"))
+            .arg("--venv-only")
+            .status()
+            .expect("bash runs .ci/chart.sh");
+        assert!(status.success(), ".ci/chart.sh --venv-only failed: the chart tests' venv is needed to render the chart");
+        std::env::var_os("SANDCAP_CHART_VENV").map_or_else(|| root.join("target/chart-venv"), PathBuf::from)
+    });
+    let output = Command::new(venv.join("bin/python"))
+        .arg(repo_root().join("tests/chart/render.py"))
+        .arg(values.to_string())
+        .output()
+        .expect("python runs");
+    serde_json::from_str(&ok("helm render", output)).expect("render.py prints JSON")
+}
+
+/// What an install leaves behind: the rendered chart and a kubeconfig of its ServiceAccount.
+pub struct Install {
+    pub objects: Vec<Value>,
+    pub kubeconfig: PathBuf,
+}
+
+impl Install {
+    /// Renders the chart with `values`, applies its RBAC and ServiceAccount (and the namespaces
+    /// they live in) and returns a kubeconfig with a token of that ServiceAccount.
+    pub async fn chart(cluster: &Cluster, values: Value) -> Install {
+        let objects = render_chart(&values);
+        let rbac: Vec<Value> = objects
+            .iter()
+            .filter(|o| {
+                matches!(o["kind"].as_str(), Some("ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding"))
+            })
+            .cloned()
+            .collect();
+        let mut names: Vec<&str> = rbac.iter().filter_map(|o| o["metadata"]["namespace"].as_str()).collect();
+        names.push(NAMESPACE);
+        names.sort();
+        names.dedup();
+        namespaces(cluster, &names);
+        apply(cluster, &rbac);
+        let account = objects
+            .iter()
+            .find(|o| o["kind"] == "ServiceAccount")
+            .and_then(|o| o["metadata"]["name"].as_str())
+            .unwrap_or("sandcap")
+            .to_string();
+        let kubeconfig = cluster.service_account_kubeconfig(NAMESPACE, &account).await;
+        Install { objects, kubeconfig }
+    }
+
+    fn of_kind(&self, kind: &str) -> &Value {
+        self.objects.iter().find(|o| o["kind"] == kind).unwrap_or_else(|| panic!("the chart renders no {kind}"))
+    }
+
+    /// The Deployment's container environment, as the kubelet would resolve it for pod `pod`.
+    pub fn env(&self, pod: &str) -> Vec<(String, String)> {
+        let container = &self.of_kind("Deployment")["spec"]["template"]["spec"]["containers"][0];
+        container["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .map(|e| {
+                let name = e["name"].as_str().expect("name").to_string();
+                let value = match e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+                    Some("metadata.name") => pod.to_string(),
+                    Some("metadata.namespace") => NAMESPACE.to_string(),
+                    Some(other) => panic!("unexpected fieldRef {other}"),
+                    None => e["value"].as_str().unwrap_or_default().to_string(),
+                };
+                (name, value)
+            })
+            .collect()
+    }
+
+    /// The chart's ValidatingWebhookConfiguration, registered by URL on loopback with `ca_pem`
+    /// (the apiserver calls the local process directly: there is no Service to route through).
+    pub fn register_webhook(&self, cluster: &Cluster, port: u16, ca_pem: &str) -> WebhookRegistration {
+        use base64::Engine;
+        let mut config = self.of_kind("ValidatingWebhookConfiguration").clone();
+        let name = config["metadata"]["name"].as_str().expect("name").to_string();
+        for hook in config["webhooks"].as_array_mut().expect("webhooks") {
+            hook["clientConfig"] = json!({
+                "url": format!("https://127.0.0.1:{port}/validate"),
+                "caBundle": base64::engine::general_purpose::STANDARD.encode(ca_pem),
+            });
+        }
+        if let Some(annotations) = config["metadata"]["annotations"].as_object_mut() {
+            annotations.remove("cert-manager.io/inject-ca-from");
+        }
+        apply(cluster, &[config]);
+        WebhookRegistration { kubeconfig: cluster.kubeconfig.clone(), kubectl: cluster.bin.path("kubectl"), name }
+    }
+}
+
+/// Removes the webhook registration when dropped, so a later scenario never meets a webhook
+/// whose process is gone (`failurePolicy: Fail` would refuse every sandcap object).
+pub struct WebhookRegistration {
+    kubeconfig: PathBuf,
+    kubectl: PathBuf,
+    name: String,
+}
+
+impl Drop for WebhookRegistration {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.kubectl)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["delete", "validatingwebhookconfiguration", &self.name, "--ignore-not-found", "--wait=false"])
+            .output();
+    }
+}
+
+/// One `sandcap run` process; killed when dropped.
+pub struct Sandcap {
+    child: Child,
+    pub name: String,
+    pub webhook_port: u16,
+    pub admin_port: u16,
+    pub log: PathBuf,
+}
+
+impl Sandcap {
+    /// Starts `sandcap run` with the chart's environment for pod `name`, the given kubeconfig,
+    /// loopback addresses, and `overrides` (replacing or adding variables) on top.
+    pub fn start(cluster: &Cluster, install: &Install, name: &str, overrides: &[(&str, &str)]) -> Sandcap {
+        let (webhook_port, admin_port) = (free_port(), free_port());
+        let tls = cluster.dir.join(format!("{name}-tls"));
+        let (cert, key) = cluster.ca.write_serving(&tls);
+        let mut env = install.env(name);
+        let loopback = [
+            ("SANDCAP_WEBHOOK_ADDR", format!("127.0.0.1:{webhook_port}")),
+            ("SANDCAP_ADMIN_ADDR", format!("127.0.0.1:{admin_port}")),
+            ("SANDCAP_TLS_CERT", cert.display().to_string()),
+            ("SANDCAP_TLS_KEY", key.display().to_string()),
+            // The Secret would be mounted by the kubelet; here the webhook serves the test CA's pair.
+            ("SANDCAP_SELF_MANAGED_CERTS", "false".to_string()),
+            // Workers listen on loopback URLs; a Service would need cluster DNS.
+            ("SANDCAP_ALLOW_WORKER_URLS", "true".to_string()),
+            ("SANDCAP_LOG_FORMAT", "text".to_string()),
+        ];
+        for (k, v) in loopback.iter().map(|(k, v)| (*k, v.as_str())).chain(overrides.iter().copied()) {
+            env.retain(|(name, _)| name != k);
+            env.push((k.to_string(), v.to_string()));
+        }
+        let log = cluster.dir.join(format!("{name}.log"));
+        let _ = std::fs::remove_file(&log);
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sandcap"));
+        command.arg("run").env_clear().envs(env).env("KUBECONFIG", &install.kubeconfig).env("RUST_LOG", "info");
+        let child = spawn_logged(command, &log);
+        Sandcap { child, name: name.to_string(), webhook_port, admin_port, log }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until `/readyz` on the admin port answers 200.
+    pub async fn ready(&self) {
+        let url = format!("http://127.0.0.1:{}/readyz", self.admin_port);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if reqwest::get(&url).await.is_ok_and(|r| r.status().is_success()) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("sandcap {} not ready within 30s:\n{}", self.name, cluster::tail(&self.log, 30));
+    }
+
+    pub async fn metrics(&self) -> String {
+        let url = format!("http://127.0.0.1:{}/metrics", self.admin_port);
+        reqwest::get(&url).await.expect("metrics answer").text().await.expect("metrics text")
+    }
+
+    pub fn signal(&self, signal: i32) {
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+    }
+
+    /// Waits up to `timeout` for the process to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Lines of the log that no healthy run writes.
+    pub fn problems(&self) -> Vec<String> {
+        self.log_text()
+            .lines()
+            .filter(|l| l.contains("panicked") || l.to_lowercase().contains("forbidden"))
+            .map(String::from)
+            .collect()
+    }
+}
+
+impl Drop for Sandcap {
+    fn drop(&mut self) {
+        cluster::stop(&mut self.child);
+    }
+}
+
+/// Polls `check` until it returns `Some` or `timeout` passes; panics naming `what`.
+pub async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, timeout: Duration, check: impl Fn() -> F) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub fn path_str(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}

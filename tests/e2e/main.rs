@@ -1,0 +1,90 @@
+//! The end-to-end suite: the real `sandcap` binary against a real kube-apiserver and etcd of every
+//! Kubernetes minor in testcluster/ (built once by testcluster/build.sh, cached under target/).
+//!
+//!   cargo test --test e2e                      every scenario on every minor
+//!   cargo test --test e2e -- 1.37::webhook     a filter, as with any cargo test
+//!   SANDCAP_E2E_MINORS=1.37 cargo test --test e2e
+//!   SANDCAP_E2E=skip cargo test                 skips the suite (it says so)
+//!
+//! One cluster per minor is started on first use and shared by that minor's scenarios, which run
+//! one at a time: the controllers are cluster-wide, so two scenarios' sandcaps would fight.
+//! Each scenario uses its own namespaces and object names and removes its webhook registration.
+
+mod cluster;
+mod controllers;
+mod install;
+mod webhook;
+#[path = "../support/mod.rs"]
+mod support;
+
+use std::sync::{Arc, OnceLock};
+
+use libtest_mimic::{Arguments, Trial};
+
+use cluster::{Binaries, Cluster};
+
+/// A scenario: an async test of one cluster.
+type Scenario = fn(Arc<Cluster>) -> futures::future::BoxFuture<'static, ()>;
+
+macro_rules! scenarios {
+    ($($module:ident::$name:ident),* $(,)?) => {
+        vec![$((concat!(stringify!($module), "::", stringify!($name)), (|c| Box::pin($module::$name(c))) as Scenario)),*]
+    };
+}
+
+fn scenarios() -> Vec<(&'static str, Scenario)> {
+    scenarios![
+        webhook::crds_are_served_with_their_names_columns_and_descriptions,
+        webhook::denials_warnings_and_dry_run_through_the_apiserver,
+        controllers::status_narrowing_and_recovery_with_the_charts_rbac,
+    ]
+}
+
+/// Started on first use, so a filter that selects one minor starts one cluster.
+struct LazyCluster {
+    bin: Binaries,
+    cell: OnceLock<Arc<Cluster>>,
+}
+
+impl LazyCluster {
+    fn get(&self) -> Arc<Cluster> {
+        self.cell.get_or_init(|| Arc::new(Cluster::start(self.bin.clone()))).clone()
+    }
+}
+
+fn main() {
+    let mut args = Arguments::from_args();
+    if args.test_threads.is_none() {
+        args.test_threads = Some(1);
+    }
+    if std::env::var("SANDCAP_E2E").as_deref() == Ok("skip") {
+        eprintln!("e2e: skipped (SANDCAP_E2E=skip): nothing ran against a real kube-apiserver");
+        return;
+    }
+    let binaries = match cluster::build_all() {
+        Ok(binaries) => binaries,
+        Err(error) => {
+            eprintln!("e2e: {error}");
+            std::process::exit(3);
+        }
+    };
+    let clusters: Vec<Arc<LazyCluster>> =
+        binaries.into_iter().map(|bin| Arc::new(LazyCluster { bin, cell: OnceLock::new() })).collect();
+    let mut trials = Vec::new();
+    for lazy in &clusters {
+        for (name, scenario) in scenarios() {
+            let lazy = lazy.clone();
+            trials.push(Trial::test(format!("{}::{name}", lazy.bin.minor), move || {
+                let cluster = lazy.get();
+                let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+                runtime.block_on(scenario(cluster));
+                runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+                Ok(())
+            }));
+        }
+    }
+    let conclusion = libtest_mimic::run(&args, trials);
+    // The trials are gone, so this drops the last reference: the clusters stop here.
+    drop(clusters);
+    conclusion.exit();
+}
