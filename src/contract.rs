@@ -385,13 +385,13 @@ pub fn job_backend(lease: &SandboxLease) -> Option<String> {
         .map(|w| format!("the lease is Job-backed (spec.workloadRef is batch/v1 Job {})", w.name))
 }
 
-/// What a `configFrom` Secret lookup found. `Unreadable` carries a reason safe to show.
+/// What a `configFrom` Secret lookup found. A Secret sandcap may not read (unlabelled, or out of
+/// the namespaces it serves) is `MissingSecret`: nothing about it may leak.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SecretLookup {
     Found(Vec<u8>),
     MissingSecret,
     MissingKey,
-    Unreadable(String),
 }
 
 /// Resolves a lease's config: `config` (or `{}`), each `configFrom` object merged over it in
@@ -415,9 +415,6 @@ pub fn resolve_config(
             }
             SecretLookup::MissingKey => {
                 return Err(format!("configFrom Secret {} has no key {}", r.name, r.key));
-            }
-            SecretLookup::Unreadable(why) => {
-                return Err(format!("configFrom Secret {} key {} could not be read: {why}", r.name, r.key));
             }
         };
         // serde_json's error text can quote the input, so only its position is reported.

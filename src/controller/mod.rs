@@ -13,34 +13,30 @@
 //!
 //! [`contract::resolve_lease`]: crate::contract::resolve_lease
 
+pub mod cache;
 pub mod leader;
 mod lease;
 mod provider;
 
 use std::collections::HashMap;
-use std::future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::Secret;
+use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
-use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
-pub use lease::{LeaseSecrets, lease_status, leases_for_provider, leases_for_secret, reconcile_lease};
+pub use cache::Caches;
+pub use lease::{lease_status, leases_for_provider, leases_for_secret, reconcile_lease};
 pub use provider::{provider_status, reconcile_provider};
 
-use crate::api::{SandboxLease, SandboxProvider};
 use crate::metrics::{FailureLabels, KindLabels, Metrics};
 use crate::probe::Prober;
 use crate::validation::Kind;
@@ -51,6 +47,9 @@ pub const FIELD_MANAGER: &str = "sandcap";
 const PROVIDER_CONCURRENCY: u16 = 16;
 /// Bounds the apiserver load when every lease is resolved at once (startup, leader change).
 const LEASE_CONCURRENCY: u16 = 32;
+/// No reconcile may take longer (a probe has its own, shorter timeout): one that does fails and is
+/// retried, so nothing can keep a controller's queue, or shutdown, waiting forever.
+const RECONCILE_DEADLINE: Duration = Duration::from_secs(60);
 const BACKOFF_BASE: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
@@ -94,15 +93,12 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    #[error("cannot read Secret {namespace}/{name}: {source}")]
-    ReadSecret {
-        namespace: String,
-        name: String,
-        #[source]
-        source: kube::Error,
-    },
     #[error("the {0} cache was dropped before it was filled")]
     CacheGone(&'static str),
+    #[error("the caches were not listed within {0:?}")]
+    ListDeadline(Duration),
+    #[error("the reconcile took longer than {0:?}")]
+    Deadline(Duration),
     #[error("leader election: {0}")]
     LeaderElection(String),
 }
@@ -112,47 +108,51 @@ impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::WriteStatus { .. } => "write_status",
-            Error::ReadSecret { .. } => "read_secret",
             Error::CacheGone(_) => "cache_gone",
+            Error::ListDeadline(_) => "list_deadline",
+            Error::Deadline(_) => "deadline",
             Error::LeaderElection(_) => "leader_election",
         }
     }
 }
 
-/// What a reconcile needs; tests build one over an in-memory API and hand-filled stores.
+/// What a reconcile needs.
 pub struct Context {
     pub client: Client,
-    /// The providers as the lease controller sees them (filled before a provider event triggers leases).
-    pub providers: Store<SandboxProvider>,
+    /// Every cache, listed before the first reconcile.
+    pub caches: Caches,
     pub prober: Prober,
     pub recorder: Recorder,
     pub metrics: Metrics,
     pub probe_interval: Duration,
-    failures: Mutex<HashMap<String, u32>>,
+    /// Failed reconciles in a row, by uid; an object's entry goes when it is deleted.
+    failures: Arc<Mutex<HashMap<String, u32>>>,
 }
 
 impl Context {
-    pub fn new(
+    fn new(
         client: Client,
-        providers: Store<SandboxProvider>,
+        caches: Caches,
         prober: Prober,
         metrics: Metrics,
         probe_interval: Duration,
         identity: &str,
-    ) -> Arc<Context> {
+        failures: Arc<Mutex<HashMap<String, u32>>>,
+    ) -> Context {
         let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: Some(identity.into()) };
-        Arc::new(Context {
+        Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
-            providers,
+            caches,
             prober,
             metrics,
             probe_interval,
-            failures: Mutex::default(),
-        })
+            failures,
+        }
     }
 
-    /// Counts and times one reconcile; a success forgets the object's earlier failures.
+    /// Counts and times one reconcile, within [`RECONCILE_DEADLINE`]; a success forgets the
+    /// object's earlier failures.
     async fn observe<K: Resource<DynamicType = ()>>(
         &self,
         obj: &K,
@@ -160,7 +160,9 @@ impl Context {
     ) -> Result<Action, Error> {
         let labels = KindLabels { kind: kind_label::<K>() };
         let started = Instant::now();
-        let result = work.await;
+        let result = tokio::time::timeout(RECONCILE_DEADLINE, work)
+            .await
+            .unwrap_or(Err(Error::Deadline(RECONCILE_DEADLINE)));
         self.metrics.reconciles.get_or_create(&labels).inc();
         self.metrics.reconcile_duration.get_or_create(&labels).observe(started.elapsed().as_secs_f64());
         if result.is_ok() {
@@ -187,8 +189,9 @@ fn kind_label<K: Resource<DynamicType = ()>>() -> &'static str {
     Kind::from_kind(&K::kind(&())).map_or("other", Kind::as_str)
 }
 
+/// The backoff key: the uid, so an object deleted and re-created starts afresh.
 fn key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
-    format!("{}/{}/{}", K::kind(&()), obj.namespace().unwrap_or_default(), obj.name_any())
+    obj.meta().uid.clone().unwrap_or_else(|| format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()))
 }
 
 fn error_policy<K: Resource<DynamicType = ()>>(obj: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
@@ -227,7 +230,8 @@ pub async fn run(
     leader::run_elected(client, election, metrics, shutdown, lead).await
 }
 
-/// Both controllers, until `shutdown` is cancelled (they finish the reconciles in flight).
+/// Both controllers, until `shutdown` is cancelled (they finish the reconciles in flight). They
+/// start only once every cache is listed (see [`cache`]).
 async fn controllers(
     client: Client,
     options: ControllerOptions,
@@ -235,69 +239,50 @@ async fn controllers(
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let prober = Prober::new(options.probe_timeout, options.allow_worker_urls, &options.identity);
-    // The lease controller's own view of providers. The reflector updates the store before it
-    // passes an event on, so a lease triggered by a provider change reads the changed provider.
-    let (providers, provider_writer) = reflector::store();
-    let provider_changes = watcher(Api::<SandboxProvider>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .modify(drop_managed_fields)
-        .reflect(provider_writer)
-        .touched_objects();
-    let ctx = Context::new(client.clone(), providers, prober, metrics, options.probe_interval, &options.identity);
+    let failures: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let forget = {
+        let failures = failures.clone();
+        move |uid: &str| {
+            failures.lock().expect("not poisoned").remove(uid);
+        }
+    };
+    // The watches end with the controllers, also when they stop for a lost leader lease.
+    let watches = shutdown.child_token();
+    let _stop_watches = watches.clone().drop_guard();
+    let (caches, triggers) = Caches::start(&client, &options.secret_namespaces, forget, &watches).await?;
+    if shutdown.is_cancelled() {
+        return Ok(());
+    }
+    let ctx = Arc::new(Context::new(client, caches.clone(), prober, metrics, options.probe_interval, &options.identity, failures));
 
-    let (provider_store, provider_stream) = spec_changes(Api::<SandboxProvider>::all(client.clone()));
-    let provider_controller = Controller::for_stream(provider_stream, provider_store)
+    let provider_controller = Controller::for_stream(futures::stream::pending(), caches.providers.clone())
         .with_config(ControllerConfig::default().concurrency(PROVIDER_CONCURRENCY))
+        .reconcile_on(cache::stream(triggers.providers))
         .graceful_shutdown_on(shutdown.clone().cancelled_owned())
         .run(reconcile_provider, error_policy, ctx.clone())
         .for_each(log_outcome);
-
-    let (leases, lease_stream) = spec_changes(Api::<SandboxLease>::all(client.clone()));
-    let by_provider = leases.clone();
-    let by_secret = leases.clone();
-    let lease_controller = Controller::for_stream(lease_stream, leases)
+    let lease_controller = Controller::for_stream(futures::stream::pending(), caches.leases.clone())
         .with_config(ControllerConfig::default().concurrency(LEASE_CONCURRENCY))
-        .watches_stream(provider_changes, move |p: SandboxProvider| leases_for_provider(&by_provider, &p.name_any()))
-        .watches_stream(secret_changes(client, &options.secret_namespaces), move |s| {
-            leases_for_secret(&by_secret, &s.namespace().unwrap_or_default(), &s.name_any())
-        })
+        .reconcile_on(cache::stream(triggers.leases))
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile_lease, error_policy, ctx)
         .for_each(log_outcome);
 
-    tracing::info!("controllers started");
+    tracing::info!(
+        providers = caches.providers.state().len(),
+        leases = caches.leases.state().len(),
+        "caches listed; controllers started"
+    );
     futures::join!(provider_controller, lease_controller);
     tracing::info!("controllers stopped");
     Ok(())
-}
-
-/// A reflected watch of `K` that passes an object on only when its generation changed: the
-/// controllers' own status writes do not trigger them again.
-fn spec_changes<K>(api: Api<K>) -> (Store<K>, impl Stream<Item = Result<K, watcher::Error>> + Send + 'static)
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-{
-    let (store, writer) = reflector::store();
-    let stream = watcher(api, watcher::Config::default().any_semantic())
-        .default_backoff()
-        .modify(drop_managed_fields)
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(predicates::generation, Default::default());
-    (store, stream)
-}
-
-/// Nothing reads `managedFields`, and they can be as large as the rest of the object: the caches
-/// hold every provider and lease, so they are dropped on the way in.
-fn drop_managed_fields<K: Resource>(obj: &mut K) {
-    obj.managed_fields_mut().clear();
 }
 
 /// The namespaces whose Secrets sandcap reads (`--secret-namespaces`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SecretScope {
     All,
-    /// Possibly none: then every `configFrom` read is refused and narrows, with a message.
+    /// Possibly none: then every `configFrom` reads as a missing Secret and narrows.
     Namespaces(Vec<String>),
 }
 
@@ -312,43 +297,6 @@ impl std::str::FromStr for SecretScope {
             SecretScope::Namespaces(s.split(',').map(str::trim).filter(|n| !n.is_empty()).map(String::from).collect())
         })
     }
-}
-
-/// Secret changes (metadata only: values never enter this stream) in the namespaces of `scope`.
-fn secret_changes(
-    client: Client,
-    scope: &SecretScope,
-) -> impl Stream<Item = Result<PartialObjectMeta<Secret>, watcher::Error>> + Send + 'static {
-    let apis = match scope {
-        SecretScope::All => vec![Api::<PartialObjectMeta<Secret>>::all(client)],
-        SecretScope::Namespaces(namespaces) => {
-            namespaces.iter().map(|ns| Api::namespaced(client.clone(), ns)).collect()
-        }
-    };
-    futures::stream::select_all(apis.into_iter().map(|api| secret_watch(api).boxed()))
-}
-
-/// One Secret watch. The first list is skipped, since every lease is resolved at startup anyway;
-/// a later re-list (after a watch gap too long to resume) is passed on, as it may hide changes.
-fn secret_watch(
-    api: Api<PartialObjectMeta<Secret>>,
-) -> impl Stream<Item = Result<PartialObjectMeta<Secret>, watcher::Error>> + Send + 'static {
-    watcher(api, watcher::Config::default())
-        .default_backoff()
-        .scan(false, |listed, event| {
-            let item = match event {
-                Ok(watcher::Event::Apply(s) | watcher::Event::Delete(s)) => Some(Ok(s)),
-                Ok(watcher::Event::InitApply(s)) if *listed => Some(Ok(s)),
-                Ok(watcher::Event::InitDone) => {
-                    *listed = true;
-                    None
-                }
-                Ok(_) => None,
-                Err(e) => Some(Err(e)),
-            };
-            future::ready(Some(item))
-        })
-        .filter_map(future::ready)
 }
 
 async fn log_outcome<K: Resource, E: std::fmt::Display>(

@@ -406,7 +406,7 @@ def test_cluster_role_grants_only_what_the_controllers_use() -> None:
         {
             "apiGroups": ["sandcap.dev"],
             "resources": ["sandboxproviders", "sandboxleases"],
-            "verbs": ["get", "list", "watch"],
+            "verbs": ["list", "watch"],
         },
         {
             "apiGroups": ["sandcap.dev"],
@@ -449,8 +449,8 @@ def test_secret_access_is_opt_in_per_namespace() -> None:
     assert secret_readers(render({})) == {}
     objects = render(SCENARIOS["secretNamespaces"])
     assert secret_readers(objects) == {
-        ("Role", "team-a"): ["get", "list", "watch"],
-        ("Role", "team-b"): ["get", "list", "watch"],
+        ("Role", "team-a"): ["list", "watch"],
+        ("Role", "team-b"): ["list", "watch"],
     }
     sa = one(objects, "ServiceAccount")["metadata"]["name"]
     for binding in of_kind(objects, "RoleBinding"):

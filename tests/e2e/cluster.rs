@@ -26,6 +26,8 @@ use rcgen::{
 
 const ADMIN_TOKEN: &str = "sandcap-e2e-admin";
 const STARTUP: Duration = Duration::from_secs(120);
+/// Every request of a ServiceAccount (sandcap's) is audited, so tests can count what it asked for.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  userGroups: [\"system:serviceaccounts\"]\n- level: None\n";
 
 /// The binaries of one Kubernetes minor.
 #[derive(Clone, Debug)]
@@ -197,6 +199,7 @@ impl Cluster {
         fs::write(dir.join("pki/sa.key"), sa_key.serialize_pem()).expect("sa key");
         fs::write(dir.join("pki/sa.pub"), sa_key.public_key_pem()).expect("sa pub");
         fs::write(dir.join("tokens.csv"), format!("{ADMIN_TOKEN},admin,admin,system:masters\n")).expect("tokens");
+        fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY).expect("audit policy");
         let (port, etcd_port) = (free_port(), free_port());
         let kubeconfig = dir.join("admin.kubeconfig");
         fs::write(&kubeconfig, kubeconfig_yaml(port, &ca.pem, ADMIN_TOKEN)).expect("kubeconfig");
@@ -259,7 +262,12 @@ impl Cluster {
                 .arg(arg("sa.key"))
                 // Pods never run here; priority and fairness only adds its own objects and load.
                 .args(["--enable-priority-and-fairness=false", "--allow-privileged=true"])
-                .args(["--cert-dir"])
+                .arg("--audit-policy-file")
+            .arg(self.dir.join("audit-policy.yaml"))
+            .arg("--audit-log-path")
+            .arg(self.dir.join("audit.log"))
+            .args(["--audit-log-format", "json", "--audit-log-mode", "blocking"])
+            .args(["--cert-dir"])
             .arg(self.dir.join("apiserver-certs"));
         let child = spawn_logged(command, &self.dir.join("apiserver.log"));
         *self.apiserver.lock().unwrap() = Some(child);
@@ -327,6 +335,12 @@ impl Cluster {
         let path = self.dir.join(format!("{namespace}-{name}.kubeconfig"));
         fs::write(&path, kubeconfig_yaml(self.port, &self.ca.pem, &token)).expect("kubeconfig");
         path
+    }
+
+    /// The audit log so far: one JSON event per request of a ServiceAccount.
+    pub fn audit(&self) -> Vec<serde_json::Value> {
+        let text = fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default();
+        text.lines().filter_map(|line| serde_json::from_str(line).ok()).collect()
     }
 
     /// Runs kubectl against this cluster as admin.

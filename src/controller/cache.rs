@@ -1,0 +1,308 @@
+//! The caches the controllers read, and the changes that re-trigger reconciles.
+//!
+//! Each kind has one cache, filled by one watch that runs in its own task, so a cache fills
+//! whether or not a controller is polling anything. The controllers start only once every cache has
+//! been listed ([`Caches::start`] returns then): a reconcile never waits for a cache, and a relation
+//! (provider -> leases, Secret -> leases) is never computed from a half-filled one.
+//!
+//! Every trigger is an `ObjectRef` sent on a channel: the controller looks the object up in the
+//! cache when it reconciles, so it always reads the newest version.
+//! - own changes: an object whose `metadata.generation` changed (status writes never trigger);
+//! - provider -> leases: a provider whose [`lease_view`] changed, or that was deleted;
+//! - Secret -> leases: a Secret whose data changed, that was deleted, or that lost its label.
+//!
+//! After a watch re-list, objects deleted during the gap are found by comparing with the list.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use tokio_util::sync::CancellationToken;
+
+use super::{Error, SecretScope};
+use crate::api::{SandboxLease, SandboxProvider, SecretKeyRef};
+use crate::contract::SecretLookup;
+
+/// The label a Secret must carry to serve as a lease's `configFrom` (an admin's explicit choice):
+/// only such Secrets are watched, so no other Secret is ever requested or held in memory.
+pub const CONFIG_SOURCE_LABEL: &str = "sandcap.dev/config-source";
+/// How long the controllers wait for the first list of every cache before giving up (and
+/// retrying, behind leader election, with backoff).
+pub const LIST_DEADLINE: Duration = Duration::from_secs(120);
+
+/// Read-only views of every cache.
+#[derive(Clone)]
+pub struct Caches {
+    pub providers: Store<SandboxProvider>,
+    pub leases: Store<SandboxLease>,
+    pub secrets: SecretCache,
+}
+
+/// What re-triggers reconciles.
+pub struct Triggers {
+    pub providers: UnboundedReceiver<ObjectRef<SandboxProvider>>,
+    pub leases: UnboundedReceiver<ObjectRef<SandboxLease>>,
+}
+
+/// The labelled `configFrom` Secrets of every namespace in scope, one cache per namespace (a
+/// re-list of one namespace must not empty the others).
+#[derive(Clone, Default)]
+pub struct SecretCache {
+    all: Option<Store<Secret>>,
+    namespaced: BTreeMap<String, Store<Secret>>,
+}
+
+impl SecretCache {
+    /// What a lease in `namespace` finds for `r`. A Secret out of scope or without the label is
+    /// not in the cache, so it reads as missing, with the same message: nothing about it leaks.
+    pub fn lookup(&self, namespace: &str, r: &SecretKeyRef) -> SecretLookup {
+        let store = self.all.as_ref().or_else(|| self.namespaced.get(namespace));
+        let Some(secret) = store.and_then(|s| s.get(&ObjectRef::new(&r.name).within(namespace))) else {
+            return SecretLookup::MissingSecret;
+        };
+        let value = secret.data.as_ref().and_then(|data| data.get(&r.key));
+        value.map_or(SecretLookup::MissingKey, |v| SecretLookup::Found(v.0.clone()))
+    }
+
+    /// Every store (for readiness).
+    fn stores(&self) -> impl Iterator<Item = &Store<Secret>> {
+        self.all.iter().chain(self.namespaced.values())
+    }
+}
+
+/// What of a provider a lease reads: its identity, its drivers and the worker's verdict. A probe
+/// that returns what it returned before (a new `lastProbeTime` only) changes none of it.
+pub fn lease_view(provider: &SandboxProvider) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    provider.metadata.uid.hash(&mut hasher);
+    provider.spec.plugin_key.hash(&mut hasher);
+    serde_json::to_string(&provider.spec.environment_drivers).unwrap_or_default().hash(&mut hasher);
+    if let Some(worker) = provider.status.as_ref().and_then(|s| s.worker.as_ref()) {
+        serde_json::to_string(&worker.probe).unwrap_or_default().hash(&mut hasher);
+        worker.supported_methods.hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
+fn secret_view(secret: &Secret) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    if let Some(data) = &secret.data {
+        for (key, value) in data {
+            key.hash(&mut hasher);
+            value.0.hash(&mut hasher);
+        }
+    }
+    hasher.finish()
+}
+
+fn generation<K: Resource>(obj: &K) -> u64 {
+    obj.meta().generation.map_or(0, |g| g as u64)
+}
+
+/// Remembers a view of every object of one watch and tells which objects it changed for.
+struct Seen<K: Resource<DynamicType = ()>> {
+    view: fn(&K) -> u64,
+    values: HashMap<ObjectRef<K>, u64>,
+    /// The objects of the list in progress (between `Init` and `InitDone`).
+    listing: Option<HashSet<ObjectRef<K>>>,
+    listed: bool,
+}
+
+impl<K: Resource<DynamicType = ()> + Clone> Seen<K> {
+    fn new(view: fn(&K) -> u64) -> Self {
+        Seen { view, values: HashMap::new(), listing: None, listed: false }
+    }
+
+    /// Whether the first list has completed (before that, every object is new to every reader).
+    fn listed(&self) -> bool {
+        self.listed
+    }
+
+    /// The objects whose view this event changed, deletions included.
+    fn observe(&mut self, event: &watcher::Event<K>) -> Vec<ObjectRef<K>> {
+        match event {
+            watcher::Event::Init => {
+                self.listing = Some(HashSet::new());
+                Vec::new()
+            }
+            watcher::Event::InitApply(obj) | watcher::Event::Apply(obj) => {
+                let key = ObjectRef::from_obj(obj);
+                if let (watcher::Event::InitApply(_), Some(listing)) = (event, self.listing.as_mut()) {
+                    listing.insert(key.clone());
+                }
+                let view = (self.view)(obj);
+                if self.values.insert(key.clone(), view) == Some(view) { Vec::new() } else { vec![key] }
+            }
+            watcher::Event::Delete(obj) => {
+                let key = ObjectRef::from_obj(obj);
+                self.values.remove(&key);
+                vec![key]
+            }
+            watcher::Event::InitDone => {
+                self.listed = true;
+                let Some(listing) = self.listing.take() else { return Vec::new() };
+                let gone: Vec<ObjectRef<K>> = self.values.keys().filter(|k| !listing.contains(*k)).cloned().collect();
+                for key in &gone {
+                    self.values.remove(key);
+                }
+                gone
+            }
+        }
+    }
+}
+
+/// One watch of `api`, its events applied to a new cache before anything else sees them.
+fn watch<K>(api: Api<K>, config: watcher::Config) -> (Store<K>, impl Stream<Item = watcher::Event<K>> + Send)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let events = watcher(api, config)
+        .default_backoff()
+        .modify(drop_managed_fields)
+        .reflect(writer)
+        .filter_map(|event| async move {
+            // The watcher retries with backoff on its own; an error here is only worth a log line.
+            event.map_err(|error| tracing::warn!(%error, "watch failed; retrying")).ok()
+        });
+    (store, events)
+}
+
+/// Nothing reads `managedFields`, and they can be as large as the rest of the object.
+fn drop_managed_fields<K: Resource>(obj: &mut K) {
+    obj.managed_fields_mut().clear();
+}
+
+impl Caches {
+    /// Starts every watch in its own task (until `shutdown`), waits until each has listed once
+    /// (at most [`LIST_DEADLINE`]), and returns the caches and the triggers of both controllers.
+    /// `forget` is called with the uid of every deleted provider and lease.
+    pub async fn start(
+        client: &Client,
+        scope: &SecretScope,
+        forget: impl Fn(&str) + Send + Sync + Clone + 'static,
+        shutdown: &CancellationToken,
+    ) -> Result<(Caches, Triggers), Error> {
+        let (provider_tx, provider_rx) = unbounded_channel();
+        let (lease_tx, lease_rx) = unbounded_channel();
+        let (providers, provider_events) = watch(Api::<SandboxProvider>::all(client.clone()), watcher::Config::default());
+        let (leases, lease_events) =
+            watch(Api::<SandboxLease>::all(client.clone()), watcher::Config::default().any_semantic());
+        let selector = watcher::Config::default().labels(&format!("{CONFIG_SOURCE_LABEL}=true"));
+        let mut secrets = SecretCache::default();
+        let mut secret_watches = Vec::new();
+        let apis: Vec<(Option<String>, Api<Secret>)> = match scope {
+            SecretScope::All => vec![(None, Api::all(client.clone()))],
+            SecretScope::Namespaces(namespaces) => {
+                namespaces.iter().map(|ns| (Some(ns.clone()), Api::namespaced(client.clone(), ns))).collect()
+            }
+        };
+        for (namespace, api) in apis {
+            let (store, events) = watch(api, selector.clone());
+            match namespace {
+                Some(ns) => secrets.namespaced.insert(ns, store),
+                None => secrets.all.replace(store),
+            };
+            secret_watches.push(events);
+        }
+        let caches = Caches { providers, leases, secrets };
+
+        // Provider events: own spec changes, and the leases that read a changed provider.
+        let (by_provider, forget_provider) = (caches.leases.clone(), forget.clone());
+        let (own, related) = (provider_tx, lease_tx.clone());
+        let mut spec = Seen::new(generation);
+        let mut view = Seen::new(lease_view);
+        spawn_until(shutdown, provider_events, move |event| {
+            if let watcher::Event::Delete(p) = &event {
+                forget_provider(p.uid().as_deref().unwrap_or_default());
+            }
+            for changed in spec.observe(&event) {
+                let _ = own.send(changed);
+            }
+            let listed = view.listed();
+            for changed in view.observe(&event) {
+                if listed {
+                    for lease in super::leases_for_provider(&by_provider, &changed.name) {
+                        let _ = related.send(lease);
+                    }
+                }
+            }
+        });
+
+        // Lease events: own spec changes.
+        let own = lease_tx.clone();
+        let mut spec = Seen::new(generation);
+        spawn_until(shutdown, lease_events, move |event| {
+            if let watcher::Event::Delete(l) = &event {
+                forget(l.uid().as_deref().unwrap_or_default());
+            }
+            for changed in spec.observe(&event) {
+                let _ = own.send(changed);
+            }
+        });
+
+        // Secret events: the leases that read a changed Secret.
+        for events in secret_watches {
+            let (by_secret, related) = (caches.leases.clone(), lease_tx.clone());
+            let mut content = Seen::new(secret_view);
+            spawn_until(shutdown, events, move |event| {
+                let listed = content.listed();
+                for changed in content.observe(&event) {
+                    if listed {
+                        let namespace = changed.namespace.as_deref().unwrap_or_default();
+                        for lease in super::leases_for_secret(&by_secret, namespace, &changed.name) {
+                            let _ = related.send(lease);
+                        }
+                    }
+                }
+            });
+        }
+
+        caches.ready(shutdown).await?;
+        Ok((caches, Triggers { providers: provider_rx, leases: lease_rx }))
+    }
+
+    async fn ready(&self, shutdown: &CancellationToken) -> Result<(), Error> {
+        let all = async {
+            self.providers.wait_until_ready().await.map_err(|_| Error::CacheGone("SandboxProvider"))?;
+            self.leases.wait_until_ready().await.map_err(|_| Error::CacheGone("SandboxLease"))?;
+            for store in self.secrets.stores() {
+                store.wait_until_ready().await.map_err(|_| Error::CacheGone("Secret"))?;
+            }
+            Ok(())
+        };
+        tokio::select! {
+            result = tokio::time::timeout(LIST_DEADLINE, all) => result.map_err(|_| Error::ListDeadline(LIST_DEADLINE))?,
+            _ = shutdown.cancelled() => Ok(()),
+        }
+    }
+}
+
+/// Drives `events` in a task until `shutdown`, handing each to `handle`.
+fn spawn_until<K: Send + 'static>(
+    shutdown: &CancellationToken,
+    events: impl Stream<Item = watcher::Event<K>> + Send + 'static,
+    mut handle: impl FnMut(watcher::Event<K>) + Send + 'static,
+) {
+    let shutdown = shutdown.clone();
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(events.take_until(shutdown.cancelled_owned()));
+        while let Some(event) = events.next().await {
+            handle(event);
+        }
+    });
+}
+
+/// The channel as a stream, for `Controller::reconcile_on`.
+pub fn stream<T: Send + 'static>(mut rx: UnboundedReceiver<T>) -> impl Stream<Item = T> + Send + 'static {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
