@@ -115,6 +115,7 @@ pub async fn lease_reason(client: &Client, namespace: &str, name: &str, capabili
 
 pub async fn status_narrowing_and_recovery_with_the_charts_rbac(c: Arc<Cluster>) {
     const NS: &str = "e2e-controllers";
+    const OUTSIDE: &str = "e2e-outside";
     install::crds(&c);
     let install = Install::chart(&c, json!({"secretNamespaces": [NS]})).await;
     let worker = Worker::with_methods(&ALL_METHODS);
@@ -170,6 +171,35 @@ pub async fn status_narrowing_and_recovery_with_the_charts_rbac(c: Arc<Cluster>)
     delete(&admin, "Secret", Some(NS), "creds").await;
     install::apply(&c, &[secret(NS, "creds", "config.json", r#"{"apiToken": "s3cr3t-token-value"}"#, true)]);
     lease_reason(&admin, NS, "from-secret", "persistentProcessSessions", "Granted").await;
+
+    // Secrets by consent: unlabelled, or outside --secret-namespaces, reads as missing (the same
+    // message), and sandcap never asks the apiserver for them.
+    install::namespaces(&c, &[OUTSIDE]);
+    install::apply(
+        &c,
+        &[
+            secret(NS, "plain", "config.json", r#"{"apiToken": "s3cr3t-token-value"}"#, false),
+            secret(OUTSIDE, "creds", "config.json", r#"{"apiToken": "s3cr3t-token-value"}"#, true),
+            lease(NS, "unlabelled", "e2e-acme", json!({"configFrom": [{"secretKeyRef": {"name": "plain", "key": "config.json"}}]})),
+            lease(OUTSIDE, "outside", "e2e-acme", json!({"configFrom": [{"secretKeyRef": {"name": "creds", "key": "config.json"}}]})),
+        ],
+    );
+    let missing_message = explanation(&missing, "persistentProcessSessions").unwrap().1;
+    let unlabelled = lease_reason(&admin, NS, "unlabelled", "persistentProcessSessions", "NarrowedByConfigResolution").await;
+    assert_eq!(explanation(&unlabelled, "persistentProcessSessions").unwrap().1, missing_message.replace("creds", "plain"));
+    let outside = lease_reason(&admin, OUTSIDE, "outside", "persistentProcessSessions", "NarrowedByConfigResolution").await;
+    assert_eq!(explanation(&outside, "persistentProcessSessions").unwrap().1, missing_message);
+    let secret_requests: Vec<String> = c
+        .audit()
+        .iter()
+        .filter(|e| e["objectRef"]["resource"] == "secrets" && e["user"]["username"].as_str().is_some_and(|u| u.ends_with(":sandcap")))
+        .map(|e| format!("{} {} {}", e["verb"], e["objectRef"]["namespace"], e["requestURI"]))
+        .collect();
+    assert!(!secret_requests.is_empty(), "the audit log shows no Secret watch at all");
+    for request in &secret_requests {
+        assert!(request.contains(&format!("\"{NS}\"")) && request.contains("sandcap.dev%2Fconfig-source%3Dtrue"), "{request}");
+        assert!(!request.starts_with("\"get\""), "a Secret was fetched: {request}");
+    }
 
     // A declaration change is published with an Event and reaches the leases.
     install::apply(&c, &[provider("e2e-acme", &worker.url, json!({"reusableLeases": true, "nativeSyncIn": false}))]);
