@@ -230,3 +230,159 @@ pub async fn status_narrowing_and_recovery_with_the_charts_rbac(c: Arc<Cluster>)
     assert!(sandcap.problems().is_empty(), "sandcap logged:\n{}", sandcap.problems().join("\n"));
     delete(&admin, "SandboxProvider", None, "e2e-acme").await;
 }
+
+/// Waits until every lease in `names` has `reason` for `capability`.
+async fn all_leases(client: &Client, namespace: &str, names: &[String], capability: &str, reason: &str) {
+    for name in names {
+        lease_reason(client, namespace, name, capability, reason).await;
+    }
+}
+
+/// The holder of the controllers' leader Lease.
+async fn holder(client: &Client) -> Option<String> {
+    let api = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), install::NAMESPACE);
+    api.get_opt("sandcap-controller").await.ok()??.spec?.holder_identity
+}
+
+const ELECTED: [(&str, &str); 1] = [("SANDCAP_CONTROLLERS_ONLY", "true")];
+
+/// Finding 1 of the end-to-end issue: after a restart, leases stopped following their provider.
+pub async fn leases_follow_their_provider_after_a_restart(c: Arc<Cluster>) {
+    const NS: &str = "e2e-restart";
+    install::crds(&c);
+    let install = Install::chart(&c, json!({})).await;
+    install::namespaces(&c, &[NS]);
+    let worker = Worker::with_methods(&ALL_METHODS);
+    let mut providers: Vec<Value> = (0..300).map(|i| provider(&format!("e2e-r{i:03}"), &worker.url, all_true())).collect();
+    let names: Vec<String> = (0..6).map(|i| format!("lease-{i}")).collect();
+    let mut objects = providers.clone();
+    objects.extend(names.iter().map(|n| lease(NS, n, "e2e-r000", json!({}))));
+    install::apply(&c, &objects);
+    let admin = c.admin().await;
+    let mut sandcap = Sandcap::start(&c, &install, "restart-a", &ELECTED);
+    all_leases(&admin, NS, &names, "persistentProcessSessions", "Granted").await;
+
+    for round in 0..2 {
+        sandcap.signal(libc::SIGTERM);
+        assert!(sandcap.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "{}", sandcap.log_text());
+        sandcap = Sandcap::start(&c, &install, &format!("restart-{round}"), &ELECTED);
+        let off = if round == 0 { json!({"persistentProcessSessions": false}) } else { all_true() };
+        providers[0]["spec"]["environmentDrivers"][0]["sandboxCapabilities"] = off;
+        install::apply(&c, &providers[..1]);
+        let reason = if round == 0 { "DeclaredFalse" } else { "Granted" };
+        all_leases(&admin, NS, &names, "persistentProcessSessions", reason).await;
+    }
+    assert!(sandcap.problems().is_empty(), "{:?}", sandcap.problems());
+    ok("delete", c.kubectl(&["delete", "sbp", "--all", "--wait=false"]));
+}
+
+/// Two replicas: SIGTERM of the holder, then SIGKILL of the next, and every lease follows a
+/// provider change made after each handover.
+pub async fn a_standby_takes_over_and_every_lease_follows(c: Arc<Cluster>) {
+    const NS: &str = "e2e-leader";
+    install::crds(&c);
+    let install = Install::chart(&c, json!({})).await;
+    install::namespaces(&c, &[NS]);
+    let worker = Worker::with_methods(&ALL_METHODS);
+    let mut acme = provider("e2e-leader", &worker.url, all_true());
+    let names: Vec<String> = (0..5).map(|i| format!("lease-{i}")).collect();
+    let mut objects = vec![acme.clone()];
+    objects.extend(names.iter().map(|n| lease(NS, n, "e2e-leader", json!({}))));
+    install::apply(&c, &objects);
+    let admin = c.admin().await;
+    let mut replicas = vec![Sandcap::start(&c, &install, "replica-a", &ELECTED), Sandcap::start(&c, &install, "replica-b", &ELECTED)];
+    all_leases(&admin, NS, &names, "independentControlCommands", "Granted").await;
+
+    for (round, signal) in [libc::SIGTERM, libc::SIGKILL].into_iter().enumerate() {
+        let leader = eventually("a leader", WAIT, || async { holder(&admin).await }).await;
+        let index = replicas.iter().position(|r| r.name == leader).unwrap_or_else(|| panic!("unknown holder {leader}"));
+        let mut old = replicas.remove(index);
+        old.signal(signal);
+        assert!(old.wait_exit(Duration::from_secs(20)).is_some(), "{} did not exit", old.name);
+        // The other replica takes over: at once after a release, within the lease duration after a kill.
+        let next = eventually("a new leader", Duration::from_secs(40), || async {
+            holder(&admin).await.filter(|h| *h != leader)
+        })
+        .await;
+        assert_eq!(next, replicas[0].name);
+        let value = round % 2 == 1;
+        acme["spec"]["environmentDrivers"][0]["sandboxCapabilities"]["independentControlCommands"] = json!(value);
+        install::apply(&c, &[acme.clone()]);
+        let reason = if value { "Granted" } else { "DeclaredFalse" };
+        all_leases(&admin, NS, &names, "independentControlCommands", reason).await;
+        replicas.push(Sandcap::start(&c, &install, &format!("replica-{round}"), &ELECTED));
+    }
+    for replica in &replicas {
+        assert!(replica.problems().is_empty(), "{}: {:?}", replica.name, replica.problems());
+    }
+    delete(&admin, "SandboxProvider", None, "e2e-leader").await;
+}
+
+/// The apiserver goes away for 20 s and comes back over the same etcd: sandcap recovers without a
+/// restart and converges a change made afterwards.
+pub async fn recovers_from_an_apiserver_outage(c: Arc<Cluster>) {
+    const NS: &str = "e2e-outage";
+    install::crds(&c);
+    let install = Install::chart(&c, json!({})).await;
+    install::namespaces(&c, &[NS]);
+    let worker = Worker::with_methods(&ALL_METHODS);
+    let mut acme = provider("e2e-outage", &worker.url, all_true());
+    install::apply(&c, &[acme.clone(), lease(NS, "lease", "e2e-outage", json!({}))]);
+    let mut sandcap = Sandcap::start(&c, &install, "outage", &ELECTED);
+    let admin = c.admin().await;
+    lease_reason(&admin, NS, "lease", "nativeSyncIn", "Granted").await;
+
+    c.stop_apiserver();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    c.start_apiserver();
+    assert!(sandcap.wait_exit(Duration::ZERO).is_none(), "sandcap exited during the outage:\n{}", sandcap.log_text());
+    acme["spec"]["environmentDrivers"][0]["sandboxCapabilities"]["nativeSyncIn"] = json!(false);
+    install::apply(&c, &[acme]);
+    let admin = c.admin().await;
+    lease_reason(&admin, NS, "lease", "nativeSyncIn", "DeclaredFalse").await;
+    assert!(!sandcap.log_text().contains("panicked"), "{}", sandcap.log_text());
+    delete(&admin, "SandboxProvider", None, "e2e-outage").await;
+}
+
+/// A probe that returns what it returned before changes nothing a lease reads: no lease is
+/// reconciled or written, and no Secret is requested.
+pub async fn a_probe_with_the_same_answer_re_resolves_no_lease(c: Arc<Cluster>) {
+    const NS: &str = "e2e-quiet";
+    install::crds(&c);
+    let install = Install::chart(&c, json!({"secretNamespaces": [NS]})).await;
+    let worker = Worker::with_methods(&ALL_METHODS);
+    let names: Vec<String> = (0..20).map(|i| format!("lease-{i}")).collect();
+    let mut objects = vec![
+        provider("e2e-quiet", &worker.url, all_true()),
+        secret(NS, "creds", "config.json", r#"{"apiToken": "s3cr3t-token-value"}"#, true),
+    ];
+    let from = json!({"configFrom": [{"secretKeyRef": {"name": "creds", "key": "config.json"}}]});
+    objects.extend(names.iter().map(|n| lease(NS, n, "e2e-quiet", from.clone())));
+    install::apply(&c, &objects);
+    let sandcap = Sandcap::start(&c, &install, "quiet", &[("SANDCAP_CONTROLLERS_ONLY", "true"), ("SANDCAP_PROBE_INTERVAL", "1s")]);
+    let admin = c.admin().await;
+    all_leases(&admin, NS, &names, "incrementalSessionOutput", "Granted").await;
+
+    let count = |verb: &str, resource: &str, sub: Option<&str>| {
+        c.audit()
+            .iter()
+            .filter(|e| {
+                e["verb"] == verb
+                    && e["objectRef"]["resource"] == resource
+                    && e["objectRef"]["subresource"].as_str() == sub
+                    && e["user"]["username"].as_str().is_some_and(|u| u.ends_with(":sandcap"))
+            })
+            .count()
+    };
+    let reconciles = |metrics: &str| {
+        metrics.lines().find(|l| l.starts_with("sandcap_reconciles_total{kind=\"SandboxLease\"}")).map(String::from)
+    };
+    let (lease_writes, provider_writes) = (count("patch", "sandboxleases", Some("status")), count("patch", "sandboxproviders", Some("status")));
+    let before = reconciles(&sandcap.metrics().await);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(count("patch", "sandboxproviders", Some("status")) > provider_writes, "no probe was published in 5 probe intervals");
+    assert_eq!(count("patch", "sandboxleases", Some("status")), lease_writes, "a lease was written");
+    assert_eq!(count("get", "secrets", None), 0, "a Secret was fetched");
+    assert_eq!(reconciles(&sandcap.metrics().await), before, "a lease was reconciled");
+    delete(&admin, "SandboxProvider", None, "e2e-quiet").await;
+}

@@ -209,7 +209,9 @@ impl Sandcap {
         }
         let log = cluster.dir.join(format!("{name}.log"));
         let _ = std::fs::remove_file(&log);
-        let mut command = Command::new(env!("CARGO_BIN_EXE_sandcap"));
+        // SANDCAP_E2E_SANDCAP runs another build (an older commit, to see a test fail first).
+        let binary = std::env::var_os("SANDCAP_E2E_SANDCAP").unwrap_or_else(|| env!("CARGO_BIN_EXE_sandcap").into());
+        let mut command = Command::new(binary);
         command.arg("run").env_clear().envs(env).env("KUBECONFIG", &install.kubeconfig).env("RUST_LOG", "info");
         let child = spawn_logged(command, &log);
         Sandcap { child, name: name.to_string(), webhook_port, admin_port, log }

@@ -37,6 +37,10 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         webhook::crds_are_served_with_their_names_columns_and_descriptions,
         webhook::denials_warnings_and_dry_run_through_the_apiserver,
         controllers::status_narrowing_and_recovery_with_the_charts_rbac,
+        controllers::a_probe_with_the_same_answer_re_resolves_no_lease,
+        controllers::leases_follow_their_provider_after_a_restart,
+        controllers::a_standby_takes_over_and_every_lease_follows,
+        controllers::recovers_from_an_apiserver_outage,
     ]
 }
 
