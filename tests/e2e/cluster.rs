@@ -26,6 +26,10 @@ use rcgen::{
 
 const ADMIN_TOKEN: &str = "sandcap-e2e-admin";
 const STARTUP: Duration = Duration::from_secs(120);
+/// The apiserver reaches webhooks through an HTTP CONNECT proxy of the tests, which stands in for
+/// cluster networking: a Service's DNS name is routed to a loopback port. It listens on a Unix
+/// socket (a TCP proxy would have to speak TLS).
+const EGRESS: &str = "apiVersion: apiserver.k8s.io/v1beta1\nkind: EgressSelectorConfiguration\negressSelections:\n- name: cluster\n  connection:\n    proxyProtocol: HTTPConnect\n    transport:\n      uds:\n        udsName: SOCKET\n";
 /// Every request of a ServiceAccount (sandcap's) is audited, so tests can count what it asked for.
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  userGroups: [\"system:serviceaccounts\"]\n- level: None\n";
 
@@ -184,6 +188,8 @@ pub struct Cluster {
     apiserver: Mutex<Option<Child>>,
     /// The admin kubeconfig (`system:masters`), for kubectl and for clients.
     pub kubeconfig: PathBuf,
+    /// Where the apiserver's cluster-bound connections (webhook calls) go: see [`Proxy`].
+    pub proxy: Proxy,
 }
 
 impl Cluster {
@@ -202,6 +208,9 @@ impl Cluster {
         fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY).expect("audit policy");
         let (port, etcd_port) = (free_port(), free_port());
         let kubeconfig = dir.join("admin.kubeconfig");
+        let proxy = Proxy::start(&dir.join("proxy.sock"));
+        fs::write(dir.join("egress.yaml"), EGRESS.replace("SOCKET", &dir.join("proxy.sock").display().to_string()))
+            .expect("egress config");
         fs::write(&kubeconfig, kubeconfig_yaml(port, &ca.pem, ADMIN_TOKEN)).expect("kubeconfig");
         let cluster = Cluster {
             bin,
@@ -212,6 +221,7 @@ impl Cluster {
             etcd: Mutex::new(None),
             apiserver: Mutex::new(None),
             kubeconfig,
+            proxy,
         };
         cluster.start_etcd();
         cluster.start_apiserver();
@@ -262,7 +272,9 @@ impl Cluster {
                 .arg(arg("sa.key"))
                 // Pods never run here; priority and fairness only adds its own objects and load.
                 .args(["--enable-priority-and-fairness=false", "--allow-privileged=true"])
-                .arg("--audit-policy-file")
+                .arg("--egress-selector-config-file")
+            .arg(self.dir.join("egress.yaml"))
+            .arg("--audit-policy-file")
             .arg(self.dir.join("audit-policy.yaml"))
             .arg("--audit-log-path")
             .arg(self.dir.join("audit.log"))
@@ -276,7 +288,7 @@ impl Cluster {
 
     /// Stops kube-apiserver (etcd keeps running), as an outage would.
     pub fn stop_apiserver(&self) {
-        if let Some(mut child) = self.apiserver.lock().unwrap().take() {
+        if let Some(mut child) = self.apiserver.lock().unwrap_or_else(|e| e.into_inner()).take() {
             stop(&mut child);
         }
     }
@@ -297,10 +309,9 @@ impl Cluster {
             if std::thread::scope(|s| s.spawn(ready).join().unwrap_or(false)) {
                 return;
             }
-            if let Some(child) = self.apiserver.lock().unwrap().as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    panic!("kube-apiserver exited with {status}:\n{}", tail(&self.dir.join("apiserver.log"), 40));
-                }
+            let exited = self.apiserver.lock().unwrap().as_mut().and_then(|child| child.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                panic!("kube-apiserver exited with {status}:\n{}", tail(&self.dir.join("apiserver.log"), 40));
             }
             assert!(
                 Instant::now() < deadline,
@@ -367,7 +378,7 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.stop_apiserver();
-        if let Some(mut child) = self.etcd.lock().unwrap().take() {
+        if let Some(mut child) = self.etcd.lock().unwrap_or_else(|e| e.into_inner()).take() {
             stop(&mut child);
         }
         if !std::thread::panicking() {
@@ -388,4 +399,67 @@ fn kubeconfig_yaml(port: u16, ca_pem: &str, token: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority-data: {ca}\nusers:\n- name: e2e\n  user:\n    token: {token}\ncontexts:\n- name: e2e\n  context: {{cluster: e2e, user: e2e}}\ncurrent-context: e2e\n"
     )
+}
+
+/// The HTTP CONNECT proxy the apiserver dials webhooks through. `CONNECT host:port` goes to a
+/// route set with [`Proxy::route`] (a Service's DNS name -> a loopback port), or else to
+/// `host:port` itself when that is a loopback address; anything else is refused, so no traffic
+/// ever leaves the machine.
+pub struct Proxy {
+    routes: std::sync::Arc<Mutex<std::collections::HashMap<String, u16>>>,
+}
+
+impl Proxy {
+    fn start(socket: &Path) -> Proxy {
+        let listener = std::os::unix::net::UnixListener::bind(socket).expect("proxy socket");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let routes: std::sync::Arc<Mutex<std::collections::HashMap<String, u16>>> = Default::default();
+        let table = routes.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            runtime.block_on(async move {
+                let listener = tokio::net::UnixListener::from_std(listener).expect("tokio listener");
+                while let Ok((client, _)) = listener.accept().await {
+                    tokio::spawn(tunnel(client, table.clone()));
+                }
+            });
+        });
+        Proxy { routes }
+    }
+
+    /// Sends connections for `host:port` (e.g. `sandcap-webhook.sandcap-system.svc:443`) to a
+    /// loopback port.
+    pub fn route(&self, host_port: &str, to: u16) {
+        self.routes.lock().unwrap().insert(host_port.to_string(), to);
+    }
+}
+
+async fn tunnel(mut client: tokio::net::UnixStream, routes: std::sync::Arc<Mutex<std::collections::HashMap<String, u16>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
+        if client.read_exact(&mut byte).await.is_err() {
+            return;
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    let target = head.strip_prefix("CONNECT ").and_then(|rest| rest.split_whitespace().next()).unwrap_or_default();
+    let routed = routes.lock().unwrap().get(target).copied();
+    let address = match routed {
+        Some(port) => format!("127.0.0.1:{port}"),
+        None if target.starts_with("127.0.0.1:") || target.starts_with("localhost:") => target.to_string(),
+        None => {
+            let _ = client.write_all(b"HTTP/1.1 403 Forbidden\r\n\r\n").await;
+            return;
+        }
+    };
+    let Ok(mut upstream) = tokio::net::TcpStream::connect(&address).await else {
+        let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").await;
+        return;
+    };
+    if client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.is_ok() {
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+    }
 }

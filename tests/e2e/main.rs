@@ -10,6 +10,7 @@
 //! one at a time: the controllers are cluster-wide, so two scenarios' sandcaps would fight.
 //! Each scenario uses its own namespaces and object names and removes its webhook registration.
 
+mod certs;
 mod cluster;
 mod controllers;
 mod install;
@@ -41,6 +42,7 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         controllers::leases_follow_their_provider_after_a_restart,
         controllers::a_standby_takes_over_and_every_lease_follows,
         controllers::recovers_from_an_apiserver_outage,
+        certs::self_managed_certificates_with_the_charts_rbac,
     ]
 }
 
