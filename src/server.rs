@@ -301,17 +301,22 @@ async fn validate(State(state): State<Arc<WebhookState>>, body: Result<Bytes, By
 
 /// Allowed reviews are logged at debug level only. The span is built after the review and only
 /// when its event is enabled, so at the default level an allowed review costs no span (its
-/// registration and six formatted fields) for a line that is never written.
+/// registration and formatted fields) for a line that is never written.
+///
+/// The object's name is `object`, not `name`: the JSON format writes the span's own name under
+/// `span.name`, and a reader keeps only one of two equal keys.
 fn log(outcome: &admission::Outcome) {
     let allowed = outcome.allowed();
     if allowed && !tracing::enabled!(tracing::Level::DEBUG) {
         return;
     }
+    let namespace = (!outcome.namespace.is_empty()).then_some(outcome.namespace.as_str());
     let span = tracing::info_span!(
         "review",
         uid = outcome.uid.as_str(),
         kind = outcome.kind_label(),
-        name = outcome.name.as_str(),
+        object = outcome.name.as_str(),
+        namespace,
         operation = outcome.operation_label(),
         dry_run = outcome.dry_run,
         allowed,
