@@ -11,7 +11,7 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::validation::{self, Kind, Options, REVIEWED, REVIEWED_OLD, Shape, prefix};
+use crate::validation::{self, Kind, Options, REVIEWED, Shape, prefix};
 
 pub const API_VERSION: &str = "admission.k8s.io/v1";
 pub const KIND: &str = "AdmissionReview";
@@ -32,7 +32,7 @@ const REVIEW: Shape = Shape::Keys(&[
             ("namespace", Shape::Whole),
             ("dryRun", Shape::Whole),
             ("object", REVIEWED),
-            ("oldObject", REVIEWED_OLD),
+            ("oldObject", REVIEWED),
         ]),
     ),
 ]);

@@ -349,6 +349,37 @@ async fn updates_keep_plugin_key_and_provider_ref_immutable() {
 }
 
 #[tokio::test]
+async fn updates_of_objects_stored_with_problems_are_allowed_with_warnings() {
+    let (harness, client, _ca, _volume) = serving().await;
+    // Stored before the contract removed concurrentSyncAndExec: a CREATE of it is denied.
+    let stored = example("provider-removed-key.yaml");
+    let mut labelled = stored.clone();
+    labelled["metadata"]["labels"] = json!({"team": "a"});
+    let response = post_review(&client, &harness, &review("UPDATE", &labelled, Some(&stored))).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let warnings: Vec<&str> = response["warnings"].as_array().unwrap().iter().map(|w| w.as_str().unwrap()).collect();
+    assert_eq!(warnings.len(), 3, "{warnings:?}");
+    assert!(
+        warnings[2].starts_with(
+            "already stored, not blocking this update: spec.environmentDrivers[0].sandboxCapabilities.concurrentSyncAndExec: "
+        ),
+        "{warnings:?}"
+    );
+    assert!(warnings.iter().all(|w| w.len() < 120), "{warnings:?}");
+
+    // What the update brings in is denied.
+    let mut broken = labelled.clone();
+    broken["spec"]["version"] = json!("one");
+    let response = post_review(&client, &harness, &review("UPDATE", &broken, Some(&stored))).await;
+    assert_eq!(response["allowed"], false);
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("spec.version: \"one\" is not a semantic version") && !message.contains("; "),
+        "{message}"
+    );
+}
+
+#[tokio::test]
 async fn dry_run_requests_are_reviewed_like_any_other() {
     let (harness, client, _ca, _volume) = serving().await;
     for (file, allowed) in [("provider-full.yaml", true), ("provider-removed-key.yaml", false)] {
