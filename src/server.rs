@@ -145,7 +145,7 @@ async fn serve(args: &RunArgs, shutdown: CancellationToken) -> Result<(), Server
     let admin = bind(args.admin_addr).await?;
     let admin = serve_admin(admin, admin_router(Arc::new(registry), readiness.clone()), shutdown.clone());
     let needs_cluster = !args.webhook_only || args.self_managed_certs;
-    let client = if needs_cluster { Some(kube::Client::try_default().await.map_err(ServerError::Kube)?) } else { None };
+    let client = if needs_cluster { Some(kube_client().await.map_err(ServerError::Kube)?) } else { None };
 
     let controllers = async {
         match (&client, args.webhook_only) {
@@ -195,6 +195,20 @@ async fn serve(args: &RunArgs, shutdown: CancellationToken) -> Result<(), Server
     tokio::try_join!(admin, webhook, controllers, certificates)?;
     tracing::info!("stopped");
     Ok(())
+}
+
+async fn kube_client() -> Result<kube::Client, kube::Error> {
+    let config = kube::Config::infer().await.map_err(kube::Error::InferConfig)?;
+    kube::Client::try_from(client_config(config))
+}
+
+/// Names sandcap in the User-Agent of every request. A write that names no field manager is
+/// recorded under the User-Agent up to its first `/`, and kube sends none (the apiserver then
+/// says `unknown`); kube's event Recorder names no field manager and cannot be told one.
+pub fn client_config(mut config: kube::Config) -> kube::Config {
+    let agent = concat!("sandcap/", env!("CARGO_PKG_VERSION"));
+    config.headers.push((header::USER_AGENT, header::HeaderValue::from_static(agent)));
+    config
 }
 
 /// Two GETs per replica per check; renewal starts months before expiry, so a minute is plenty.

@@ -45,7 +45,7 @@ use crate::metrics::{FailureLabels, KindLabels, Metrics};
 use crate::probe::Prober;
 use crate::validation::Kind;
 
-/// The field manager of every status write.
+/// The field manager of every write: status, the certificate Secret, the webhook's caBundle.
 pub const FIELD_MANAGER: &str = "sandcap";
 /// Probes are slow I/O; a few at a time keeps a burst of new providers from piling up sockets.
 const PROVIDER_CONCURRENCY: u16 = 16;
