@@ -28,9 +28,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::controller::{self, Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
@@ -351,11 +351,12 @@ fn secret_watch(
         .filter_map(future::ready)
 }
 
-async fn log_outcome<K: Resource, E: std::fmt::Display>(
-    outcome: Result<(kube::runtime::reflector::ObjectRef<K>, Action), E>,
-) {
-    if let Err(error) = outcome {
-        tracing::debug!(%error, "controller event");
+/// What the controllers report besides reconciles. A failed reconcile is not repeated here: it
+/// is [`error_policy`]'s one line, with the object, the error and the retry delay.
+async fn log_outcome<K: Resource>(outcome: Result<(ObjectRef<K>, Action), controller::Error<Error, watcher::Error>>) {
+    match outcome {
+        Ok(_) | Err(controller::Error::ReconcilerFailed(..)) => {}
+        Err(error) => tracing::debug!(%error, "controller event"),
     }
 }
 
@@ -406,5 +407,63 @@ impl Conditions<'_> {
             observed_generation: self.generation,
             last_transition_time,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// Log lines written while the returned guard lives (on this thread), at every level.
+    pub(super) fn capture() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
+        #[derive(Clone)]
+        struct Buffer(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buffer {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer(Arc::default());
+        let lines = buffer.0.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || buffer.clone())
+            .finish();
+        (lines, tracing::subscriber::set_default(subscriber))
+    }
+
+    #[tokio::test]
+    async fn a_failed_reconcile_is_logged_once_with_the_object_the_error_and_the_retry_delay() {
+        let (lines, _guard) = capture();
+        // Never connected to: the failure below is made up.
+        let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+        let prober = Prober::new(Duration::from_secs(1), false, "test");
+        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+        let ctx = Context::new(client, reflector::store().0, prober, metrics, Duration::from_secs(60), "test");
+        let lease: SandboxLease = serde_json::from_value(serde_json::json!({
+            "apiVersion": "sandcap.dev/v1alpha1", "kind": "SandboxLease",
+            "metadata": {"name": "run-42", "namespace": "team-a"},
+            "spec": {"providerRef": {"name": "p", "driverKey": "k"}}
+        }))
+        .unwrap();
+        let failed = || Error::CacheGone("SandboxProvider");
+        let lease = Arc::new(lease);
+        error_policy(lease.clone(), &failed(), ctx);
+        let reference = Box::new(ObjectRef::from_obj(lease.as_ref()).erase());
+        log_outcome::<SandboxLease>(Err(controller::Error::ReconcilerFailed(failed(), reference))).await;
+
+        let logs = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
+        assert_eq!(logs.lines().count(), 1, "{logs}");
+        for part in ["WARN", "reconcile failed", "kind=\"SandboxLease\"", "name=run-42", "namespace=\"team-a\""] {
+            assert!(logs.contains(part), "{part} in {logs}");
+        }
+        assert!(logs.contains("the SandboxProvider cache was dropped") && logs.contains("retry_in=1s"), "{logs}");
     }
 }
