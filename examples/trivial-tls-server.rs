@@ -32,8 +32,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/validate", post(|_body: Bytes| async { ([(header::CONTENT_TYPE, "application/json")], FIXED) }));
     let listener = server::bind(addr).await?;
     let shutdown = CancellationToken::new();
-    tokio::spawn(server::cancel_on_signal(shutdown.clone()));
     eprintln!("trivial handler listening on https://{addr}/validate");
-    server::serve_https(listener, tls::server_config(resolver), app, &Limits::default(), shutdown).await;
-    Ok(())
+    let limits = Limits::default();
+    tokio::select! {
+        () = server::serve_https(listener, tls::server_config(resolver), app, &limits, shutdown.clone()) => Ok(()),
+        forced = server::watch_signals(shutdown, limits.drain_timeout) => Err(forced.into()),
+    }
 }

@@ -11,7 +11,7 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::validation::{self, Kind, Options, REVIEWED, REVIEWED_OLD, Shape, prefix};
+use crate::validation::{self, Kind, Options, REVIEWED, Shape, prefix};
 
 pub const API_VERSION: &str = "admission.k8s.io/v1";
 pub const KIND: &str = "AdmissionReview";
@@ -29,9 +29,10 @@ const REVIEW: Shape = Shape::Keys(&[
             ("kind", Shape::Whole),
             ("subResource", Shape::Whole),
             ("name", Shape::Whole),
+            ("namespace", Shape::Whole),
             ("dryRun", Shape::Whole),
             ("object", REVIEWED),
-            ("oldObject", REVIEWED_OLD),
+            ("oldObject", REVIEWED),
         ]),
     ),
 ]);
@@ -94,6 +95,8 @@ pub struct Outcome {
     /// unreviewed, and an unreadable review has no kind).
     pub kind: Option<Kind>,
     pub name: String,
+    /// Empty for a cluster-scoped object (a SandboxProvider).
+    pub namespace: String,
     pub operation: Option<Operation>,
     pub dry_run: bool,
     pub verdict: Option<Verdict>,
@@ -194,6 +197,7 @@ fn decode(body: &[u8], outcome: &mut Outcome) -> Result<Request, String> {
         outcome.kind = Kind::from_kind(kind);
     }
     outcome.name = clip(string(&request, "name")).to_string();
+    outcome.namespace = clip(string(&request, "namespace")).to_string();
     outcome.dry_run = request.get("dryRun").and_then(Value::as_bool).unwrap_or(false);
     Ok(Request { object: take_object(&mut request, "object"), old_object: take_object(&mut request, "oldObject") })
 }

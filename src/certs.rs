@@ -34,6 +34,8 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use x509_parser::pem::Pem;
 
+use crate::controller::FIELD_MANAGER;
+
 const HOUR: Duration = Duration::from_secs(60 * 60);
 
 /// Lifetime of a CA sandcap creates. Long, because replacing a CA takes a publish-then-switch dance.
@@ -505,6 +507,12 @@ fn lost_race(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 409)
 }
 
+/// Without a field manager the apiserver records the write under `unknown`, and `kubectl get
+/// --show-managed-fields` cannot tell who owns the certificates.
+fn post_params() -> PostParams {
+    PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() }
+}
+
 /// Writes `material` into the Secret as read (`current`), guarded by its resourceVersion.
 /// `Ok(false)`: another replica wrote first.
 async fn write_secret(
@@ -518,7 +526,7 @@ async fn write_secret(
             let mut secret = existing.clone();
             secret.data = Some(material.to_secret_data());
             secret.string_data = None;
-            api.replace(&opts.secret_name, &PostParams::default(), &secret).await
+            api.replace(&opts.secret_name, &post_params(), &secret).await
         }
         None => {
             let secret = Secret {
@@ -535,7 +543,7 @@ async fn write_secret(
                 data: Some(material.to_secret_data()),
                 ..Secret::default()
             };
-            api.create(&PostParams::default(), &secret).await
+            api.create(&post_params(), &secret).await
         }
     };
     match result {
@@ -571,7 +579,8 @@ async fn sync_ca_bundle(
         return Ok(Some(BundleSync::UpToDate));
     }
     let patch = Patch::Json::<()>(serde_json::from_value(json!(ops)).expect("a JSON patch built above"));
-    match api.patch(&opts.webhook_config_name, &PatchParams::default(), &patch).await {
+    let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() };
+    match api.patch(&opts.webhook_config_name, &params, &patch).await {
         Ok(_) => Ok(Some(BundleSync::Patched)),
         Err(e) if lost_race(&e) => Ok(None),
         Err(e) => Err(e),

@@ -122,6 +122,10 @@ pub struct RunArgs {
     /// This replica's identity for leader election [default: the hostname].
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
+    /// After SIGTERM or SIGINT, how long the shutdown may take before the process exits non-zero
+    /// without waiting further (a second signal exits at once).
+    #[arg(long, env = "SANDCAP_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub shutdown_timeout: Duration,
     /// Log format.
     #[arg(long, env = "SANDCAP_LOG_FORMAT", value_enum, default_value_t)]
     pub log_format: LogFormat,
@@ -527,6 +531,7 @@ mod tests {
         assert!(args.leader_elect && !args.webhook_only && !args.tls_self_signed);
         assert_eq!(args.leader_election_namespace(), args.pod_namespace);
         assert_eq!(args.log_format, LogFormat::Text);
+        assert_eq!(args.shutdown_timeout, Duration::from_secs(30));
     }
 
     #[test]

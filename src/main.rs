@@ -1,3 +1,5 @@
+use std::io::Write as _;
+
 use clap::Parser;
 use sandcap::cli::{self, Cli, Command, RunArgs};
 
@@ -13,7 +15,7 @@ fn main() {
         command => match cli::run(Cli { command }, &mut std::io::stdout().lock()) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("sandcap: {e}");
+                report(&e);
                 2
             }
         },
@@ -25,15 +27,23 @@ fn serve(args: RunArgs) -> i32 {
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("sandcap: cannot start the async runtime: {e}");
+            report(&format!("cannot start the async runtime: {e}"));
             return 1;
         }
     };
-    match runtime.block_on(sandcap::server::run(args)) {
+    let code = match runtime.block_on(sandcap::server::run(args)) {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("sandcap: {e}");
+            report(&e);
             1
         }
-    }
+    };
+    // After a clean stop nothing is left; after a forced one, what is left must not hold up the exit.
+    runtime.shutdown_background();
+    code
+}
+
+/// To stderr, without eprintln!'s panic when stderr is a closed pipe.
+fn report(error: &dyn std::fmt::Display) {
+    let _ = writeln!(std::io::stderr(), "sandcap: {error}");
 }

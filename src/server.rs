@@ -92,6 +92,10 @@ pub enum ServerError {
     Kube(kube::Error),
     #[error("controllers: {0}")]
     Controller(Box<crate::controller::Error>),
+    #[error("shutdown did not finish within {}; exiting without waiting further", humantime::format_duration(*.0))]
+    ShutdownTimeout(Duration),
+    #[error("{0} received again during shutdown; exiting at once")]
+    SignalAgain(&'static str),
 }
 
 /// `/readyz`: ready once the webhook listener is bound and its resolver has a certificate.
@@ -116,10 +120,24 @@ impl Readiness {
 /// `--controllers-only`; the controllers (behind leader election) unless `--webhook-only`; and with
 /// `--self-managed-certs`, the certificate keeper on every replica (the webhook's readiness waits
 /// for the certificate it writes, so it must not wait for readiness itself).
+///
+/// A shutdown that outlives `--shutdown-timeout`, or a second signal, ends it with an error at
+/// once, whatever is still running: the caller must not wait for the runtime's tasks either.
 pub async fn run(args: RunArgs) -> Result<(), ServerError> {
     init_tracing(args.log_format);
     let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    // Its own task, so that it fires even while the tasks it cuts short do not yield.
+    let mut forced = tokio::spawn(watch_signals(shutdown.clone(), args.shutdown_timeout));
+    tokio::select! {
+        result = serve(&args, shutdown) => result,
+        Ok(forced) = &mut forced => {
+            tracing::error!(error = %forced, "shutdown cut short");
+            Err(forced)
+        }
+    }
+}
+
+async fn serve(args: &RunArgs, shutdown: CancellationToken) -> Result<(), ServerError> {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let readiness = if args.controllers_only { Readiness::without_webhook() } else { Readiness::default() };
@@ -127,7 +145,7 @@ pub async fn run(args: RunArgs) -> Result<(), ServerError> {
     let admin = bind(args.admin_addr).await?;
     let admin = serve_admin(admin, admin_router(Arc::new(registry), readiness.clone()), shutdown.clone());
     let needs_cluster = !args.webhook_only || args.self_managed_certs;
-    let client = if needs_cluster { Some(kube::Client::try_default().await.map_err(ServerError::Kube)?) } else { None };
+    let client = if needs_cluster { Some(kube_client().await.map_err(ServerError::Kube)?) } else { None };
 
     let controllers = async {
         match (&client, args.webhook_only) {
@@ -168,7 +186,7 @@ pub async fn run(args: RunArgs) -> Result<(), ServerError> {
         }
         let webhook = Webhook {
             listener: bind(args.webhook_addr).await?,
-            certificate: cert_source(&args)?,
+            certificate: cert_source(args)?,
             options: Options { allow_worker_urls: args.allow_worker_urls },
             limits: Limits::default(),
         };
@@ -177,6 +195,20 @@ pub async fn run(args: RunArgs) -> Result<(), ServerError> {
     tokio::try_join!(admin, webhook, controllers, certificates)?;
     tracing::info!("stopped");
     Ok(())
+}
+
+async fn kube_client() -> Result<kube::Client, kube::Error> {
+    let config = kube::Config::infer().await.map_err(kube::Error::InferConfig)?;
+    kube::Client::try_from(client_config(config))
+}
+
+/// Names sandcap in the User-Agent of every request. A write that names no field manager is
+/// recorded under the User-Agent up to its first `/`, and kube sends none (the apiserver then
+/// says `unknown`); kube's event Recorder names no field manager and cannot be told one.
+pub fn client_config(mut config: kube::Config) -> kube::Config {
+    let agent = concat!("sandcap/", env!("CARGO_PKG_VERSION"));
+    config.headers.push((header::USER_AGENT, header::HeaderValue::from_static(agent)));
+    config
 }
 
 /// Two GETs per replica per check; renewal starts months before expiry, so a minute is plenty.
@@ -201,26 +233,60 @@ fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi);
+    // tracing-subscriber reports a failed write with eprintln!, which panics when stderr is the
+    // same closed pipe, and a panic in the signal task would leave shutdown waiting forever.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(|| LossyStdout)
+        .log_internal_errors(false);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
     };
 }
 
-/// Cancels `shutdown` on the first SIGTERM or SIGINT.
-pub async fn cancel_on_signal(shutdown: CancellationToken) {
+/// Standard output for logs, where a line that cannot be written (EPIPE once the reader of a pipe
+/// is gone, a full disk) is dropped: losing log lines is better than failing what was logged.
+struct LossyStdout;
+
+impl std::io::Write for LossyStdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::Write::flush(&mut std::io::stdout().lock());
+        Ok(())
+    }
+}
+
+/// Cancels `shutdown` on the first SIGTERM or SIGINT; then returns why the shutdown must be cut
+/// short: a second signal, or `deadline` passed. Never returns while neither happens.
+pub async fn watch_signals(shutdown: CancellationToken, deadline: Duration) -> ServerError {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
         tracing::error!("cannot install signal handlers; stop with SIGKILL");
-        return;
+        return std::future::pending().await;
     };
-    let name = tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
+    let mut next = async || {
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        }
     };
-    tracing::info!(signal = name, "shutting down: no new connections, finishing in-flight reviews");
+    let name = next().await;
+    tracing::info!(
+        signal = name,
+        deadline = %humantime::format_duration(deadline),
+        "shutting down: no new connections, finishing in-flight work; a second signal exits at once"
+    );
     shutdown.cancel();
+    tokio::select! {
+        name = next() => ServerError::SignalAgain(name),
+        () = tokio::time::sleep(deadline) => ServerError::ShutdownTimeout(deadline),
+    }
 }
 
 /// The admission listener's configuration.
@@ -301,17 +367,22 @@ async fn validate(State(state): State<Arc<WebhookState>>, body: Result<Bytes, By
 
 /// Allowed reviews are logged at debug level only. The span is built after the review and only
 /// when its event is enabled, so at the default level an allowed review costs no span (its
-/// registration and six formatted fields) for a line that is never written.
+/// registration and formatted fields) for a line that is never written.
+///
+/// The object's name is `object`, not `name`: the JSON format writes the span's own name under
+/// `span.name`, and a reader keeps only one of two equal keys.
 fn log(outcome: &admission::Outcome) {
     let allowed = outcome.allowed();
     if allowed && !tracing::enabled!(tracing::Level::DEBUG) {
         return;
     }
+    let namespace = (!outcome.namespace.is_empty()).then_some(outcome.namespace.as_str());
     let span = tracing::info_span!(
         "review",
         uid = outcome.uid.as_str(),
         kind = outcome.kind_label(),
-        name = outcome.name.as_str(),
+        object = outcome.name.as_str(),
+        namespace,
         operation = outcome.operation_label(),
         dry_run = outcome.dry_run,
         allowed,

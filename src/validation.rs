@@ -84,9 +84,31 @@ impl Verdict {
     }
 }
 
-/// Reviews an object of either kind; `old` is the stored object on UPDATE (immutability).
-/// An object that is not a sandcap resource is denied with a problem at `apiVersion`/`kind`.
+/// Starts the warning for a problem that the stored object already has (see [`review`]).
+pub const ALREADY_STORED: &str = "already stored, not blocking this update: ";
+
+/// Reviews an object of either kind. An object that is not a sandcap resource is denied with a
+/// problem at `apiVersion`/`kind`.
+///
+/// On UPDATE `old` is the stored object, and the review ratchets, as the apiserver ratchets CRD
+/// validation: a problem that `old` has too (the same problem at the same path, found by the same
+/// rules) was admitted under other rules or settings, and refusing it now would block every
+/// update of the object, a label included, until someone fixes it. It becomes a warning starting
+/// with [`ALREADY_STORED`]; only problems this update brings in deny it. Immutable fields are
+/// checked against `old` only, so changing one is always denied.
 pub fn review(object: &Value, old: Option<&Value>, options: &Options) -> Verdict {
+    let mut verdict = check(object, old, options);
+    // Without a problem there is nothing to ratchet, and the stored object need not be reviewed.
+    if let Some(old) = old.filter(|_| !verdict.allowed()) {
+        let stored = check(old, None, options).problems;
+        let (kept, introduced): (Vec<Problem>, _) = verdict.problems.into_iter().partition(|p| stored.contains(p));
+        verdict.problems = introduced;
+        verdict.warnings.extend(kept.iter().map(|p| truncate_warning(format!("{ALREADY_STORED}{p}"))));
+    }
+    verdict
+}
+
+fn check(object: &Value, old: Option<&Value>, options: &Options) -> Verdict {
     let mut c = Checker::default();
     let Some(root) = object.as_object() else {
         c.problem("object", "must be a JSON object");
@@ -121,20 +143,17 @@ pub fn identify(object: &Value) -> (String, String) {
     (kind, name)
 }
 
-/// What [`review`] and [`identify`] read of an object. The webhook builds only these parts: the
-/// rest (`status`, `metadata.managedFields`, the last-applied annotation) is often most of the
-/// bytes, and reviewing the parts gives the verdict of reviewing the whole (a property test in
-/// tests/properties.rs and the fuzz target hold the two to that, with [`REVIEWED_OLD`]).
+/// What [`review`] and [`identify`] read of an object, and on UPDATE of the stored object too
+/// (ratcheting reviews it by the same rules). The webhook builds only these parts: the rest
+/// (`status`, `metadata.managedFields`, the last-applied annotation) is often most of the bytes,
+/// and reviewing the parts gives the verdict of reviewing the whole (a property test in
+/// tests/properties.rs and the fuzz target hold the two to that).
 pub const REVIEWED: Shape = Shape::Keys(&[
     ("apiVersion", Shape::Whole),
     ("kind", Shape::Whole),
     ("metadata", Shape::Keys(&[("name", Shape::Whole), ("generateName", Shape::Whole)])),
     ("spec", Shape::Whole),
 ]);
-
-/// What [`review`] reads of the stored object on UPDATE: the immutable fields.
-pub const REVIEWED_OLD: Shape =
-    Shape::Keys(&[("spec", Shape::Keys(&[("pluginKey", Shape::Whole), ("providerRef", Shape::Whole)]))]);
 
 /// Which parts of a JSON document to build into a [`Value`]: all of it, or some keys of an object,
 /// each with its own shape. Other keys are checked for syntax and skipped without allocating. A

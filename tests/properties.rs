@@ -6,7 +6,7 @@ use common::ALL_METHODS;
 use proptest::prelude::*;
 use sandcap::api::{DeclaredCapabilities, DriverDeclaration, LeasePolicy};
 use sandcap::contract::{Capability, Declared, Narrowing, Reason, Verified, resolve, resolve_driver};
-use sandcap::validation::{Options, REVIEWED, REVIEWED_OLD, Shape, identify, review};
+use sandcap::validation::{ALREADY_STORED, MAX_WARNING_LEN, Options, REVIEWED, Shape, identify, review};
 use serde_json::{Value, json};
 
 fn verified() -> impl Strategy<Value = Verified> {
@@ -149,9 +149,9 @@ proptest! {
         }
     }
 
-    /// The webhook builds only the parts of an object (`REVIEWED`) and of the stored object
-    /// (`REVIEWED_OLD`) that the rules read; the verdict and the reported name are those of the
-    /// whole objects, whatever their shape.
+    /// The webhook builds only the parts of an object and of the stored object that the rules
+    /// read (`REVIEWED`); the verdict and the reported name are those of the whole objects,
+    /// whatever their shape.
     #[test]
     fn reviewing_the_decoded_parts_is_reviewing_the_whole(
         object in prop_oneof![object(), arbitrary_json()],
@@ -161,10 +161,51 @@ proptest! {
         let parts = |shape: Shape, v: &Value| shape.decode(&v.to_string()).unwrap();
         let options = Options { allow_worker_urls };
         prop_assert_eq!(
-            review(&parts(REVIEWED, &object), Some(&parts(REVIEWED_OLD, &old)), &options),
+            review(&parts(REVIEWED, &object), Some(&parts(REVIEWED, &old)), &options),
             review(&object, Some(&old), &options)
         );
         prop_assert_eq!(identify(&parts(REVIEWED, &object)), identify(&object));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// Ratcheting: an update that changes only labels, annotations or status is never denied,
+    /// however broken the stored object is, and its problems come back as warnings.
+    #[test]
+    fn an_update_of_metadata_alone_is_never_denied(stored in object(), allow_worker_urls in any::<bool>()) {
+        let mut updated = stored.clone();
+        match updated["metadata"].as_object_mut() {
+            Some(metadata) => {
+                metadata.insert("labels".into(), json!({"team": "a"}));
+                metadata.insert("annotations".into(), json!({"note": "b"}));
+            }
+            None => updated["status"] = json!({"changed": true}),
+        }
+        let options = Options { allow_worker_urls };
+        let update = review(&updated, Some(&stored), &options);
+        prop_assert!(update.allowed(), "{}", update.message());
+        let create = review(&updated, None, &options);
+        let ratcheted = update.warnings.iter().filter(|w| w.starts_with(ALREADY_STORED)).count();
+        prop_assert_eq!(ratcheted, create.problems.len());
+        prop_assert!(update.warnings.iter().all(|w| w.len() < MAX_WARNING_LEN));
+    }
+
+    /// Ratcheting only forgives what is stored: an update is denied for every problem the object
+    /// has that the stored object has not.
+    #[test]
+    fn an_update_is_denied_for_every_problem_it_brings_in(object in object(), stored in object()) {
+        let options = Options::default();
+        let create = review(&object, None, &options).problems;
+        let stored_problems = review(&stored, None, &options).problems;
+        let update = review(&object, Some(&stored), &options).problems;
+        for problem in create.iter().filter(|p| !stored_problems.contains(p)) {
+            prop_assert!(update.contains(problem), "{} not denied", problem);
+        }
+        for problem in update.iter().filter(|p| !create.contains(p)) {
+            prop_assert!(problem.message.starts_with("field is immutable"), "{}", problem);
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use sandcap::validation::{MAX_WARNING_LEN, Options, REVIEWED, review};
+use sandcap::validation::{ALREADY_STORED, MAX_WARNING_LEN, Options, REVIEWED, review};
 use serde_json::{Value, json};
 
 fn deny(object: &Value) -> String {
@@ -370,6 +370,69 @@ fn immutable_fields_on_update_say_what_to_do_instead() {
     let v = review(&new, Some(&old), &Options::default());
     assert!(v.message().starts_with("spec.providerRef: field is immutable (was {"), "{}", v.message());
     assert!(v.message().ends_with("to use another provider or driver, create a new SandboxLease"));
+}
+
+#[test]
+fn updates_deny_only_the_problems_they_bring_in() {
+    let options = Options::default();
+    // Admitted under an older contract and an operator that allowed worker URLs.
+    let stored = set(provider_json(), &format!("{D0}/sandboxCapabilities/concurrentSyncAndExec"), json!(true));
+    let stored = set(stored, "/spec/worker", json!({"url": "https://w.example"}));
+    let stored = set(stored, &format!("{D0}/displayName"), json!("d".repeat(101)));
+    let problems = review(&stored, None, &options).problems;
+    assert_eq!(problems.len(), 3, "sandcap validate (CREATE) still denies it");
+    let stored_warnings = |warnings: &[String]| {
+        assert_eq!(warnings.len(), 3, "{warnings:?}");
+        for (warning, problem) in warnings.iter().zip(&problems) {
+            assert!(warning.starts_with(&format!("{ALREADY_STORED}{}: ", problem.path)), "{warning}");
+            assert!(warning.len() < MAX_WARNING_LEN, "{warning}");
+        }
+    };
+
+    // Labels, annotations, or a change elsewhere in the spec: allowed, with what to fix.
+    let labelled = set(stored.clone(), "/metadata/labels", json!({"team": "a"}));
+    let annotated = set(stored.clone(), "/metadata/annotations", json!({"note": "b"}));
+    let new_version = set(stored.clone(), "/spec/version", json!("1.5.0"));
+    for update in [labelled, annotated, new_version] {
+        let v = review(&update, Some(&stored), &options);
+        assert!(v.allowed(), "{}", v.message());
+        stored_warnings(&v.warnings);
+    }
+    assert_eq!(
+        review(&set(stored.clone(), "/metadata/labels", json!({})), Some(&stored), &options).warnings[1],
+        format!("{ALREADY_STORED}spec.environmentDrivers[0].displayName: must be 1 to 100 characters, got 101")
+    );
+
+    // A new problem denies the update, alone in the message; the stored ones stay warnings.
+    let v = review(&set(stored.clone(), "/spec/version", json!("1.5")), Some(&stored), &options);
+    assert!(v.message().starts_with("spec.version: \"1.5\" is not a semantic version"), "{}", v.message());
+    assert_eq!(v.problems.len(), 1, "{}", v.message());
+    stored_warnings(&v.warnings);
+    // Another problem at the same path is a new problem.
+    let v = review(&set(stored.clone(), &format!("{D0}/displayName"), json!("d".repeat(102))), Some(&stored), &options);
+    assert_eq!(v.message(), "spec.environmentDrivers[0].displayName: must be 1 to 100 characters, got 102");
+
+    // A fixed problem is no longer mentioned.
+    let fixed = set(stored.clone(), &format!("{D0}/displayName"), json!("Kubernetes"));
+    let v = review(&fixed, Some(&stored), &options);
+    assert!(v.allowed());
+    assert_eq!(v.warnings.len(), 2, "{:?}", v.warnings);
+
+    // Immutable fields stay immutable, however broken the stored object is.
+    let v = review(&set(stored.clone(), "/spec/pluginKey", json!("acme.other")), Some(&stored), &options);
+    assert!(v.message().starts_with("spec.pluginKey: field is immutable"), "{}", v.message());
+    assert_eq!(v.problems.len(), 1);
+
+    // Leases ratchet the same way.
+    let stored = set(lease_json(), "/spec/policy", json!("Sometimes"));
+    let v = review(&set(stored.clone(), "/metadata/labels", json!({"a": "b"})), Some(&stored), &options);
+    assert!(v.allowed());
+    assert_eq!(
+        v.warnings,
+        [format!("{ALREADY_STORED}spec.policy: \"Sometimes\" is not a policy: use Ephemeral or ReuseByEnvironment")]
+    );
+    let v = review(&set(stored.clone(), "/spec/backend", json!(7)), Some(&stored), &options);
+    assert_eq!(v.message(), "spec.backend: must be a string, got a number");
 }
 
 #[test]

@@ -349,6 +349,37 @@ async fn updates_keep_plugin_key_and_provider_ref_immutable() {
 }
 
 #[tokio::test]
+async fn updates_of_objects_stored_with_problems_are_allowed_with_warnings() {
+    let (harness, client, _ca, _volume) = serving().await;
+    // Stored before the contract removed concurrentSyncAndExec: a CREATE of it is denied.
+    let stored = example("provider-removed-key.yaml");
+    let mut labelled = stored.clone();
+    labelled["metadata"]["labels"] = json!({"team": "a"});
+    let response = post_review(&client, &harness, &review("UPDATE", &labelled, Some(&stored))).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let warnings: Vec<&str> = response["warnings"].as_array().unwrap().iter().map(|w| w.as_str().unwrap()).collect();
+    assert_eq!(warnings.len(), 3, "{warnings:?}");
+    assert!(
+        warnings[2].starts_with(
+            "already stored, not blocking this update: spec.environmentDrivers[0].sandboxCapabilities.concurrentSyncAndExec: "
+        ),
+        "{warnings:?}"
+    );
+    assert!(warnings.iter().all(|w| w.len() < 120), "{warnings:?}");
+
+    // What the update brings in is denied.
+    let mut broken = labelled.clone();
+    broken["spec"]["version"] = json!("one");
+    let response = post_review(&client, &harness, &review("UPDATE", &broken, Some(&stored))).await;
+    assert_eq!(response["allowed"], false);
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("spec.version: \"one\" is not a semantic version") && !message.contains("; "),
+        "{message}"
+    );
+}
+
+#[tokio::test]
 async fn dry_run_requests_are_reviewed_like_any_other() {
     let (harness, client, _ca, _volume) = serving().await;
     for (file, allowed) in [("provider-full.yaml", true), ("provider-removed-key.yaml", false)] {
@@ -655,60 +686,166 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// `sandcap run --webhook-only --tls-self-signed` on loopback ports, ready to serve. Killed when
+/// dropped, so that a failing test leaves no process behind.
+struct Sandcap {
+    child: std::process::Child,
+    webhook: u16,
+}
+
+impl Sandcap {
+    /// `configure` adds flags and decides where the output goes.
+    fn start(configure: impl FnOnce(&mut std::process::Command)) -> Sandcap {
+        let (webhook, admin) = (free_port(), free_port());
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_sandcap"));
+        command
+            .args(["run", "--webhook-only", "--tls-self-signed"])
+            .args(["--webhook-addr", &format!("127.0.0.1:{webhook}"), "--admin-addr", &format!("127.0.0.1:{admin}")])
+            .env("RUST_LOG", "info");
+        configure(&mut command);
+        let sandcap = Sandcap { child: command.spawn().unwrap(), webhook };
+        let ready = (0..200).any(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            http_get(admin, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+        });
+        assert!(ready, "sandcap run never became ready");
+        sandcap
+    }
+
+    fn signal(&self, name: &str) {
+        let kill =
+            std::process::Command::new("kill").args([&format!("-{name}"), &self.child.id().to_string()]).status();
+        assert!(kill.unwrap().success());
+    }
+
+    /// The exit status and how long it took, or `None` if it still runs after `limit`.
+    fn wait(&mut self, limit: Duration) -> Option<(std::process::ExitStatus, Duration)> {
+        let started = std::time::Instant::now();
+        while started.elapsed() < limit {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some((status, started.elapsed()));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    /// Sends one review over TLS (the certificate is made at startup: nothing to trust in advance).
+    fn post_review(&self, review: &Value) -> Value {
+        let client = reqwest::Client::builder().danger_accept_invalid_certs(true).build().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let url = format!("https://127.0.0.1:{}/validate", self.webhook);
+            let body = serde_json::to_vec(review).unwrap();
+            client.post(url).body(body).send().await.unwrap().json().await.unwrap()
+        })
+    }
+
+    /// A TCP connection that never starts its TLS handshake: shutdown waits for it (up to the
+    /// 5 s handshake timeout), which makes a slow shutdown on demand.
+    fn stall_shutdown(&self) -> std::net::TcpStream {
+        std::net::TcpStream::connect(("127.0.0.1", self.webhook)).unwrap()
+    }
+
+    fn stderr(&mut self) -> String {
+        let mut text = String::new();
+        self.child.stderr.take().unwrap().read_to_string(&mut text).unwrap();
+        text
+    }
+}
+
+impl Drop for Sandcap {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[test]
 fn sandcap_run_serves_until_sigterm_and_exits_zero() {
-    let (webhook, admin) = (free_port(), free_port());
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sandcap"))
-        .args(["run", "--webhook-only", "--tls-self-signed"])
-        .args(["--webhook-addr", &format!("127.0.0.1:{webhook}"), "--admin-addr", &format!("127.0.0.1:{admin}")])
-        .env("SANDCAP_LOG_FORMAT", "json")
-        .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let ready = (0..200).any(|_| {
-        std::thread::sleep(Duration::from_millis(50));
-        http_get(admin, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+    let mut sandcap = Sandcap::start(|command| {
+        command.env("SANDCAP_LOG_FORMAT", "json").stdout(std::process::Stdio::piped());
     });
-    assert!(ready, "sandcap run never became ready");
-
-    // The certificate is generated at startup: nothing to trust in advance.
-    let client = reqwest::Client::builder().danger_accept_invalid_certs(true).build().unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let answer: Value = runtime.block_on(async {
-        let body = serde_json::to_vec(&review("CREATE", &example("provider-removed-key.yaml"), None)).unwrap();
-        let url = format!("https://127.0.0.1:{webhook}/validate");
-        client.post(url).body(body).send().await.unwrap().json().await.unwrap()
-    });
+    let answer = sandcap.post_review(&review("CREATE", &example("provider-removed-key.yaml"), None));
     assert_eq!(answer["response"]["allowed"], false);
+    let mut lease = example("lease-reuse.yaml");
+    lease["spec"]["policy"] = json!("Sometimes");
+    assert_eq!(sandcap.post_review(&review("CREATE", &lease, None))["response"]["allowed"], false);
 
-    let kill = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    assert!(kill.success());
-    let status = wait_with_timeout(&mut child, Duration::from_secs(10));
+    sandcap.signal("TERM");
+    let (status, _) = sandcap.wait(Duration::from_secs(10)).expect("sandcap exits within 10 s of SIGTERM");
     assert_eq!(status.code(), Some(0));
     let mut logs = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut logs).unwrap();
-    let first: Value = serde_json::from_str(logs.lines().next().unwrap()).expect("JSON logs");
-    assert_eq!(first["level"], "INFO");
-    let denial = logs.lines().find(|l| l.contains("\"denied\"")).expect("the denial is logged");
-    let denial: Value = serde_json::from_str(denial).unwrap();
-    assert_eq!(denial["span"]["kind"], "SandboxProvider");
-    assert_eq!(denial["span"]["allowed"], false);
+    sandcap.child.stdout.take().unwrap().read_to_string(&mut logs).unwrap();
+    let lines: Vec<Value> = logs.lines().map(|l| serde_json::from_str(l).expect("JSON logs")).collect();
+    assert_eq!(lines[0]["level"], "INFO");
+    let denials: Vec<&Value> = lines.iter().filter(|l| l["message"] == "denied").collect();
+    assert_eq!(denials.len(), 2, "{logs}");
+    let span = |i: usize| &denials[i]["span"];
+    assert_eq!(span(0)["name"], "review");
+    assert_eq!((&span(0)["kind"], &span(0)["object"]), (&json!("SandboxProvider"), &json!("old-style")));
+    assert_eq!(span(0)["allowed"], false);
+    assert!(span(0).get("namespace").is_none(), "a provider is cluster-scoped: {}", span(0));
+    assert_eq!((&span(1)["kind"], &span(1)["object"]), (&json!("SandboxLease"), &json!("run-42")));
+    assert_eq!(span(1)["namespace"], "team-a");
     assert!(!logs.contains("oldstyle-worker"), "request bodies are never logged");
 }
 
-fn wait_with_timeout(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
-    let started = std::time::Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            panic!("sandcap did not exit within {limit:?} of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// As `sandcap run ... 2>&1 | head -1`: the reader of the logs is gone by the time of the shutdown.
+#[test]
+fn a_closed_log_pipe_does_not_stop_the_shutdown() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    let mut sandcap = Sandcap::start(|command| {
+        command.stdout(writer.try_clone().unwrap()).stderr(writer);
+    });
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(reader), &mut first).unwrap();
+    assert!(first.contains("INFO"), "{first}");
+    // The reader was dropped with the BufReader; the review's log line meets the closed pipe too.
+    assert_eq!(
+        sandcap.post_review(&review("CREATE", &example("provider-removed-key.yaml"), None))["response"]["allowed"],
+        false
+    );
+
+    sandcap.signal("TERM");
+    let (status, took) = sandcap.wait(Duration::from_secs(10)).expect("sandcap exits within 10 s of SIGTERM");
+    assert_eq!(status.code(), Some(0));
+    assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+#[test]
+fn a_shutdown_past_its_deadline_exits_non_zero() {
+    let mut sandcap = Sandcap::start(|command| {
+        command
+            .args(["--shutdown-timeout", "1s"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+    });
+    let _stalled = sandcap.stall_shutdown();
+    std::thread::sleep(Duration::from_millis(100));
+    sandcap.signal("TERM");
+    let (status, took) = sandcap.wait(Duration::from_secs(4)).expect("sandcap exits at its deadline");
+    assert_eq!(status.code(), Some(1));
+    assert!(took >= Duration::from_millis(900), "{took:?}");
+    let stderr = sandcap.stderr();
+    assert!(stderr.contains("sandcap: shutdown did not finish within 1s"), "{stderr}");
+}
+
+#[test]
+fn a_second_signal_exits_at_once() {
+    let mut sandcap = Sandcap::start(|command| {
+        command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+    });
+    let _stalled = sandcap.stall_shutdown();
+    std::thread::sleep(Duration::from_millis(100));
+    sandcap.signal("TERM");
+    assert!(sandcap.wait(Duration::from_millis(500)).is_none(), "the stalled connection holds up the shutdown");
+    sandcap.signal("INT");
+    let (status, took) = sandcap.wait(Duration::from_secs(2)).expect("sandcap exits on the second signal");
+    assert_eq!(status.code(), Some(1));
+    assert!(took < Duration::from_millis(500), "{took:?}");
+    let stderr = sandcap.stderr();
+    assert!(stderr.contains("sandcap: SIGINT received again during shutdown; exiting at once"), "{stderr}");
 }
 
 /// A minimal HTTP/1.1 GET, so the polling loop needs no runtime.

@@ -6,9 +6,11 @@
 //! Lease has expired (at most `duration` later). On shutdown the holder releases it, so a rolling
 //! update hands over at once.
 
+use std::convert::Infallible;
 use std::time::Duration;
 
-use kube::Client;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -64,6 +66,7 @@ where
             "the lease grace ({grace}s) must be at least 1s and shorter than its duration ({duration}s)"
         )));
     }
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &election.namespace);
     let mut retry = RETRY_MIN;
     loop {
         let built = tokio::select! {
@@ -78,7 +81,7 @@ where
         };
         match built {
             Ok(manager) => {
-                if follow(&manager, &metrics, &shutdown, &lead).await {
+                if follow(&manager, report_holder(&leases, &election), &metrics, &shutdown, &lead).await {
                     return Ok(());
                 }
                 retry = RETRY_MIN;
@@ -92,16 +95,25 @@ where
     }
 }
 
-/// Follows one manager until shutdown (returns true) or an election error (false).
-async fn follow<F, Fut>(manager: &LeaseManager, metrics: &Metrics, shutdown: &CancellationToken, lead: &F) -> bool
+/// Follows one manager until shutdown (returns true) or an election error (false), with `report`
+/// telling meanwhile who holds the Lease.
+async fn follow<F, Fut>(
+    manager: &LeaseManager,
+    report: impl Future<Output = Infallible>,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+    lead: &F,
+) -> bool
 where
     F: Fn(CancellationToken) -> Fut,
     Fut: Future<Output = Result<(), Error>> + Send + 'static,
 {
     let mut leading: Option<(CancellationToken, JoinHandle<Result<(), Error>>)> = None;
+    tokio::pin!(report);
     let shut_down = loop {
         tokio::select! {
             _ = shutdown.cancelled() => break true,
+            never = &mut report => match never {},
             changed = manager.changed() => match changed {
                 Ok(true) => {
                     tracing::info!("acquired the leader lease; starting the controllers");
@@ -128,6 +140,37 @@ where
     shut_down
 }
 
+/// Logs, while another replica holds the Lease, that this one waits for it and who holds it: once,
+/// and again whenever the holder changes. kube-lease-manager keeps the holder to itself, so the
+/// Lease is read once per lease duration (about as often as the manager itself reads it).
+async fn report_holder(leases: &Api<Lease>, election: &Election) -> Infallible {
+    let mut seen = None;
+    let mut ticks = tokio::time::interval(election.timing.duration);
+    loop {
+        ticks.tick().await;
+        // A failed read is the election's to report: it reads the same Lease.
+        let Ok(lease) = leases.get_opt(&election.lease_name).await else { continue };
+        let holder = lease.and_then(|l| l.spec).and_then(|spec| spec.holder_identity);
+        if let Some(holder) = holder_to_report(&mut seen, holder, &election.identity) {
+            tracing::info!(
+                lease = %format_args!("{}/{}", election.namespace, election.lease_name),
+                %holder,
+                "waiting for the leader lease: another replica holds it and runs the controllers"
+            );
+        }
+    }
+}
+
+/// The holder to report when the Lease is read as held by `holder`: another replica than
+/// `identity`, and not the one last seen. A free Lease is taken at once, so there is nothing to say.
+fn holder_to_report(seen: &mut Option<String>, holder: Option<String>, identity: &str) -> Option<String> {
+    if *seen == holder {
+        return None;
+    }
+    seen.clone_from(&holder);
+    holder.filter(|h| h != identity)
+}
+
 async fn stop(leading: &mut Option<(CancellationToken, JoinHandle<Result<(), Error>>)>, metrics: &Metrics) {
     if let Some((token, handle)) = leading.take() {
         token.cancel();
@@ -137,5 +180,74 @@ async fn stop(leading: &mut Option<(CancellationToken, JoinHandle<Result<(), Err
             Err(error) => tracing::error!(%error, "the controllers task failed"),
         }
         metrics.leader.set(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use axum::Router;
+    use axum::routing::get;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_standby_logs_who_holds_the_lease_once_and_again_when_it_changes() {
+        let (lines, _guard) = super::super::tests::capture();
+        // A stand-in for the apiserver on loopback, serving the Lease as held by `holder`.
+        let holder = Arc::new(Mutex::new("pod-a"));
+        let serving = holder.clone();
+        let lease = move || {
+            let holder = *serving.lock().unwrap();
+            async move {
+                axum::Json(serde_json::json!({
+                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": "sandcap-controller", "namespace": "ns"},
+                    "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15}
+                }))
+            }
+        };
+        let app =
+            Router::new().route("/apis/coordination.k8s.io/v1/namespaces/ns/leases/sandcap-controller", get(lease));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let client = Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let election = Election {
+            lease_name: "sandcap-controller".into(),
+            namespace: "ns".into(),
+            identity: "me".into(),
+            timing: Timing { duration: Duration::from_millis(20), grace: Duration::from_millis(10) },
+        };
+        let leases = Api::namespaced(client, "ns");
+        let handover = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            *holder.lock().unwrap() = "pod-b";
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        };
+        tokio::select! {
+            never = report_holder(&leases, &election) => match never {},
+            () = handover => {}
+        }
+
+        let logs = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
+        let reports: Vec<&str> = logs.lines().filter(|l| l.contains("waiting for the leader lease")).collect();
+        assert_eq!(reports.len(), 2, "{logs}");
+        assert!(reports[0].contains("holder=pod-a") && reports[1].contains("holder=pod-b"), "{logs}");
+        assert!(reports[0].contains("lease=ns/sandcap-controller"), "{logs}");
+    }
+
+    #[test]
+    fn a_standby_reports_the_holder_once_and_again_when_it_changes() {
+        let mut seen = None;
+        let mut read = |holder: Option<&str>| holder_to_report(&mut seen, holder.map(String::from), "me");
+        assert_eq!(read(Some("pod-a")), Some("pod-a".into()));
+        assert_eq!(read(Some("pod-a")), None, "the same holder is reported once");
+        assert_eq!(read(Some("pod-b")), Some("pod-b".into()));
+        assert_eq!(read(None), None, "a free Lease is taken at once");
+        assert_eq!(read(Some("me")), None, "the leader logs that it acquired the Lease instead");
+        assert_eq!(read(Some("me")), None);
+        assert_eq!(read(Some("pod-b")), Some("pod-b".into()), "lost to pod-b: reported again");
     }
 }

@@ -26,8 +26,10 @@ use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::controller::{self, Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -41,7 +43,7 @@ use crate::metrics::{FailureLabels, KindLabels, Metrics};
 use crate::probe::Prober;
 use crate::validation::Kind;
 
-/// The field manager of every status write.
+/// The field manager of every write: status, the certificate Secret, the webhook's caBundle.
 pub const FIELD_MANAGER: &str = "sandcap";
 /// Probes are slow I/O; a few at a time keeps a burst of new providers from piling up sockets.
 const PROVIDER_CONCURRENCY: u16 = 16;
@@ -299,11 +301,12 @@ impl std::str::FromStr for SecretScope {
     }
 }
 
-async fn log_outcome<K: Resource, E: std::fmt::Display>(
-    outcome: Result<(kube::runtime::reflector::ObjectRef<K>, Action), E>,
-) {
-    if let Err(error) = outcome {
-        tracing::debug!(%error, "controller event");
+/// What the controllers report besides reconciles. A failed reconcile is not repeated here: it
+/// is [`error_policy`]'s one line, with the object, the error and the retry delay.
+async fn log_outcome<K: Resource>(outcome: Result<(ObjectRef<K>, Action), controller::Error<Error, watcher::Error>>) {
+    match outcome {
+        Ok(_) | Err(controller::Error::ReconcilerFailed(..)) => {}
+        Err(error) => tracing::debug!(%error, "controller event"),
     }
 }
 
@@ -354,5 +357,68 @@ impl Conditions<'_> {
             observed_generation: self.generation,
             last_transition_time,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// Log lines written while the returned guard lives (on this thread), at every level.
+    pub(super) fn capture() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
+        #[derive(Clone)]
+        struct Buffer(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buffer {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer(Arc::default());
+        let lines = buffer.0.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || buffer.clone())
+            .finish();
+        (lines, tracing::subscriber::set_default(subscriber))
+    }
+
+    #[tokio::test]
+    async fn a_failed_reconcile_is_logged_once_with_the_object_the_error_and_the_retry_delay() {
+        let (lines, _guard) = capture();
+        // Never connected to: the failure below is made up.
+        let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+        let prober = Prober::new(Duration::from_secs(1), false, "test");
+        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+        let caches = Caches {
+            providers: kube::runtime::reflector::store().0,
+            leases: kube::runtime::reflector::store().0,
+            secrets: cache::SecretCache::default(),
+        };
+        let ctx = Arc::new(Context::new(client, caches, prober, metrics, Duration::from_secs(60), "test", Arc::default()));
+        let lease: crate::api::SandboxLease = serde_json::from_value(serde_json::json!({
+            "apiVersion": "sandcap.dev/v1alpha1", "kind": "SandboxLease",
+            "metadata": {"name": "run-42", "namespace": "team-a"},
+            "spec": {"providerRef": {"name": "p", "driverKey": "k"}}
+        }))
+        .unwrap();
+        let failed = || Error::CacheGone("SandboxProvider");
+        let lease = Arc::new(lease);
+        error_policy(lease.clone(), &failed(), ctx);
+        let reference = Box::new(ObjectRef::from_obj(lease.as_ref()).erase());
+        log_outcome::<crate::api::SandboxLease>(Err(controller::Error::ReconcilerFailed(failed(), reference))).await;
+
+        let logs = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
+        assert_eq!(logs.lines().count(), 1, "{logs}");
+        for part in ["WARN", "reconcile failed", "kind=\"SandboxLease\"", "name=run-42", "namespace=\"team-a\""] {
+            assert!(logs.contains(part), "{part} in {logs}");
+        }
+        assert!(logs.contains("the SandboxProvider cache was dropped") && logs.contains("retry_in=1s"), "{logs}");
     }
 }
