@@ -185,58 +185,7 @@ async fn stop(leading: &mut Option<(CancellationToken, JoinHandle<Result<(), Err
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
-    use axum::Router;
-    use axum::routing::get;
-
     use super::*;
-
-    #[tokio::test]
-    async fn a_standby_logs_who_holds_the_lease_once_and_again_when_it_changes() {
-        let (lines, _guard) = super::super::tests::capture();
-        // A stand-in for the apiserver on loopback, serving the Lease as held by `holder`.
-        let holder = Arc::new(Mutex::new("pod-a"));
-        let serving = holder.clone();
-        let lease = move || {
-            let holder = *serving.lock().unwrap();
-            async move {
-                axum::Json(serde_json::json!({
-                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": "sandcap-controller", "namespace": "ns"},
-                    "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15}
-                }))
-            }
-        };
-        let app =
-            Router::new().route("/apis/coordination.k8s.io/v1/namespaces/ns/leases/sandcap-controller", get(lease));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        let client = Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
-        let election = Election {
-            lease_name: "sandcap-controller".into(),
-            namespace: "ns".into(),
-            identity: "me".into(),
-            timing: Timing { duration: Duration::from_millis(20), grace: Duration::from_millis(10) },
-        };
-        let leases = Api::namespaced(client, "ns");
-        let handover = async {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            *holder.lock().unwrap() = "pod-b";
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        };
-        tokio::select! {
-            never = report_holder(&leases, &election) => match never {},
-            () = handover => {}
-        }
-
-        let logs = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
-        let reports: Vec<&str> = logs.lines().filter(|l| l.contains("waiting for the leader lease")).collect();
-        assert_eq!(reports.len(), 2, "{logs}");
-        assert!(reports[0].contains("holder=pod-a") && reports[1].contains("holder=pod-b"), "{logs}");
-        assert!(reports[0].contains("lease=ns/sandcap-controller"), "{logs}");
-    }
 
     #[test]
     fn a_standby_reports_the_holder_once_and_again_when_it_changes() {

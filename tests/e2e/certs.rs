@@ -287,8 +287,14 @@ pub async fn self_managed_certificates_with_the_charts_rbac(c: Arc<Cluster>) {
         .await
         .unwrap_or_else(|_| panic!("no review through the apiserver; kubectl said: {}\n{}", last.lock().unwrap(), sandcap.log_text()));
     assert!(answer.contains("configSchema"), "{answer}");
-    let managers: Vec<String> = secrets.get(SECRET).await.unwrap().metadata.managed_fields.unwrap_or_default().into_iter().filter_map(|m| m.manager).collect();
-    assert!(!managers.is_empty() && managers.iter().all(|m| m != "unknown"), "field managers {managers:?}");
+    // Every write names its manager.
+    let managers = |fields: Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry>>| {
+        fields.unwrap_or_default().into_iter().filter_map(|m| m.manager).collect::<Vec<String>>()
+    };
+    let of_secret = managers(secrets.get(SECRET).await.unwrap().metadata.managed_fields);
+    assert_eq!(of_secret, ["sandcap"], "the Secret's field managers");
+    let of_config = managers(configs.get("sandcap").await.unwrap().metadata.managed_fields);
+    assert!(of_config.contains(&"sandcap".to_string()) && !of_config.contains(&"unknown".to_string()), "{of_config:?}");
     assert!(sandcap.problems().is_empty(), "{:?}", sandcap.problems());
     drop(sandcap);
     reset(&c, &admin, &install, false).await;

@@ -204,11 +204,15 @@ pub async fn status_narrowing_and_recovery_with_the_charts_rbac(c: Arc<Cluster>)
     // A declaration change is published with an Event and reaches the leases.
     install::apply(&c, &[provider("e2e-acme", &worker.url, json!({"reusableLeases": true, "nativeSyncIn": false}))]);
     lease_reason(&admin, NS, "reuse", "nativeSyncIn", "DeclaredFalse").await;
-    eventually("a CapabilitiesRevoked Event", WAIT, || async {
+    let event = eventually("a CapabilitiesRevoked Event", WAIT, || async {
         let events = ok("get events", c.kubectl(&["get", "events.events.k8s.io", "-A", "-o", "json"]));
-        (events.contains("CapabilitiesRevoked") && events.contains("e2e-acme")).then_some(())
+        let events: Value = serde_json::from_str(&events).expect("JSON");
+        events["items"].as_array()?.iter().find(|e| e["reason"] == "CapabilitiesRevoked" && e["regarding"]["name"] == "e2e-acme").cloned()
     })
     .await;
+    assert!(event["note"].as_str().unwrap_or_default().contains("nativeSyncIn"), "{event:#}");
+    let managers: Vec<&str> = event["metadata"]["managedFields"].as_array().unwrap().iter().filter_map(|m| m["manager"].as_str()).collect();
+    assert_eq!(managers, ["sandcap"], "the Event's field managers");
 
     // Provider deleted and re-created: pinned leases stay all-off.
     delete(&admin, "SandboxProvider", None, "e2e-acme").await;
@@ -296,6 +300,13 @@ pub async fn a_standby_takes_over_and_every_lease_follows(c: Arc<Cluster>) {
     for (round, signal) in [libc::SIGTERM, libc::SIGKILL].into_iter().enumerate() {
         let leader = eventually("a leader", WAIT, || async { holder(&admin).await }).await;
         let index = replicas.iter().position(|r| r.name == leader).unwrap_or_else(|| panic!("unknown holder {leader}"));
+        // The standby says that it waits, and for whom.
+        let standby = &replicas[1 - index];
+        let waiting = format!("holder={leader}");
+        eventually("the standby's log line", WAIT, || async {
+            standby.log_text().lines().any(|l| l.contains("waiting for the leader lease") && l.contains(&waiting)).then_some(())
+        })
+        .await;
         let mut old = replicas.remove(index);
         old.signal(signal);
         assert!(old.wait_exit(Duration::from_secs(20)).is_some(), "{} did not exit", old.name);
