@@ -1,0 +1,105 @@
+//! A real Kubernetes control plane with sandcap on this machine, for people (run it through
+//! `examples/cluster.sh up`): the end-to-end tests' etcd and kube-apiserver, the CRDs, the
+//! reference worker, and `sandcap run` with its webhook registered, all on loopback. It runs
+//! until SIGTERM or SIGINT and then stops everything it started.
+//!
+//!   cargo run --example cluster -- BIN_DIR STATE_DIR
+//!
+//! BIN_DIR holds etcd, kube-apiserver and kubectl (testcluster/build.sh prints it); STATE_DIR
+//! receives the kubeconfig, the logs and a provider manifest whose worker is the reference worker.
+
+#[path = "../tests/e2e/cluster.rs"]
+#[allow(dead_code)]
+mod cluster;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use cluster::{Binaries, Cluster, free_port, repo_root, spawn_logged};
+
+const ALL_METHODS: &str = "environmentResumeLease,environmentReleaseLease,environmentDestroyLease,environmentSyncIn,environmentSyncOut,environmentExecute";
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [bin_dir, state] = args.as_slice() else {
+        eprintln!("usage: cluster BIN_DIR STATE_DIR");
+        std::process::exit(2);
+    };
+    let (bin_dir, state) = (PathBuf::from(bin_dir), PathBuf::from(state));
+    std::fs::create_dir_all(&state).expect("state dir");
+    let minor = bin_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let cluster = Cluster::start(Binaries { minor, dir: bin_dir });
+    let kubectl = |args: &[&str]| {
+        let out = cluster.kubectl(args);
+        assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    kubectl(&["apply", "--server-side", "-f", repo_root().join("crds").to_str().expect("utf-8")]);
+    kubectl(&["wait", "--for=condition=Established", "crd/sandboxproviders.sandcap.dev", "crd/sandboxleases.sandcap.dev"]);
+    kubectl(&["create", "namespace", "team-a"]);
+
+    let profile = std::env::current_exe().expect("path").parent().and_then(|p| p.parent()).expect("target/<profile>").to_path_buf();
+    let worker_port = free_port();
+    let mut worker = Command::new(profile.join("examples/reference-worker"));
+    worker.args(["--listen", &format!("127.0.0.1:{worker_port}"), "--methods", ALL_METHODS]);
+    let mut worker = spawn_logged(worker, &state.join("worker.log"));
+
+    let (webhook_port, admin_port) = (free_port(), free_port());
+    let (cert, key) = cluster.ca.write_serving(&state.join("tls"));
+    let mut sandcap = Command::new(profile.join("sandcap"));
+    sandcap
+        .args(["run", "--allow-worker-urls", "--secret-namespaces", "team-a", "--leader-elect=false"])
+        .args(["--webhook-addr", &format!("127.0.0.1:{webhook_port}"), "--admin-addr", &format!("127.0.0.1:{admin_port}")])
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key)
+        .env("KUBECONFIG", &cluster.kubeconfig);
+    let mut sandcap = spawn_logged(sandcap, &state.join("sandcap.log"));
+
+    let webhook = serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "sandcap"},
+        "webhooks": [{
+            "name": "validate.sandcap.dev",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 5,
+            "clientConfig": {
+                "url": format!("https://127.0.0.1:{webhook_port}/validate"),
+                "caBundle": base64_encode(&cluster.ca.pem),
+            },
+            "rules": [{"apiGroups": ["sandcap.dev"], "apiVersions": ["v1alpha1"], "operations": ["CREATE", "UPDATE"],
+                       "resources": ["sandboxproviders", "sandboxleases"]}],
+        }]
+    });
+    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], &webhook.to_string());
+    assert!(out.status.success(), "registering the webhook: {}", String::from_utf8_lossy(&out.stderr));
+
+    // examples/provider-full.yaml, with its worker at the reference worker (no cluster DNS here).
+    let provider = std::fs::read_to_string(repo_root().join("examples/provider-full.yaml")).expect("example");
+    let local = provider.replace(
+        "service: {namespace: sandbox-system, name: acme-worker, port: 8080, path: /rpc}",
+        &format!("url: http://127.0.0.1:{worker_port}/rpc"),
+    );
+    std::fs::write(state.join("provider-local.yaml"), local).expect("provider-local.yaml");
+    std::fs::copy(&cluster.kubeconfig, state.join("kubeconfig")).expect("kubeconfig");
+    println!("ready {}", state.join("kubeconfig").display());
+
+    // Until SIGTERM or SIGINT; then the children, and the cluster on drop.
+    let signals = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    signals.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM");
+        tokio::select! { _ = term.recv() => {}, _ = tokio::signal::ctrl_c() => {} }
+    });
+    cluster::stop(&mut sandcap);
+    cluster::stop(&mut worker);
+    std::thread::sleep(Duration::from_millis(100));
+}
+
+fn base64_encode(text: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
