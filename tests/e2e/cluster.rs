@@ -54,6 +54,9 @@ impl Binaries {
 /// Builds (or finds cached) binaries for every minor in testcluster/, or for `SANDCAP_E2E_MINORS`.
 pub fn build_all() -> Result<Vec<Binaries>, String> {
     let root = repo_root();
+    if Command::new("go").arg("version").output().is_err() {
+        return Err("Go is not installed: the end-to-end tests build kube-apiserver and etcd with it; install Go 1.26 (https://go.dev/doc/install), or set SANDCAP_E2E=skip to skip them".into());
+    }
     let minors: Vec<String> = std::env::var("SANDCAP_E2E_MINORS")
         .map(|v| v.split([',', ' ']).filter(|m| !m.is_empty()).map(String::from).collect())
         .unwrap_or_default();

@@ -239,6 +239,10 @@ impl Sandcap {
         reqwest::get(&url).await.expect("metrics answer").text().await.expect("metrics text")
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn signal(&self, signal: i32) {
         unsafe { libc::kill(self.child.id() as i32, signal) };
     }

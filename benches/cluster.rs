@@ -1,0 +1,263 @@
+//! sandcap through a real kube-apiserver (the end-to-end suite's cluster, newest minor), each
+//! figure next to a baseline measured on the same apiserver in the same run:
+//!
+//! 1. the webhook's added latency: 200 sequential creates of a SandboxLease and of a
+//!    SandboxProvider, without the webhook registered and with it (median, p99);
+//! 2. 100 providers and 10,000 leases (half with a `configFrom` Secret): a cold controller start
+//!    until every lease is resolved, against a plain loop of 10,000 status PATCHes with the same
+//!    concurrency; one provider's declaration change until its 100 leases are re-resolved; ten
+//!    probe intervals with nothing changed (lease status writes and Secret GETs, from the
+//!    apiserver's audit log); sandcap's peak RSS.
+//!
+//!   cargo bench --bench cluster
+//!   SANDCAP_E2E_SANDCAP=path/to/other/sandcap cargo bench --bench cluster    (another build)
+
+#[path = "../tests/e2e/cluster.rs"]
+#[allow(dead_code)]
+mod cluster;
+#[path = "../tests/e2e/controllers.rs"]
+#[allow(dead_code)]
+mod controllers;
+#[path = "../tests/e2e/install.rs"]
+#[allow(dead_code)]
+mod install;
+#[path = "../tests/support/mod.rs"]
+#[allow(dead_code)]
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::Client;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use cluster::Cluster;
+use controllers::{all_true, explanation, lease, provider, resource, secret};
+use install::{Install, Sandcap};
+use support::{ALL_METHODS, Worker};
+
+const NS: &str = "bench";
+const PROVIDERS: usize = 100;
+const LEASES_PER_PROVIDER: usize = 100;
+/// The lease controller's concurrency: the baseline loop writes as many at once.
+const CONCURRENCY: usize = 32;
+
+fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * q).round() as usize]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// 200 sequential creates of `make(i)`; (median, p99).
+async fn creates(client: &Client, kind: &str, namespace: Option<&str>, make: impl Fn(usize) -> Value) -> (Duration, Duration) {
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource(kind)),
+        None => Api::all_with(client.clone(), &resource(kind)),
+    };
+    let mut times = Vec::with_capacity(200);
+    for i in 0..200 {
+        let object: DynamicObject = serde_json::from_value(make(i)).expect("object");
+        let started = Instant::now();
+        api.create(&PostParams::default(), &object).await.expect("create");
+        times.push(started.elapsed());
+    }
+    times.sort();
+    (quantile(&times, 0.5), quantile(&times, 0.99))
+}
+
+async fn webhook_latency(c: &Cluster, install: &Install, admin: &Client) {
+    let worker_url = "http://127.0.0.1:9/rpc";
+    let round = |tag: &'static str| {
+        let admin = admin.clone();
+        async move {
+            let leases = creates(&admin, "SandboxLease", Some(NS), |i| lease(NS, &format!("{tag}-{i}"), "p-0", json!({}))).await;
+            let providers =
+                creates(&admin, "SandboxProvider", None, |i| provider(&format!("{tag}-{i}"), worker_url, all_true())).await;
+            (leases, providers)
+        }
+    };
+    let without = round("plain").await;
+    let webhook = Sandcap::start(c, install, "bench-webhook", &[("SANDCAP_WEBHOOK_ONLY", "true")]);
+    webhook.ready().await;
+    let _registration = install.register_webhook(c, webhook.webhook_port, &c.ca.pem);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let with = round("hooked").await;
+    for (kind, (w_med, w_p99), (h_med, h_p99)) in
+        [("SandboxLease", without.0, with.0), ("SandboxProvider", without.1, with.1)]
+    {
+        println!(
+            "create {kind:<16} without webhook: median {} p99 {} | with webhook: median {} p99 {} | added: median {} ({:.2}x)",
+            ms(w_med),
+            ms(w_p99),
+            ms(h_med),
+            ms(h_p99),
+            ms(h_med.saturating_sub(w_med)),
+            h_med.as_secs_f64() / w_med.as_secs_f64()
+        );
+    }
+    for tag in ["plain", "hooked"] {
+        for i in 0..200 {
+            let _ = Api::<DynamicObject>::all_with(admin.clone(), &resource("SandboxProvider")).delete(&format!("{tag}-{i}"), &Default::default()).await;
+        }
+    }
+}
+
+/// Every lease of the bench, created with bounded concurrency.
+async fn create_all(admin: &Client, objects: Vec<Value>) {
+    futures::stream::iter(objects)
+        .for_each_concurrent(CONCURRENCY, |object| {
+            let admin = admin.clone();
+            async move {
+                let kind = object["kind"].as_str().unwrap().to_string();
+                let ns = object["metadata"]["namespace"].as_str().map(String::from);
+                let api: Api<DynamicObject> = match &ns {
+                    Some(ns) => Api::namespaced_with(admin, ns, &resource(&kind)),
+                    None => Api::all_with(admin, &resource(&kind)),
+                };
+                let object: DynamicObject = serde_json::from_value(object).unwrap();
+                api.create(&PostParams::default(), &object).await.expect("create");
+            }
+        })
+        .await;
+}
+
+fn lease_reconciles(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with("sandcap_reconciles_total{kind=\"SandboxLease\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn peak_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    kib / 1024.0
+}
+
+async fn resolved(admin: &Client, selector: &str, capability: &str, reason: &str) -> usize {
+    let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource("SandboxLease"));
+    let list = api.list(&ListParams::default().labels(selector)).await.expect("list");
+    list.items
+        .iter()
+        .filter(|l| {
+            let v = serde_json::to_value(l).unwrap();
+            explanation(&v["status"], capability).is_some_and(|(r, _)| r == reason)
+        })
+        .count()
+}
+
+async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client) {
+    let worker = Worker::with_methods(&ALL_METHODS);
+    let mut objects: Vec<Value> = (0..PROVIDERS).map(|p| provider(&format!("p-{p}"), &worker.url, all_true())).collect();
+    objects.push(secret(NS, "creds", "config.json", r#"{"apiToken": "s3cr3t-token-value"}"#, true));
+    let from = json!({"configFrom": [{"secretKeyRef": {"name": "creds", "key": "config.json"}}]});
+    for p in 0..PROVIDERS {
+        for l in 0..LEASES_PER_PROVIDER {
+            let spec = if l % 2 == 0 { from.clone() } else { json!({}) };
+            let mut lease = lease(NS, &format!("l-{p}-{l}"), &format!("p-{p}"), spec);
+            lease["metadata"]["labels"] = json!({"bench/provider": format!("p-{p}")});
+            objects.push(lease);
+        }
+    }
+    let started = Instant::now();
+    create_all(admin, objects).await;
+    println!("created {PROVIDERS} providers and {} leases in {:.1} s", PROVIDERS * LEASES_PER_PROVIDER, started.elapsed().as_secs_f64());
+
+    // Baseline: the same number of status writes, as fast as the apiserver takes them.
+    let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource("SandboxLease"));
+    let names: Vec<String> =
+        (0..PROVIDERS).flat_map(|p| (0..LEASES_PER_PROVIDER).map(move |l| format!("l-{p}-{l}"))).collect();
+    let started = Instant::now();
+    futures::stream::iter(names.iter())
+        .for_each_concurrent(CONCURRENCY, |name| {
+            let api = api.clone();
+            async move {
+                let patch = json!({"status": {"observedGeneration": 0}});
+                api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
+            }
+        })
+        .await;
+    let baseline = started.elapsed();
+    println!("baseline: {} status PATCHes ({CONCURRENCY} at a time) in {:.2} s", names.len(), baseline.as_secs_f64());
+
+    let started = Instant::now();
+    let sandcap = Sandcap::start(
+        c,
+        install,
+        "bench-controllers",
+        &[("SANDCAP_CONTROLLERS_ONLY", "true"), ("SANDCAP_LEADER_ELECT", "false"), ("SANDCAP_PROBE_INTERVAL", "2s")],
+    );
+    let total = names.len() as u64;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while lease_reconciles(&sandcap.metrics().await) < total {
+        assert!(Instant::now() < deadline, "not every lease was reconciled within 10 minutes:\n{}", cluster::tail(&sandcap.log, 20));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let cold = started.elapsed();
+    let granted = resolved(admin, "bench/provider", "persistentProcessSessions", "Granted").await;
+    println!(
+        "cold start to all {total} leases resolved: {:.2} s ({granted} Granted); baseline/sandcap = {:.2}",
+        cold.as_secs_f64(),
+        baseline.as_secs_f64() / cold.as_secs_f64()
+    );
+
+    // One provider's declaration changes: its 100 leases follow.
+    let mut changed = provider("p-0", &worker.url, all_true());
+    changed["spec"]["environmentDrivers"][0]["sandboxCapabilities"]["persistentProcessSessions"] = json!(false);
+    let started = Instant::now();
+    install::apply(c, &[changed]);
+    while resolved(admin, "bench/provider=p-0", "persistentProcessSessions", "DeclaredFalse").await < LEASES_PER_PROVIDER {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("one provider's change to its {LEASES_PER_PROVIDER} leases re-resolved: {:.2} s", started.elapsed().as_secs_f64());
+
+    // Ten probe intervals with nothing changed.
+    let by_sandcap = |verb: &str, resource: &str| {
+        c.audit()
+            .iter()
+            .filter(|e| {
+                e["verb"] == verb
+                    && e["objectRef"]["resource"] == resource
+                    && e["user"]["username"].as_str().is_some_and(|u| u.ends_with(":sandcap"))
+            })
+            .count()
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (writes, gets) = (by_sandcap("patch", "sandboxleases"), by_sandcap("get", "secrets"));
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    println!(
+        "ten probe intervals (2 s) with nothing changed: {} lease status writes, {} Secret GETs",
+        by_sandcap("patch", "sandboxleases") - writes,
+        by_sandcap("get", "secrets") - gets
+    );
+    println!("sandcap peak RSS: {:.1} MiB", peak_rss_mib(sandcap.pid()));
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list" || a == "--test") {
+        return; // `cargo test --benches` only checks that it builds.
+    }
+    let bin = cluster::build_all().expect("cluster binaries").pop().expect("a minor");
+    println!("Kubernetes {}", bin.version());
+    let c = Arc::new(Cluster::start(bin));
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    runtime.block_on(async {
+        install::crds(&c);
+        install::namespaces(&c, &[NS]);
+        let install = Install::chart(&c, json!({"secretNamespaces": [NS]})).await;
+        let admin = c.admin().await;
+        webhook_latency(&c, &install, &admin).await;
+        controllers_at_scale(&c, &install, &admin).await;
+    });
+}
