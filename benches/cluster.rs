@@ -53,7 +53,12 @@ fn ms(d: Duration) -> String {
 }
 
 /// 200 sequential creates of `make(i)`; (median, p99).
-async fn creates(client: &Client, kind: &str, namespace: Option<&str>, make: impl Fn(usize) -> Value) -> (Duration, Duration) {
+async fn creates(
+    client: &Client,
+    kind: &str,
+    namespace: Option<&str>,
+    make: impl Fn(usize) -> Value,
+) -> (Duration, Duration) {
     let api: Api<DynamicObject> = match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &resource(kind)),
         None => Api::all_with(client.clone(), &resource(kind)),
@@ -74,9 +79,11 @@ async fn webhook_latency(c: &Cluster, install: &Install, admin: &Client) {
     let round = |tag: &'static str| {
         let admin = admin.clone();
         async move {
-            let leases = creates(&admin, "SandboxLease", Some(NS), |i| lease(NS, &format!("{tag}-{i}"), "p-0", json!({}))).await;
+            let leases =
+                creates(&admin, "SandboxLease", Some(NS), |i| lease(NS, &format!("{tag}-{i}"), "p-0", json!({}))).await;
             let providers =
-                creates(&admin, "SandboxProvider", None, |i| provider(&format!("{tag}-{i}"), worker_url, all_true())).await;
+                creates(&admin, "SandboxProvider", None, |i| provider(&format!("{tag}-{i}"), worker_url, all_true()))
+                    .await;
             (leases, providers)
         }
     };
@@ -101,7 +108,9 @@ async fn webhook_latency(c: &Cluster, install: &Install, admin: &Client) {
     }
     for tag in ["plain", "hooked"] {
         for i in 0..200 {
-            let _ = Api::<DynamicObject>::all_with(admin.clone(), &resource("SandboxProvider")).delete(&format!("{tag}-{i}"), &Default::default()).await;
+            let _ = Api::<DynamicObject>::all_with(admin.clone(), &resource("SandboxProvider"))
+                .delete(&format!("{tag}-{i}"), &Default::default())
+                .await;
         }
     }
 }
@@ -159,7 +168,8 @@ async fn resolved(admin: &Client, selector: &str, capability: &str, reason: &str
 
 async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client) {
     let worker = Worker::with_methods(&ALL_METHODS);
-    let mut objects: Vec<Value> = (0..PROVIDERS).map(|p| provider(&format!("p-{p}"), &worker.url, all_true())).collect();
+    let mut objects: Vec<Value> =
+        (0..PROVIDERS).map(|p| provider(&format!("p-{p}"), &worker.url, all_true())).collect();
     objects.push(secret(NS, "creds", "config.json", r#"{"apiToken": "s3cr3t-token-value"}"#, true));
     let from = json!({"configFrom": [{"secretKeyRef": {"name": "creds", "key": "config.json"}}]});
     for p in 0..PROVIDERS {
@@ -172,7 +182,11 @@ async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client) {
     }
     let started = Instant::now();
     create_all(admin, objects).await;
-    println!("created {PROVIDERS} providers and {} leases in {:.1} s", PROVIDERS * LEASES_PER_PROVIDER, started.elapsed().as_secs_f64());
+    println!(
+        "created {PROVIDERS} providers and {} leases in {:.1} s",
+        PROVIDERS * LEASES_PER_PROVIDER,
+        started.elapsed().as_secs_f64()
+    );
 
     // Baseline: the same number of status writes, as fast as the apiserver takes them.
     let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource("SandboxLease"));
@@ -201,7 +215,11 @@ async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client) {
     let total = names.len() as u64;
     let deadline = Instant::now() + Duration::from_secs(600);
     while lease_reconciles(&sandcap.metrics().await) < total {
-        assert!(Instant::now() < deadline, "not every lease was reconciled within 10 minutes:\n{}", cluster::tail(&sandcap.log, 20));
+        assert!(
+            Instant::now() < deadline,
+            "not every lease was reconciled within 10 minutes:\n{}",
+            cluster::tail(&sandcap.log, 20)
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let cold = started.elapsed();
@@ -217,10 +235,15 @@ async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client) {
     changed["spec"]["environmentDrivers"][0]["sandboxCapabilities"]["persistentProcessSessions"] = json!(false);
     let started = Instant::now();
     install::apply(c, &[changed]);
-    while resolved(admin, "bench/provider=p-0", "persistentProcessSessions", "DeclaredFalse").await < LEASES_PER_PROVIDER {
+    while resolved(admin, "bench/provider=p-0", "persistentProcessSessions", "DeclaredFalse").await
+        < LEASES_PER_PROVIDER
+    {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    println!("one provider's change to its {LEASES_PER_PROVIDER} leases re-resolved: {:.2} s", started.elapsed().as_secs_f64());
+    println!(
+        "one provider's change to its {LEASES_PER_PROVIDER} leases re-resolved: {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
 
     // Ten probe intervals with nothing changed.
     let by_sandcap = |verb: &str, resource: &str| {

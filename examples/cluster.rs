@@ -35,10 +35,20 @@ fn main() {
         assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     };
     kubectl(&["apply", "--server-side", "-f", repo_root().join("crds").to_str().expect("utf-8")]);
-    kubectl(&["wait", "--for=condition=Established", "crd/sandboxproviders.sandcap.dev", "crd/sandboxleases.sandcap.dev"]);
+    kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/sandboxproviders.sandcap.dev",
+        "crd/sandboxleases.sandcap.dev",
+    ]);
     kubectl(&["create", "namespace", "team-a"]);
 
-    let profile = std::env::current_exe().expect("path").parent().and_then(|p| p.parent()).expect("target/<profile>").to_path_buf();
+    let profile = std::env::current_exe()
+        .expect("path")
+        .parent()
+        .and_then(|p| p.parent())
+        .expect("target/<profile>")
+        .to_path_buf();
     let worker_port = free_port();
     let mut worker = Command::new(profile.join("examples/reference-worker"));
     worker.args(["--listen", &format!("127.0.0.1:{worker_port}"), "--methods", ALL_METHODS]);
@@ -49,7 +59,12 @@ fn main() {
     let mut sandcap = Command::new(profile.join("sandcap"));
     sandcap
         .args(["run", "--allow-worker-urls", "--secret-namespaces", "team-a", "--leader-elect=false"])
-        .args(["--webhook-addr", &format!("127.0.0.1:{webhook_port}"), "--admin-addr", &format!("127.0.0.1:{admin_port}")])
+        .args([
+            "--webhook-addr",
+            &format!("127.0.0.1:{webhook_port}"),
+            "--admin-addr",
+            &format!("127.0.0.1:{admin_port}"),
+        ])
         .arg("--tls-cert")
         .arg(&cert)
         .arg("--tls-key")

@@ -32,6 +32,49 @@ pub struct ResultLabels {
     pub result: &'static str,
 }
 
+/// One request sandcap made to the apiserver.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiLabels {
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete` (as the audit log says).
+    pub verb: &'static str,
+    /// The resource, with its subresource: `secrets`, `sandboxleases/status`, ...
+    pub resource: String,
+}
+
+impl ApiLabels {
+    /// Classifies a request by method and path as the apiserver does (`/api/v1/...` or
+    /// `/apis/GROUP/VERSION/...`, optionally `namespaces/NS/`, then resource, name, subresource).
+    pub fn of(method: &http::Method, uri: &http::Uri) -> ApiLabels {
+        let segments: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
+        let rest = match segments.as_slice() {
+            ["api", _version, rest @ ..] | ["apis", _, _version, rest @ ..] => rest,
+            _ => &[][..],
+        };
+        let rest = match rest {
+            ["namespaces", _namespace, rest @ ..] if !rest.is_empty() => rest,
+            other => other,
+        };
+        let (resource, named) = match rest {
+            [] => ("other".to_string(), false),
+            [resource] => (resource.to_string(), false),
+            [resource, _name] => (resource.to_string(), true),
+            [resource, _name, sub, ..] => (format!("{resource}/{sub}"), true),
+        };
+        let watch = uri.query().is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+        let verb = match *method {
+            http::Method::GET if watch => "watch",
+            http::Method::GET if named => "get",
+            http::Method::GET => "list",
+            http::Method::POST => "create",
+            http::Method::PUT => "update",
+            http::Method::PATCH => "patch",
+            http::Method::DELETE => "delete",
+            _ => "other",
+        };
+        ApiLabels { verb, resource }
+    }
+}
+
 /// Admission runs in microseconds and the apiserver gives up after seconds: cover both ends.
 const ADMISSION_BUCKETS: [f64; 10] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0];
 const RECONCILE_BUCKETS: [f64; 9] = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0];
@@ -48,6 +91,8 @@ pub struct Metrics {
     pub reconcile_duration: Family<KindLabels, Histogram>,
     pub probes: Family<ResultLabels, Counter>,
     pub leader: Gauge,
+    pub api_requests: Family<ApiLabels, Counter>,
+    pub reconcile_queue: Family<KindLabels, Gauge>,
 }
 
 impl Metrics {
@@ -94,6 +139,18 @@ impl Metrics {
             ),
             probes: registered(r, "worker_probes", "Worker probes by result", Family::default()),
             leader: registered(r, "leader", "1 while this replica holds the controller leader lease", Gauge::default()),
+            api_requests: registered(
+                r,
+                "api_requests",
+                "Requests to the Kubernetes API by verb and resource",
+                Family::default(),
+            ),
+            reconcile_queue: registered(
+                r,
+                "reconcile_queue_depth",
+                "Objects triggered by a change and not yet reconciled, by kind",
+                Family::default(),
+            ),
         }
     }
 }
@@ -109,4 +166,33 @@ pub fn encode(registry: &Registry) -> String {
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, registry).expect("writing to a String cannot fail");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ApiLabels;
+
+    #[test]
+    fn requests_are_classified_as_the_audit_log_does() {
+        let cases = [
+            ("GET", "/api/v1/namespaces/a/secrets?labelSelector=x&watch=true&resourceVersion=1", "watch", "secrets"),
+            ("GET", "/api/v1/secrets?labelSelector=x", "list", "secrets"),
+            ("GET", "/api/v1/namespaces/a/secrets/creds", "get", "secrets"),
+            (
+                "PATCH",
+                "/apis/sandcap.dev/v1alpha1/namespaces/a/sandboxleases/l/status?fieldManager=sandcap",
+                "patch",
+                "sandboxleases/status",
+            ),
+            ("PATCH", "/apis/sandcap.dev/v1alpha1/sandboxproviders/p/status", "patch", "sandboxproviders/status"),
+            ("POST", "/apis/events.k8s.io/v1/namespaces/default/events", "create", "events"),
+            ("PUT", "/apis/coordination.k8s.io/v1/namespaces/s/leases/sandcap-controller", "update", "leases"),
+            ("GET", "/apis/sandcap.dev/v1alpha1/sandboxproviders", "list", "sandboxproviders"),
+            ("GET", "/version", "list", "other"),
+        ];
+        for (method, uri, verb, resource) in cases {
+            let labels = ApiLabels::of(&method.parse().unwrap(), &uri.parse().unwrap());
+            assert_eq!((labels.verb, labels.resource.as_str()), (verb, resource), "{method} {uri}");
+        }
+    }
 }

@@ -36,7 +36,7 @@ use crate::admission::{self, Answer, Verdict};
 use crate::certs::{self, CertOptions};
 use crate::cli::{LogFormat, RunArgs};
 use crate::controller::{self, ControllerOptions};
-use crate::metrics::{self, AdmissionLabels, KindLabels, Metrics};
+use crate::metrics::{self, AdmissionLabels, ApiLabels, KindLabels, Metrics};
 use crate::tls::{self, CertError, CertResolver, CertSource};
 use crate::validation::Options;
 
@@ -145,7 +145,7 @@ async fn serve(args: &RunArgs, shutdown: CancellationToken) -> Result<(), Server
     let admin = bind(args.admin_addr).await?;
     let admin = serve_admin(admin, admin_router(Arc::new(registry), readiness.clone()), shutdown.clone());
     let needs_cluster = !args.webhook_only || args.self_managed_certs;
-    let client = if needs_cluster { Some(kube_client().await.map_err(ServerError::Kube)?) } else { None };
+    let client = if needs_cluster { Some(kube_client(&metrics).await.map_err(ServerError::Kube)?) } else { None };
 
     let controllers = async {
         match (&client, args.webhook_only) {
@@ -197,9 +197,16 @@ async fn serve(args: &RunArgs, shutdown: CancellationToken) -> Result<(), Server
     Ok(())
 }
 
-async fn kube_client() -> Result<kube::Client, kube::Error> {
+/// The client of every controller and of the certificate keeper: each request it makes is counted
+/// in `sandcap_api_requests_total`, so the cost of the controllers is visible.
+async fn kube_client(metrics: &Metrics) -> Result<kube::Client, kube::Error> {
     let config = kube::Config::infer().await.map_err(kube::Error::InferConfig)?;
-    kube::Client::try_from(client_config(config))
+    let requests = metrics.api_requests.clone();
+    let count = tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
+        requests.get_or_create(&ApiLabels::of(request.method(), request.uri())).inc();
+        request
+    });
+    Ok(kube::client::ClientBuilder::try_from(client_config(config))?.with_layer(&count).build())
 }
 
 /// Names sandcap in the User-Agent of every request. A write that names no field manager is

@@ -24,6 +24,7 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
+use prometheus_client::metrics::gauge::Gauge;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tokio_util::sync::CancellationToken;
@@ -31,6 +32,8 @@ use tokio_util::sync::CancellationToken;
 use super::{Error, SecretScope};
 use crate::api::{SandboxLease, SandboxProvider, SecretKeyRef};
 use crate::contract::SecretLookup;
+use crate::metrics::{KindLabels, Metrics};
+use crate::validation::Kind;
 
 /// The label a Secret must carry to serve as a lease's `configFrom` (an admin's explicit choice):
 /// only such Secrets are watched, so no other Secret is ever requested or held in memory.
@@ -51,6 +54,60 @@ pub struct Caches {
 pub struct Triggers {
     pub providers: UnboundedReceiver<ObjectRef<SandboxProvider>>,
     pub leases: UnboundedReceiver<ObjectRef<SandboxLease>>,
+}
+
+/// The objects of one kind that were triggered and not yet reconciled (a set, as the controller's
+/// own queue deduplicates), exported as `sandcap_reconcile_queue_depth`.
+pub struct Queue<K: Resource<DynamicType = ()>> {
+    tx: tokio::sync::mpsc::UnboundedSender<ObjectRef<K>>,
+    pending: std::sync::Arc<std::sync::Mutex<HashSet<ObjectRef<K>>>>,
+    depth: Gauge,
+}
+
+impl<K: Resource<DynamicType = ()>> Clone for Queue<K> {
+    fn clone(&self) -> Self {
+        Queue { tx: self.tx.clone(), pending: self.pending.clone(), depth: self.depth.clone() }
+    }
+}
+
+impl<K: Resource<DynamicType = ()>> Queue<K> {
+    fn new(metrics: &Metrics, kind: &'static str) -> (Queue<K>, UnboundedReceiver<ObjectRef<K>>) {
+        let (tx, rx) = unbounded_channel();
+        let depth = metrics.reconcile_queue.get_or_create(&KindLabels { kind }).clone();
+        (Queue { tx, pending: Default::default(), depth }, rx)
+    }
+
+    fn send(&self, object: ObjectRef<K>) {
+        let mut pending = self.pending.lock().expect("not poisoned");
+        pending.insert(object.clone());
+        self.depth.set(pending.len() as i64);
+        // Only fails once the controller is gone, when nothing is left to trigger.
+        let _ = self.tx.send(object);
+    }
+
+    /// A reconcile of `object` starts: it is no longer waiting.
+    pub fn started(&self, object: &ObjectRef<K>) {
+        let mut pending = self.pending.lock().expect("not poisoned");
+        if pending.remove(object) {
+            self.depth.set(pending.len() as i64);
+        }
+    }
+}
+
+/// The two controllers' queues, for the reconciles to mark what they started.
+#[derive(Clone)]
+pub struct Queues {
+    pub providers: Queue<SandboxProvider>,
+    pub leases: Queue<SandboxLease>,
+}
+
+impl Queues {
+    /// Both queues, and the receiving ends the controllers read.
+    pub(super) fn new(metrics: &Metrics) -> (Queues, Triggers) {
+        let (providers, provider_rx) = Queue::new(metrics, Kind::SandboxProvider.as_str());
+        let (leases, lease_rx) = Queue::new(metrics, Kind::SandboxLease.as_str());
+        (Queues { providers, leases }, Triggers { providers: provider_rx, leases: lease_rx })
+    }
 }
 
 /// The labelled `configFrom` Secrets of every namespace in scope, one cache per namespace (a
@@ -166,14 +223,12 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store();
-    let events = watcher(api, config)
-        .default_backoff()
-        .modify(drop_managed_fields)
-        .reflect(writer)
-        .filter_map(|event| async move {
+    let events = watcher(api, config).default_backoff().modify(drop_managed_fields).reflect(writer).filter_map(
+        |event| async move {
             // The watcher retries with backoff on its own; an error here is only worth a log line.
             event.map_err(|error| tracing::warn!(%error, "watch failed; retrying")).ok()
-        });
+        },
+    );
     (store, events)
 }
 
@@ -190,11 +245,13 @@ impl Caches {
         client: &Client,
         scope: &SecretScope,
         forget: impl Fn(&str) + Send + Sync + Clone + 'static,
+        metrics: &Metrics,
         shutdown: &CancellationToken,
-    ) -> Result<(Caches, Triggers), Error> {
-        let (provider_tx, provider_rx) = unbounded_channel();
-        let (lease_tx, lease_rx) = unbounded_channel();
-        let (providers, provider_events) = watch(Api::<SandboxProvider>::all(client.clone()), watcher::Config::default());
+    ) -> Result<(Caches, Queues, Triggers), Error> {
+        let (queues, triggers) = Queues::new(metrics);
+        let (provider_tx, lease_tx) = (queues.providers.clone(), queues.leases.clone());
+        let (providers, provider_events) =
+            watch(Api::<SandboxProvider>::all(client.clone()), watcher::Config::default());
         let (leases, lease_events) =
             watch(Api::<SandboxLease>::all(client.clone()), watcher::Config::default().any_semantic());
         let selector = watcher::Config::default().labels(&format!("{CONFIG_SOURCE_LABEL}=true"));
@@ -226,13 +283,13 @@ impl Caches {
                 forget_provider(p.uid().as_deref().unwrap_or_default());
             }
             for changed in spec.observe(&event) {
-                let _ = own.send(changed);
+                own.send(changed);
             }
             let listed = view.listed();
             for changed in view.observe(&event) {
                 if listed {
                     for lease in super::leases_for_provider(&by_provider, &changed.name) {
-                        let _ = related.send(lease);
+                        related.send(lease);
                     }
                 }
             }
@@ -246,7 +303,7 @@ impl Caches {
                 forget(l.uid().as_deref().unwrap_or_default());
             }
             for changed in spec.observe(&event) {
-                let _ = own.send(changed);
+                own.send(changed);
             }
         });
 
@@ -260,7 +317,7 @@ impl Caches {
                     if listed {
                         let namespace = changed.namespace.as_deref().unwrap_or_default();
                         for lease in super::leases_for_secret(&by_secret, namespace, &changed.name) {
-                            let _ = related.send(lease);
+                            related.send(lease);
                         }
                     }
                 }
@@ -268,7 +325,7 @@ impl Caches {
         }
 
         caches.ready(shutdown).await?;
-        Ok((caches, Triggers { providers: provider_rx, leases: lease_rx }))
+        Ok((caches, queues, triggers))
     }
 
     async fn ready(&self, shutdown: &CancellationToken) -> Result<(), Error> {

@@ -25,6 +25,7 @@ pub async fn reconcile_lease(lease: Arc<SandboxLease>, ctx: Arc<Context>) -> Res
 }
 
 async fn reconcile(lease: &SandboxLease, ctx: &Context) -> Result<Action, Error> {
+    ctx.queues.leases.started(&ObjectRef::from_obj(lease));
     let provider = ctx.caches.providers.get(&ObjectRef::new(&lease.spec.provider_ref.name));
     let provider = provider.as_deref();
     let namespace = lease.namespace().unwrap_or_default();

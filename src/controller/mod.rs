@@ -129,12 +129,16 @@ pub struct Context {
     pub probe_interval: Duration,
     /// Failed reconciles in a row, by uid; an object's entry goes when it is deleted.
     failures: Arc<Mutex<HashMap<String, u32>>>,
+    /// What the watches triggered and no reconcile has started yet.
+    queues: cache::Queues,
 }
 
 impl Context {
+    #[allow(clippy::too_many_arguments)]
     fn new(
         client: Client,
         caches: Caches,
+        queues: cache::Queues,
         prober: Prober,
         metrics: Metrics,
         probe_interval: Duration,
@@ -150,6 +154,7 @@ impl Context {
             metrics,
             probe_interval,
             failures,
+            queues,
         }
     }
 
@@ -162,9 +167,8 @@ impl Context {
     ) -> Result<Action, Error> {
         let labels = KindLabels { kind: kind_label::<K>() };
         let started = Instant::now();
-        let result = tokio::time::timeout(RECONCILE_DEADLINE, work)
-            .await
-            .unwrap_or(Err(Error::Deadline(RECONCILE_DEADLINE)));
+        let result =
+            tokio::time::timeout(RECONCILE_DEADLINE, work).await.unwrap_or(Err(Error::Deadline(RECONCILE_DEADLINE)));
         self.metrics.reconciles.get_or_create(&labels).inc();
         self.metrics.reconcile_duration.get_or_create(&labels).observe(started.elapsed().as_secs_f64());
         if result.is_ok() {
@@ -251,11 +255,22 @@ async fn controllers(
     // The watches end with the controllers, also when they stop for a lost leader lease.
     let watches = shutdown.child_token();
     let _stop_watches = watches.clone().drop_guard();
-    let (caches, triggers) = Caches::start(&client, &options.secret_namespaces, forget, &watches).await?;
+    let (caches, queues, triggers) =
+        Caches::start(&client, &options.secret_namespaces, forget, &metrics, &watches).await?;
     if shutdown.is_cancelled() {
         return Ok(());
     }
-    let ctx = Arc::new(Context::new(client, caches.clone(), prober, metrics, options.probe_interval, &options.identity, failures));
+    let ctx = Context::new(
+        client,
+        caches.clone(),
+        queues,
+        prober,
+        metrics,
+        options.probe_interval,
+        &options.identity,
+        failures,
+    );
+    let ctx = Arc::new(ctx);
 
     let provider_controller = Controller::for_stream(futures::stream::pending(), caches.providers.clone())
         .with_config(ControllerConfig::default().concurrency(PROVIDER_CONCURRENCY))
@@ -401,7 +416,17 @@ mod tests {
             leases: kube::runtime::reflector::store().0,
             secrets: cache::SecretCache::default(),
         };
-        let ctx = Arc::new(Context::new(client, caches, prober, metrics, Duration::from_secs(60), "test", Arc::default()));
+        let (queues, _triggers) = cache::Queues::new(&metrics);
+        let ctx = Arc::new(Context::new(
+            client,
+            caches,
+            queues,
+            prober,
+            metrics,
+            Duration::from_secs(60),
+            "test",
+            Arc::default(),
+        ));
         let lease: crate::api::SandboxLease = serde_json::from_value(serde_json::json!({
             "apiVersion": "sandcap.dev/v1alpha1", "kind": "SandboxLease",
             "metadata": {"name": "run-42", "namespace": "team-a"},

@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::{Conditions, Context, Error, apply_status, now};
@@ -27,6 +28,7 @@ pub async fn reconcile_provider(provider: Arc<SandboxProvider>, ctx: Arc<Context
 }
 
 async fn reconcile(provider: &SandboxProvider, ctx: &Context) -> Result<Action, Error> {
+    ctx.queues.providers.started(&ObjectRef::from_obj(provider));
     let now = now();
     let (worker, next_probe) = match probe_not_due(provider, ctx, &now) {
         Some((worker, wait)) => (worker.clone(), wait),

@@ -53,7 +53,8 @@ async fn reset(c: &Cluster, admin: &Client, install: &Install, with_config: bool
     })
     .await;
     if with_config {
-        let mut config = install.objects.iter().find(|o| o["kind"] == "ValidatingWebhookConfiguration").unwrap().clone();
+        let mut config =
+            install.objects.iter().find(|o| o["kind"] == "ValidatingWebhookConfiguration").unwrap().clone();
         // Two webhooks, so the test sees that every one of them gets the bundle.
         let mut second = config["webhooks"][0].clone();
         second["name"] = json!("second.sandcap.dev");
@@ -111,8 +112,9 @@ fn apiserver_trusts(bundle: &str, serving_pem: &str, at: SystemTime) -> Result<(
         roots.add(der.expect("PEM")).expect("a CA");
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier =
-        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider).build().expect("verifier");
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .expect("verifier");
     let leaf = CertificateDer::from_pem_slice(serving_pem.as_bytes()).expect("PEM");
     let name = ServerName::try_from(SERVICE_HOST).expect("name");
     let at = UnixTime::since_unix_epoch(at.duration_since(SystemTime::UNIX_EPOCH).expect("after 1970"));
@@ -150,7 +152,8 @@ pub async fn self_managed_certificates_with_the_charts_rbac(c: Arc<Cluster>) {
     assert!(other.webhooks.unwrap()[0].client_config.ca_bundle.is_none(), "another configuration was changed");
 
     // Fresh certificates are left alone.
-    let (secret_version, config_version) = (resource_version(&secrets, SECRET).await, resource_version(&configs, "sandcap").await);
+    let (secret_version, config_version) =
+        (resource_version(&secrets, SECRET).await, resource_version(&configs, "sandcap").await);
     for later in [Duration::ZERO, DAY, 200 * DAY] {
         assert_eq!(reconcile(t0() + later).await, expected(Action::Keep, BundleSync::UpToDate));
     }
@@ -283,9 +286,14 @@ pub async fn self_managed_certificates_with_the_charts_rbac(c: Arc<Cluster>) {
         *last.lock().unwrap() = stderr.clone();
         stderr.contains("denied the request").then_some(stderr)
     };
-    let answer = tokio::time::timeout(Duration::from_secs(30), eventually("a review", Duration::from_secs(60), || async { review() }))
-        .await
-        .unwrap_or_else(|_| panic!("no review through the apiserver; kubectl said: {}\n{}", last.lock().unwrap(), sandcap.log_text()));
+    let answer = tokio::time::timeout(
+        Duration::from_secs(30),
+        eventually("a review", Duration::from_secs(60), || async { review() }),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        panic!("no review through the apiserver; kubectl said: {}\n{}", last.lock().unwrap(), sandcap.log_text())
+    });
     assert!(answer.contains("configSchema"), "{answer}");
     // Every write names its manager.
     let managers = |fields: Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry>>| {

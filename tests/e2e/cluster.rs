@@ -237,12 +237,12 @@ impl Cluster {
         let peer_url = format!("http://127.0.0.1:{peer}");
         let mut command = Command::new(self.bin.path("etcd"));
         command
-                .args(["--name", "e2e", "--data-dir"])
-                .arg(self.dir.join("etcd"))
-                .args(["--listen-client-urls", &client_url, "--advertise-client-urls", &client_url])
-                .args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url])
-                .args(["--initial-cluster", &format!("e2e={peer_url}")])
-                // A test cluster loses nothing worth an fsync; etcd's own default is far slower.
+            .args(["--name", "e2e", "--data-dir"])
+            .arg(self.dir.join("etcd"))
+            .args(["--listen-client-urls", &client_url, "--advertise-client-urls", &client_url])
+            .args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("e2e={peer_url}")])
+            // A test cluster loses nothing worth an fsync; etcd's own default is far slower.
             .args(["--unsafe-no-fsync", "--listen-metrics-urls", &format!("http://127.0.0.1:{}", free_port())]);
         let child = spawn_logged(command, &self.dir.join("etcd.log"));
         *self.etcd.lock().unwrap() = Some(child);
@@ -254,28 +254,28 @@ impl Cluster {
         let arg = |name: &str| pki.join(name).into_os_string();
         let mut command = Command::new(self.bin.path("kube-apiserver"));
         command
-                .args(["--etcd-servers", &format!("http://127.0.0.1:{}", self.etcd_port)])
+            .args(["--etcd-servers", &format!("http://127.0.0.1:{}", self.etcd_port)])
             .args(["--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1"])
             // The `kubernetes` Service's endpoints may not be loopback, and nothing here needs them.
             .args(["--endpoint-reconciler-type", "none"])
-                .args(["--secure-port", &self.port.to_string()])
-                .arg("--tls-cert-file")
-                .arg(arg("tls.crt"))
-                .arg("--tls-private-key-file")
-                .arg(arg("tls.key"))
-                .arg("--client-ca-file")
-                .arg(arg("ca.crt"))
-                .arg("--token-auth-file")
-                .arg(self.dir.join("tokens.csv"))
-                .args(["--authorization-mode", "RBAC", "--service-cluster-ip-range", "10.0.0.0/24"])
-                .args(["--service-account-issuer", "https://kubernetes.default.svc"])
-                .arg("--service-account-key-file")
-                .arg(arg("sa.pub"))
-                .arg("--service-account-signing-key-file")
-                .arg(arg("sa.key"))
-                // Pods never run here; priority and fairness only adds its own objects and load.
-                .args(["--enable-priority-and-fairness=false", "--allow-privileged=true"])
-                .arg("--egress-selector-config-file")
+            .args(["--secure-port", &self.port.to_string()])
+            .arg("--tls-cert-file")
+            .arg(arg("tls.crt"))
+            .arg("--tls-private-key-file")
+            .arg(arg("tls.key"))
+            .arg("--client-ca-file")
+            .arg(arg("ca.crt"))
+            .arg("--token-auth-file")
+            .arg(self.dir.join("tokens.csv"))
+            .args(["--authorization-mode", "RBAC", "--service-cluster-ip-range", "10.0.0.0/24"])
+            .args(["--service-account-issuer", "https://kubernetes.default.svc"])
+            .arg("--service-account-key-file")
+            .arg(arg("sa.pub"))
+            .arg("--service-account-signing-key-file")
+            .arg(arg("sa.key"))
+            // Pods never run here; priority and fairness only adds its own objects and load.
+            .args(["--enable-priority-and-fairness=false", "--allow-privileged=true"])
+            .arg("--egress-selector-config-file")
             .arg(self.dir.join("egress.yaml"))
             .arg("--audit-policy-file")
             .arg(self.dir.join("audit-policy.yaml"))
@@ -437,7 +437,10 @@ impl Proxy {
     }
 }
 
-async fn tunnel(mut client: tokio::net::UnixStream, routes: std::sync::Arc<Mutex<std::collections::HashMap<String, u16>>>) {
+async fn tunnel(
+    mut client: tokio::net::UnixStream,
+    routes: std::sync::Arc<Mutex<std::collections::HashMap<String, u16>>>,
+) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut head = Vec::new();
     let mut byte = [0u8; 1];

@@ -107,7 +107,8 @@ pub async fn lease_reason(client: &Client, namespace: &str, name: &str, capabili
     eventually(&what, WAIT, || async {
         let lease = get(client, "SandboxLease", Some(namespace), name).await?;
         let status = &lease["status"];
-        (explanation(status, capability)?.0 == reason && status["observedGeneration"] == lease["metadata"]["generation"])
+        (explanation(status, capability)?.0 == reason
+            && status["observedGeneration"] == lease["metadata"]["generation"])
             .then(|| status.clone())
     })
     .await
@@ -143,10 +144,20 @@ pub async fn status_narrowing_and_recovery_with_the_charts_rbac(c: Arc<Cluster>)
             lease(NS, "ephemeral", "e2e-acme", json!({})),
             lease(NS, "reuse", "e2e-acme", json!({"policy": "ReuseByEnvironment", "environment": "env-7"})),
             lease(NS, "job", "e2e-acme", json!({"backend": "job"})),
-            lease(NS, "workload", "e2e-acme", json!({"workloadRef": {"apiVersion": "batch/v1", "kind": "Job", "name": "j"}})),
+            lease(
+                NS,
+                "workload",
+                "e2e-acme",
+                json!({"workloadRef": {"apiVersion": "batch/v1", "kind": "Job", "name": "j"}}),
+            ),
             lease(NS, "no-sync", "e2e-acme", json!({"nativeFileSyncUnsupported": true})),
             lease(NS, "bad-config", "e2e-acme", json!({"config": {"apiToken": "short"}})),
-            lease(NS, "from-secret", "e2e-acme", json!({"configFrom": [{"secretKeyRef": {"name": "creds", "key": "config.json"}}]})),
+            lease(
+                NS,
+                "from-secret",
+                "e2e-acme",
+                json!({"configFrom": [{"secretKeyRef": {"name": "creds", "key": "config.json"}}]}),
+            ),
             lease(NS, "orphan", "e2e-nobody", json!({})),
         ],
     );
@@ -161,12 +172,14 @@ pub async fn status_narrowing_and_recovery_with_the_charts_rbac(c: Arc<Cluster>)
     lease_reason(&admin, NS, "orphan", "independentControlCommands", "PluginIdentityFailed").await;
 
     // Secret missing -> narrowed; created -> recovered; broken -> narrowed, never quoted; deleted -> narrowed.
-    let missing = lease_reason(&admin, NS, "from-secret", "incrementalSessionOutput", "NarrowedByConfigResolution").await;
+    let missing =
+        lease_reason(&admin, NS, "from-secret", "incrementalSessionOutput", "NarrowedByConfigResolution").await;
     assert!(explanation(&missing, "incrementalSessionOutput").unwrap().1.contains("creds"), "{missing:#}");
     install::apply(&c, &[secret(NS, "creds", "config.json", r#"{"apiToken": "s3cr3t-token-value"}"#, true)]);
     lease_reason(&admin, NS, "from-secret", "incrementalSessionOutput", "Granted").await;
     install::apply(&c, &[secret(NS, "creds", "config.json", "s3cr3t-token-value not json", true)]);
-    let broken = lease_reason(&admin, NS, "from-secret", "persistentProcessSessions", "NarrowedByConfigResolution").await;
+    let broken =
+        lease_reason(&admin, NS, "from-secret", "persistentProcessSessions", "NarrowedByConfigResolution").await;
     assert!(!broken.to_string().contains("s3cr3t"), "a Secret value reached the status: {broken:#}");
     delete(&admin, "Secret", Some(NS), "creds").await;
     install::apply(&c, &[secret(NS, "creds", "config.json", r#"{"apiToken": "s3cr3t-token-value"}"#, true)]);
@@ -180,24 +193,45 @@ pub async fn status_narrowing_and_recovery_with_the_charts_rbac(c: Arc<Cluster>)
         &[
             secret(NS, "plain", "config.json", r#"{"apiToken": "s3cr3t-token-value"}"#, false),
             secret(OUTSIDE, "creds", "config.json", r#"{"apiToken": "s3cr3t-token-value"}"#, true),
-            lease(NS, "unlabelled", "e2e-acme", json!({"configFrom": [{"secretKeyRef": {"name": "plain", "key": "config.json"}}]})),
-            lease(OUTSIDE, "outside", "e2e-acme", json!({"configFrom": [{"secretKeyRef": {"name": "creds", "key": "config.json"}}]})),
+            lease(
+                NS,
+                "unlabelled",
+                "e2e-acme",
+                json!({"configFrom": [{"secretKeyRef": {"name": "plain", "key": "config.json"}}]}),
+            ),
+            lease(
+                OUTSIDE,
+                "outside",
+                "e2e-acme",
+                json!({"configFrom": [{"secretKeyRef": {"name": "creds", "key": "config.json"}}]}),
+            ),
         ],
     );
     let missing_message = explanation(&missing, "persistentProcessSessions").unwrap().1;
-    let unlabelled = lease_reason(&admin, NS, "unlabelled", "persistentProcessSessions", "NarrowedByConfigResolution").await;
-    assert_eq!(explanation(&unlabelled, "persistentProcessSessions").unwrap().1, missing_message.replace("creds", "plain"));
-    let outside = lease_reason(&admin, OUTSIDE, "outside", "persistentProcessSessions", "NarrowedByConfigResolution").await;
+    let unlabelled =
+        lease_reason(&admin, NS, "unlabelled", "persistentProcessSessions", "NarrowedByConfigResolution").await;
+    assert_eq!(
+        explanation(&unlabelled, "persistentProcessSessions").unwrap().1,
+        missing_message.replace("creds", "plain")
+    );
+    let outside =
+        lease_reason(&admin, OUTSIDE, "outside", "persistentProcessSessions", "NarrowedByConfigResolution").await;
     assert_eq!(explanation(&outside, "persistentProcessSessions").unwrap().1, missing_message);
     let secret_requests: Vec<String> = c
         .audit()
         .iter()
-        .filter(|e| e["objectRef"]["resource"] == "secrets" && e["user"]["username"].as_str().is_some_and(|u| u.ends_with(":sandcap")))
+        .filter(|e| {
+            e["objectRef"]["resource"] == "secrets"
+                && e["user"]["username"].as_str().is_some_and(|u| u.ends_with(":sandcap"))
+        })
         .map(|e| format!("{} {} {}", e["verb"], e["objectRef"]["namespace"], e["requestURI"]))
         .collect();
     assert!(!secret_requests.is_empty(), "the audit log shows no Secret watch at all");
     for request in &secret_requests {
-        assert!(request.contains(&format!("\"{NS}\"")) && request.contains("sandcap.dev%2Fconfig-source%3Dtrue"), "{request}");
+        assert!(
+            request.contains(&format!("\"{NS}\"")) && request.contains("sandcap.dev%2Fconfig-source%3Dtrue"),
+            "{request}"
+        );
         assert!(!request.starts_with("\"get\""), "a Secret was fetched: {request}");
     }
 
@@ -207,11 +241,16 @@ pub async fn status_narrowing_and_recovery_with_the_charts_rbac(c: Arc<Cluster>)
     let event = eventually("a CapabilitiesRevoked Event", WAIT, || async {
         let events = ok("get events", c.kubectl(&["get", "events.events.k8s.io", "-A", "-o", "json"]));
         let events: Value = serde_json::from_str(&events).expect("JSON");
-        events["items"].as_array()?.iter().find(|e| e["reason"] == "CapabilitiesRevoked" && e["regarding"]["name"] == "e2e-acme").cloned()
+        events["items"]
+            .as_array()?
+            .iter()
+            .find(|e| e["reason"] == "CapabilitiesRevoked" && e["regarding"]["name"] == "e2e-acme")
+            .cloned()
     })
     .await;
     assert!(event["note"].as_str().unwrap_or_default().contains("nativeSyncIn"), "{event:#}");
-    let managers: Vec<&str> = event["metadata"]["managedFields"].as_array().unwrap().iter().filter_map(|m| m["manager"].as_str()).collect();
+    let managers: Vec<&str> =
+        event["metadata"]["managedFields"].as_array().unwrap().iter().filter_map(|m| m["manager"].as_str()).collect();
     assert_eq!(managers, ["sandcap"], "the Event's field managers");
 
     // Provider deleted and re-created: pinned leases stay all-off.
@@ -257,7 +296,8 @@ pub async fn leases_follow_their_provider_after_a_restart(c: Arc<Cluster>) {
     let install = Install::chart(&c, json!({})).await;
     install::namespaces(&c, &[NS]);
     let worker = Worker::with_methods(&ALL_METHODS);
-    let mut providers: Vec<Value> = (0..300).map(|i| provider(&format!("e2e-r{i:03}"), &worker.url, all_true())).collect();
+    let mut providers: Vec<Value> =
+        (0..300).map(|i| provider(&format!("e2e-r{i:03}"), &worker.url, all_true())).collect();
     let names: Vec<String> = (0..6).map(|i| format!("lease-{i}")).collect();
     let mut objects = providers.clone();
     objects.extend(names.iter().map(|n| lease(NS, n, "e2e-r000", json!({}))));
@@ -294,7 +334,8 @@ pub async fn a_standby_takes_over_and_every_lease_follows(c: Arc<Cluster>) {
     objects.extend(names.iter().map(|n| lease(NS, n, "e2e-leader", json!({}))));
     install::apply(&c, &objects);
     let admin = c.admin().await;
-    let mut replicas = vec![Sandcap::start(&c, &install, "replica-a", &ELECTED), Sandcap::start(&c, &install, "replica-b", &ELECTED)];
+    let mut replicas =
+        vec![Sandcap::start(&c, &install, "replica-a", &ELECTED), Sandcap::start(&c, &install, "replica-b", &ELECTED)];
     all_leases(&admin, NS, &names, "independentControlCommands", "Granted").await;
 
     for (round, signal) in [libc::SIGTERM, libc::SIGKILL].into_iter().enumerate() {
@@ -304,7 +345,11 @@ pub async fn a_standby_takes_over_and_every_lease_follows(c: Arc<Cluster>) {
         let standby = &replicas[1 - index];
         let waiting = format!("holder={leader}");
         eventually("the standby's log line", WAIT, || async {
-            standby.log_text().lines().any(|l| l.contains("waiting for the leader lease") && l.contains(&waiting)).then_some(())
+            standby
+                .log_text()
+                .lines()
+                .any(|l| l.contains("waiting for the leader lease") && l.contains(&waiting))
+                .then_some(())
         })
         .await;
         let mut old = replicas.remove(index);
@@ -370,7 +415,12 @@ pub async fn a_probe_with_the_same_answer_re_resolves_no_lease(c: Arc<Cluster>) 
     let from = json!({"configFrom": [{"secretKeyRef": {"name": "creds", "key": "config.json"}}]});
     objects.extend(names.iter().map(|n| lease(NS, n, "e2e-quiet", from.clone())));
     install::apply(&c, &objects);
-    let sandcap = Sandcap::start(&c, &install, "quiet", &[("SANDCAP_CONTROLLERS_ONLY", "true"), ("SANDCAP_PROBE_INTERVAL", "1s")]);
+    let sandcap = Sandcap::start(
+        &c,
+        &install,
+        "quiet",
+        &[("SANDCAP_CONTROLLERS_ONLY", "true"), ("SANDCAP_PROBE_INTERVAL", "1s")],
+    );
     let admin = c.admin().await;
     all_leases(&admin, NS, &names, "incrementalSessionOutput", "Granted").await;
 
@@ -388,10 +438,14 @@ pub async fn a_probe_with_the_same_answer_re_resolves_no_lease(c: Arc<Cluster>) 
     let reconciles = |metrics: &str| {
         metrics.lines().find(|l| l.starts_with("sandcap_reconciles_total{kind=\"SandboxLease\"}")).map(String::from)
     };
-    let (lease_writes, provider_writes) = (count("patch", "sandboxleases", Some("status")), count("patch", "sandboxproviders", Some("status")));
+    let (lease_writes, provider_writes) =
+        (count("patch", "sandboxleases", Some("status")), count("patch", "sandboxproviders", Some("status")));
     let before = reconciles(&sandcap.metrics().await);
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(count("patch", "sandboxproviders", Some("status")) > provider_writes, "no probe was published in 5 probe intervals");
+    assert!(
+        count("patch", "sandboxproviders", Some("status")) > provider_writes,
+        "no probe was published in 5 probe intervals"
+    );
     assert_eq!(count("patch", "sandboxleases", Some("status")), lease_writes, "a lease was written");
     assert_eq!(count("get", "secrets", None), 0, "a Secret was fetched");
     assert_eq!(reconciles(&sandcap.metrics().await), before, "a lease was reconciled");

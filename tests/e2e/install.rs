@@ -68,7 +68,10 @@ pub fn render_chart(values: &Value) -> Vec<Value> {
             .arg("--venv-only")
             .status()
             .expect("bash runs .ci/chart.sh");
-        assert!(status.success(), ".ci/chart.sh --venv-only failed: the chart tests' venv is needed to render the chart");
+        assert!(
+            status.success(),
+            ".ci/chart.sh --venv-only failed: the chart tests' venv is needed to render the chart"
+        );
         std::env::var_os("SANDCAP_CHART_VENV").map_or_else(|| root.join("target/chart-venv"), PathBuf::from)
     });
     let output = Command::new(venv.join("bin/python"))
@@ -93,7 +96,10 @@ impl Install {
         let rbac: Vec<Value> = objects
             .iter()
             .filter(|o| {
-                matches!(o["kind"].as_str(), Some("ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding"))
+                matches!(
+                    o["kind"].as_str(),
+                    Some("ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding")
+                )
             })
             .cloned()
             .collect();

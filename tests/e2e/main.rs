@@ -14,9 +14,9 @@ mod certs;
 mod cluster;
 mod controllers;
 mod install;
-mod webhook;
 #[path = "../support/mod.rs"]
 mod support;
+mod webhook;
 
 use std::sync::{Arc, OnceLock};
 

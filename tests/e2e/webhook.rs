@@ -5,9 +5,9 @@
 use std::process::Command;
 use std::sync::Arc;
 
+use kube::Client;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::Client;
 use serde_json::{Value, json};
 
 use crate::cluster::{Cluster, repo_root};
@@ -19,7 +19,9 @@ const CORPUS_NAMESPACE: &str = "e2e-corpus";
 pub async fn crds_are_served_with_their_names_columns_and_descriptions(c: Arc<Cluster>) {
     install::crds(&c);
     let resources = ok("api-resources", c.kubectl(&["api-resources", "--api-group", "sandcap.dev", "-o", "wide"]));
-    for expected in ["sandboxproviders", "sbp", "false", "SandboxProvider", "sandboxleases", "sbl", "true", "SandboxLease"] {
+    for expected in
+        ["sandboxproviders", "sbp", "false", "SandboxProvider", "sandboxleases", "sbl", "true", "SandboxLease"]
+    {
         assert!(resources.contains(expected), "{expected} missing from:\n{resources}");
     }
     let columns = ok("get sbp", c.kubectl(&["get", "sbp", "-o", "wide"]));
@@ -168,7 +170,10 @@ pub async fn denials_warnings_and_dry_run_through_the_apiserver(c: Arc<Cluster>)
         let applied = c.kubectl(&["apply", "--validate", mode, "-f", install::path_str(&removed)]);
         let stderr = String::from_utf8_lossy(&applied.stderr);
         assert!(!applied.status.success(), "--validate={mode} accepted a removed key");
-        assert!(stderr.contains("concurrentSyncAndExec") && stderr.contains("removed from the contract"), "{mode}: {stderr}");
+        assert!(
+            stderr.contains("concurrentSyncAndExec") && stderr.contains("removed from the contract"),
+            "{mode}: {stderr}"
+        );
     }
 
     // Immutable fields on UPDATE.
@@ -177,7 +182,8 @@ pub async fn denials_warnings_and_dry_run_through_the_apiserver(c: Arc<Cluster>)
     provider["metadata"]["name"] = json!("e2e-immutable");
     install::apply(&c, &[provider.clone()]);
     provider["spec"]["pluginKey"] = json!("acme.other");
-    let changed = c.kubectl_stdin(&["apply", "--server-side", "--field-manager", "e2e", "-f", "-"], &provider.to_string());
+    let changed =
+        c.kubectl_stdin(&["apply", "--server-side", "--field-manager", "e2e", "-f", "-"], &provider.to_string());
     let stderr = String::from_utf8_lossy(&changed.stderr);
     assert!(!changed.status.success() && stderr.contains("spec.pluginKey") && stderr.contains("immutable"), "{stderr}");
     ok("delete", c.kubectl(&["delete", "sbp", "e2e-immutable"]));
