@@ -448,6 +448,11 @@ pub async fn a_probe_with_the_same_answer_re_resolves_no_lease(c: Arc<Cluster>) 
     );
     assert_eq!(count("patch", "sandboxleases", Some("status")), lease_writes, "a lease was written");
     assert_eq!(count("get", "secrets", None), 0, "a Secret was fetched");
-    assert_eq!(reconciles(&sandcap.metrics().await), before, "a lease was reconciled");
+    let metrics = sandcap.metrics().await;
+    assert_eq!(reconciles(&metrics), before, "a lease was reconciled");
+    // The cost is visible in sandcap's own metrics too.
+    assert!(metrics.contains("sandcap_api_requests_total{verb=\"watch\",resource=\"secrets\"}"), "{metrics}");
+    assert!(!metrics.contains("sandcap_api_requests_total{verb=\"get\",resource=\"secrets\"}"), "{metrics}");
+    assert!(metrics.contains("sandcap_reconcile_queue_depth{kind=\"SandboxLease\"} 0"), "{metrics}");
     delete(&admin, "SandboxProvider", None, "e2e-quiet").await;
 }

@@ -245,6 +245,8 @@ impl Sandcap {
         reqwest::get(&url).await.expect("metrics answer").text().await.expect("metrics text")
     }
 
+    /// For benches/cluster.rs, which reads the process's peak RSS.
+    #[allow(dead_code)]
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

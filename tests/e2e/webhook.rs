@@ -40,10 +40,15 @@ pub async fn crds_are_served_with_their_names_columns_and_descriptions(c: Arc<Cl
     }
 }
 
-/// What `sandcap validate -o json` says of every object in `file`.
+/// What `sandcap validate -o json --allow-worker-urls` says of every object in `file`.
 fn validate(file: &std::path::Path) -> Vec<Value> {
+    validate_with(file, &["--allow-worker-urls"])
+}
+
+fn validate_with(file: &std::path::Path, flags: &[&str]) -> Vec<Value> {
     let output = Command::new(env!("CARGO_BIN_EXE_sandcap"))
-        .args(["validate", "-o", "json", "--allow-worker-urls"])
+        .args(["validate", "-o", "json"])
+        .args(flags)
         .arg(file)
         .output()
         .expect("sandcap validate runs");
@@ -188,4 +193,17 @@ pub async fn denials_warnings_and_dry_run_through_the_apiserver(c: Arc<Cluster>)
     assert!(!changed.status.success() && stderr.contains("spec.pluginKey") && stderr.contains("immutable"), "{stderr}");
     ok("delete", c.kubectl(&["delete", "sbp", "e2e-immutable"]));
     assert!(webhook.problems().is_empty(), "{:?}", webhook.problems());
+    drop(_registration);
+    drop(webhook);
+
+    // Without --allow-worker-urls (the chart's default) a worker URL is refused, as offline.
+    let strict = Sandcap::start(&c, &install, "webhook-no-urls", &[("SANDCAP_WEBHOOK_ONLY", "true"), ("SANDCAP_ALLOW_WORKER_URLS", "false")]);
+    strict.ready().await;
+    let _registration = install.register_webhook(&c, strict.webhook_port, &c.ca.pem);
+    let corpus = root.join("tests/e2e/corpus/providers.yaml");
+    let offline = validate_with(&corpus, &[]).remove(0);
+    assert_eq!(offline["allowed"], false, "{offline}");
+    assert!(offline["message"].as_str().unwrap().contains("--allow-worker-urls"), "{offline}");
+    let server = apiserver_verdict(&admin, &objects(&corpus)[0]).await;
+    assert_eq!(server, Some(as_the_apiserver_says(offline["message"].as_str().unwrap())));
 }
