@@ -9,7 +9,7 @@
 //!    probe intervals with nothing changed (lease status writes and Secret GETs, from the
 //!    apiserver's audit log); sandcap's peak RSS.
 //!
-//!   cargo bench --bench cluster
+//!   cargo build --release --example reference-worker && cargo bench --bench cluster
 //!   SANDCAP_E2E_SANDCAP=path/to/other/sandcap cargo bench --bench cluster    (another build)
 
 #[path = "../tests/e2e/cluster.rs"]
@@ -34,9 +34,9 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use cluster::Cluster;
-use controllers::{all_true, explanation, lease, provider, resource, secret};
+use controllers::{explanation, resource};
 use install::{Install, Sandcap};
-use support::{ALL_METHODS, Worker};
+use support::{ALL_METHODS, Worker, all_true, lease, provider, secret};
 
 const NS: &str = "bench";
 const PROVIDERS: usize = 100;
@@ -212,6 +212,7 @@ async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client) {
         "bench-controllers",
         &[("SANDCAP_CONTROLLERS_ONLY", "true"), ("SANDCAP_LEADER_ELECT", "false"), ("SANDCAP_PROBE_INTERVAL", "2s")],
     );
+    sandcap.ready().await;
     let total = names.len() as u64;
     let deadline = Instant::now() + Duration::from_secs(600);
     while lease_reconciles(&sandcap.metrics().await) < total {

@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use sandcap::api::SandboxProviderSpec;
+use sandcap::api::{SandboxProvider, SandboxProviderSpec};
 use sandcap::probe::{MAX_ANSWER_BYTES, ProbeOutcome, Prober, parse_worker_url};
 use serde_json::Value;
 use support::{ALL_METHODS, Worker, all_true, provider};
@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 fn spec() -> SandboxProviderSpec {
-    provider("acme", "http://unused.example", all_true()).spec
+    serde_json::from_value::<SandboxProvider>(provider("acme", "http://unused.example", all_true())).unwrap().spec
 }
 
 async fn probe_with(url: &str, timeout: Duration) -> ProbeOutcome {
@@ -174,7 +174,7 @@ async fn http_errors_fail_and_redirects_are_not_followed() {
 #[tokio::test]
 async fn a_worker_url_is_not_probed_without_the_flag() {
     let worker = Worker::with_methods(&ALL_METHODS);
-    let provider = provider("acme", &worker.url, all_true());
+    let provider: SandboxProvider = serde_json::from_value(provider("acme", &worker.url, all_true())).unwrap();
     let refused = Prober::new(Duration::from_secs(5), false, "test").probe(&provider).await;
     assert!(failure(refused).contains("without --allow-worker-urls"));
     let allowed = Prober::new(Duration::from_secs(5), true, "test").probe(&provider).await;

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::cluster::Cluster;
 use crate::install::{self, Install, Sandcap, eventually, ok};
-use crate::support::{ALL_METHODS, Worker};
+use crate::support::{ALL_METHODS, Worker, all_true, lease, provider, secret};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -39,59 +39,6 @@ pub async fn get(client: &Client, kind: &str, namespace: Option<&str>, name: &st
 
 pub async fn delete(client: &Client, kind: &str, namespace: Option<&str>, name: &str) {
     let _ = api(client, kind, namespace).delete(name, &DeleteParams::default()).await;
-}
-
-/// A provider of one `sandbox_provider` driver `kubernetes` whose worker is at `url`.
-pub fn provider(name: &str, url: &str, capabilities: Value) -> Value {
-    json!({
-        "apiVersion": "sandcap.dev/v1alpha1",
-        "kind": "SandboxProvider",
-        "metadata": {"name": name},
-        "spec": {
-            "pluginKey": "acme.kubernetes-sandbox-provider",
-            "version": "1.4.0",
-            "worker": {"url": url},
-            "environmentDrivers": [{
-                "driverKey": "kubernetes",
-                "kind": "sandbox_provider",
-                "displayName": "Kubernetes",
-                "configSchema": {
-                    "type": "object",
-                    "properties": {"backend": {"type": "string"}, "apiToken": {"type": "string", "minLength": 8}},
-                    "additionalProperties": false
-                },
-                "sandboxCapabilities": capabilities
-            }]
-        }
-    })
-}
-
-pub fn all_true() -> Value {
-    json!({"reusableLeases": true, "nativeSyncIn": true, "nativeSyncOut": true,
-           "persistentProcessSessions": true, "independentControlCommands": true, "incrementalSessionOutput": true})
-}
-
-/// A lease of `provider`'s `kubernetes` driver; `spec` is merged over the minimal spec.
-pub fn lease(namespace: &str, name: &str, provider: &str, spec: Value) -> Value {
-    let mut base = json!({"providerRef": {"name": provider, "driverKey": "kubernetes"}});
-    base.as_object_mut().expect("object").extend(spec.as_object().expect("spec is an object").clone());
-    json!({
-        "apiVersion": "sandcap.dev/v1alpha1",
-        "kind": "SandboxLease",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": base
-    })
-}
-
-/// A Secret holding `value` under `key`; labelled as a config source when `consent`.
-pub fn secret(namespace: &str, name: &str, key: &str, value: &str, consent: bool) -> Value {
-    let labels = if consent { json!({"sandcap.dev/config-source": "true"}) } else { json!({}) };
-    json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "stringData": {key: value}
-    })
 }
 
 /// `(reason, message)` of `capability` in a status's explanations.

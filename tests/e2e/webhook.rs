@@ -197,7 +197,12 @@ pub async fn denials_warnings_and_dry_run_through_the_apiserver(c: Arc<Cluster>)
     drop(webhook);
 
     // Without --allow-worker-urls (the chart's default) a worker URL is refused, as offline.
-    let strict = Sandcap::start(&c, &install, "webhook-no-urls", &[("SANDCAP_WEBHOOK_ONLY", "true"), ("SANDCAP_ALLOW_WORKER_URLS", "false")]);
+    let strict = Sandcap::start(
+        &c,
+        &install,
+        "webhook-no-urls",
+        &[("SANDCAP_WEBHOOK_ONLY", "true"), ("SANDCAP_ALLOW_WORKER_URLS", "false")],
+    );
     strict.ready().await;
     let _registration = install.register_webhook(&c, strict.webhook_port, &c.ca.pem);
     let corpus = root.join("tests/e2e/corpus/providers.yaml");

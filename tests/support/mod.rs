@@ -5,8 +5,6 @@ use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
-use k8s_openapi::api::core::v1::Secret;
-use sandcap::api::{SandboxLease, SandboxProvider};
 use serde_json::{Value, json};
 
 pub const ALL_METHODS: [&str; 6] = [
@@ -66,9 +64,10 @@ fn worker_binary() -> PathBuf {
     path
 }
 
-/// A provider whose worker is reached by URL (the tests run the controller with URLs allowed).
-pub fn provider(name: &str, url: &str, capabilities: Value) -> SandboxProvider {
-    serde_json::from_value(json!({
+/// A provider of one `sandbox_provider` driver `kubernetes` whose worker is at `url` (the tests
+/// run sandcap with worker URLs allowed), as JSON.
+pub fn provider(name: &str, url: &str, capabilities: Value) -> Value {
+    json!({
         "apiVersion": "sandcap.dev/v1alpha1",
         "kind": "SandboxProvider",
         "metadata": {"name": name},
@@ -88,8 +87,7 @@ pub fn provider(name: &str, url: &str, capabilities: Value) -> SandboxProvider {
                 "sandboxCapabilities": capabilities
             }]
         }
-    }))
-    .expect("a valid provider")
+    })
 }
 
 /// Declares every capability true (the two opt-in keys need it).
@@ -99,22 +97,24 @@ pub fn all_true() -> Value {
 }
 
 /// A lease of `provider`'s `kubernetes` driver; `spec` is merged over the minimal spec.
-pub fn lease(namespace: &str, name: &str, provider: &str, spec: Value) -> SandboxLease {
+pub fn lease(namespace: &str, name: &str, provider: &str, spec: Value) -> Value {
     let mut base = json!({"providerRef": {"name": provider, "driverKey": "kubernetes"}});
     base.as_object_mut().expect("object").extend(spec.as_object().expect("spec is an object").clone());
-    serde_json::from_value(json!({
+    json!({
         "apiVersion": "sandcap.dev/v1alpha1",
         "kind": "SandboxLease",
         "metadata": {"name": name, "namespace": namespace},
         "spec": base
-    }))
-    .expect("a valid lease")
+    })
 }
 
-pub fn secret(namespace: &str, name: &str, key: &str, value: &str) -> Secret {
-    let mut s = Secret::default();
-    s.metadata.name = Some(name.into());
-    s.metadata.namespace = Some(namespace.into());
-    s.data = Some([(key.to_string(), k8s_openapi::ByteString(value.as_bytes().to_vec()))].into());
-    s
+/// A Secret holding `value` under `key`; labelled as a config source when `consent`.
+pub fn secret(namespace: &str, name: &str, key: &str, value: &str, consent: bool) -> Value {
+    let labels = if consent { json!({"sandcap.dev/config-source": "true"}) } else { json!({}) };
+    json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "stringData": {key: value}
+    })
 }
