@@ -26,13 +26,12 @@ pub fn ok(what: &str, output: Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// Server-side applies `objects` as admin.
+/// Server-side applies `objects` as admin, taking over fields other writers set (the tests'
+/// objects are the admin's intent).
 pub fn apply(cluster: &Cluster, objects: &[Value]) {
     let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
-    ok(
-        "kubectl apply",
-        cluster.kubectl_stdin(&["apply", "--server-side", "--field-manager", "e2e", "-f", "-"], &list.to_string()),
-    );
+    let args = ["apply", "--server-side", "--force-conflicts", "--field-manager", "e2e", "-f", "-"];
+    ok("kubectl apply", cluster.kubectl_stdin(&args, &list.to_string()));
 }
 
 /// Applies crds/ (once per cluster) and waits until both are served.
