@@ -11,7 +11,8 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::validation::{self, Kind, Options, REVIEWED, REVIEWED_OLD, Shape, prefix};
+use crate::validation::{self, Kind, Options, REVIEWED, Shape, prefix};
+use crate::vocabulary::words;
 
 pub const API_VERSION: &str = "admission.k8s.io/v1";
 pub const KIND: &str = "AdmissionReview";
@@ -31,38 +32,17 @@ const REVIEW: Shape = Shape::Keys(&[
             ("name", Shape::Whole),
             ("dryRun", Shape::Whole),
             ("object", REVIEWED),
-            ("oldObject", REVIEWED_OLD),
         ]),
     ),
 ]);
 
-/// The operation of a request, as a bounded set (it labels metrics).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Operation {
-    Create,
-    Update,
-    Delete,
-    Connect,
-}
-
-impl Operation {
-    fn parse(s: &str) -> Option<Operation> {
-        match s {
-            "CREATE" => Some(Operation::Create),
-            "UPDATE" => Some(Operation::Update),
-            "DELETE" => Some(Operation::Delete),
-            "CONNECT" => Some(Operation::Connect),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Operation::Create => "CREATE",
-            Operation::Update => "UPDATE",
-            Operation::Delete => "DELETE",
-            Operation::Connect => "CONNECT",
-        }
+words! {
+    /// The operation of a request, as a bounded set (it labels metrics).
+    pub enum Operation (as_str, parse) {
+        Create = "CREATE",
+        Update = "UPDATE",
+        Delete = "DELETE",
+        Connect = "CONNECT",
     }
 }
 
@@ -147,10 +127,10 @@ fn finish(status: u16, response: &Response, outcome: Outcome) -> Answer {
     Answer { status, body, outcome }
 }
 
-/// The parts of `request` the webhook reads.
+/// The part of `request` the webhook reads beyond the envelope (the stored object is not read:
+/// the rules about it, immutability, are the CRD's).
 struct Request {
     object: Option<Value>,
-    old_object: Option<Value>,
 }
 
 fn decode(body: &[u8], outcome: &mut Outcome) -> Result<Request, String> {
@@ -195,7 +175,7 @@ fn decode(body: &[u8], outcome: &mut Outcome) -> Result<Request, String> {
     }
     outcome.name = clip(string(&request, "name")).to_string();
     outcome.dry_run = request.get("dryRun").and_then(Value::as_bool).unwrap_or(false);
-    Ok(Request { object: take_object(&mut request, "object"), old_object: take_object(&mut request, "oldObject") })
+    Ok(Request { object: request.remove("object").filter(|v| !v.is_null()) })
 }
 
 fn answer(request: Request, options: &Options, outcome: &mut Outcome) -> Response {
@@ -214,7 +194,7 @@ fn answer(request: Request, options: &Options, outcome: &mut Outcome) -> Respons
         // CREATE with generateName has no request.name yet; the object's metadata says more.
         outcome.name = clip(&validation::identify(&object).1).to_string();
     }
-    let verdict = validation::review(&object, request.old_object.as_ref(), options);
+    let verdict = validation::review(&object, options);
     if verdict.allowed() {
         outcome.verdict = Some(Verdict::Allowed);
         Response::allow(&outcome.uid, verdict.warnings)
@@ -224,10 +204,6 @@ fn answer(request: Request, options: &Options, outcome: &mut Outcome) -> Respons
         let status = Status::forbidden(outcome.message.clone());
         Response { warnings: verdict.warnings, ..Response::deny(&outcome.uid, status) }
     }
-}
-
-fn take_object(request: &mut Map<String, Value>, key: &str) -> Option<Value> {
-    request.remove(key).filter(|v| !v.is_null())
 }
 
 fn string<'a>(map: &'a Map<String, Value>, key: &str) -> &'a str {

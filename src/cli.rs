@@ -18,7 +18,8 @@ use crate::api::{Capabilities, Explanation, LeasePolicy, SandboxLease, SandboxPr
 use crate::contract::{self, SecretLookup, Verified};
 use crate::controller::SecretScope;
 use crate::probe::{self, ProbeOutcome, Prober};
-use crate::validation::{self, Options, Verdict};
+use crate::schema;
+use crate::validation::{self, Options};
 
 #[derive(Debug, Parser)]
 #[command(name = "sandcap", version, about = "Admission webhook and operator for sandbox-provider capabilities")]
@@ -283,6 +284,17 @@ struct ValidateRecord {
     warnings: Vec<String>,
 }
 
+/// What `kubectl apply` would print for one object: the apiserver's own verdict (the CRD, layer
+/// 1) if it rejects, else the webhook's (layer 2), which the apiserver asks only then. `Ok` holds
+/// the warnings of an admitted object; `Err` the denial message and any warnings.
+pub fn judge(object: &Value, options: &Options) -> Result<Vec<String>, (String, Vec<String>)> {
+    if let Err(rejection) = schema::check(object, None) {
+        return Err((rejection.message(), Vec::new()));
+    }
+    let verdict = validation::review(object, options);
+    if verdict.allowed() { Ok(verdict.warnings) } else { Err((verdict.message(), verdict.warnings)) }
+}
+
 fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
     let options = Options { allow_worker_urls: args.allow_worker_urls };
     let mut records = Vec::new();
@@ -297,13 +309,9 @@ fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
                     message: "unknown kind: sandcap validates SandboxProvider and SandboxLease".into(),
                 });
             }
-            let verdict = validation::review(&object, None, &options);
-            records.push(ValidateRecord {
-                kind,
-                name,
-                allowed: verdict.allowed(),
-                message: verdict.message(),
-                warnings: verdict.warnings,
+            records.push(match judge(&object, &options) {
+                Ok(warnings) => ValidateRecord { kind, name, allowed: true, message: String::new(), warnings },
+                Err((message, warnings)) => ValidateRecord { kind, name, allowed: false, message, warnings },
             });
         }
     }
@@ -439,14 +447,8 @@ fn load_one<T: serde::de::DeserializeOwned>(path: &Path, kind: validation::Kind)
     if found != kind.as_str() {
         return Err(CliError::Object { path: shown, kind: found, name, message: format!("expected a {kind}") });
     }
-    let verdict: Verdict = validation::review(&object, None, &Options { allow_worker_urls: true });
-    if !verdict.allowed() {
-        return Err(CliError::Object {
-            path: shown,
-            kind: found,
-            name,
-            message: format!("denied: {}", verdict.message()),
-        });
+    if let Err((message, _)) = judge(&object, &Options { allow_worker_urls: true }) {
+        return Err(CliError::Object { path: shown, kind: found, name, message: format!("denied: {message}") });
     }
     serde_json::from_value(object).map_err(|e| CliError::Object {
         path: shown,

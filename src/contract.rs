@@ -5,127 +5,16 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::fmt;
 use std::rc::Rc;
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
-use crate::api::{
-    Capabilities, DriverDeclaration, Explanation, LeasePolicy, Pinned, SandboxLease, SandboxProvider, SecretKeyRef,
+use crate::api::{Capabilities, DriverDeclaration, Explanation, Pinned, SandboxLease, SandboxProvider, SecretKeyRef};
+pub use crate::vocabulary::{
+    Capability, LeasePolicy, METHOD_DESTROY_LEASE, METHOD_EXECUTE, METHOD_RELEASE_LEASE, METHOD_RESUME_LEASE,
+    METHOD_SYNC_IN, METHOD_SYNC_OUT, REMOVED_KEYS, Reason,
 };
-
-pub const METHOD_RESUME_LEASE: &str = "environmentResumeLease";
-pub const METHOD_RELEASE_LEASE: &str = "environmentReleaseLease";
-pub const METHOD_DESTROY_LEASE: &str = "environmentDestroyLease";
-pub const METHOD_SYNC_IN: &str = "environmentSyncIn";
-pub const METHOD_SYNC_OUT: &str = "environmentSyncOut";
-pub const METHOD_EXECUTE: &str = "environmentExecute";
-
-/// Keys that were once part of the contract; the webhook names them when it rejects them.
-pub const REMOVED_KEYS: [&str; 2] = ["concurrentSyncAndExec", "concurrentSyncOperations"];
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum Capability {
-    ReusableLeases,
-    NativeSyncIn,
-    NativeSyncOut,
-    PersistentProcessSessions,
-    IndependentControlCommands,
-    IncrementalSessionOutput,
-}
-
-impl Capability {
-    pub const ALL: [Capability; 6] = [
-        Capability::ReusableLeases,
-        Capability::NativeSyncIn,
-        Capability::NativeSyncOut,
-        Capability::PersistentProcessSessions,
-        Capability::IndependentControlCommands,
-        Capability::IncrementalSessionOutput,
-    ];
-
-    pub fn key(self) -> &'static str {
-        match self {
-            Capability::ReusableLeases => "reusableLeases",
-            Capability::NativeSyncIn => "nativeSyncIn",
-            Capability::NativeSyncOut => "nativeSyncOut",
-            Capability::PersistentProcessSessions => "persistentProcessSessions",
-            Capability::IndependentControlCommands => "independentControlCommands",
-            Capability::IncrementalSessionOutput => "incrementalSessionOutput",
-        }
-    }
-
-    pub fn from_key(key: &str) -> Option<Capability> {
-        Capability::ALL.into_iter().find(|c| c.key() == key)
-    }
-
-    /// Every one of these methods must be verified by the worker.
-    pub fn required_methods(self) -> &'static [&'static str] {
-        match self {
-            Capability::ReusableLeases => &[METHOD_RESUME_LEASE, METHOD_RELEASE_LEASE, METHOD_DESTROY_LEASE],
-            Capability::NativeSyncIn | Capability::NativeSyncOut => &[METHOD_SYNC_IN, METHOD_SYNC_OUT],
-            Capability::PersistentProcessSessions
-            | Capability::IndependentControlCommands
-            | Capability::IncrementalSessionOutput => &[METHOD_EXECUTE],
-        }
-    }
-
-    /// Opt-in keys are off unless the declaration says `true`; the others follow the worker.
-    pub fn opt_in(self) -> bool {
-        matches!(self, Capability::ReusableLeases | Capability::IncrementalSessionOutput)
-    }
-
-    fn is_sync(self) -> bool {
-        matches!(self, Capability::NativeSyncIn | Capability::NativeSyncOut)
-    }
-}
-
-impl fmt::Display for Capability {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.key())
-    }
-}
-
-/// The gates, in the order API.md section 3 checks them. `Granted` means none removed it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
-pub enum Reason {
-    PluginIdentityFailed,
-    WorkerNotVerified,
-    MissingWorkerMethods,
-    DeclaredFalse,
-    NotOptedIn,
-    NarrowedByLeasePolicy,
-    NarrowedByJobBackend,
-    NarrowedByNativeFileSyncUnsupported,
-    NarrowedByConfigResolution,
-    Granted,
-}
-
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::PluginIdentityFailed => "PluginIdentityFailed",
-            Reason::WorkerNotVerified => "WorkerNotVerified",
-            Reason::MissingWorkerMethods => "MissingWorkerMethods",
-            Reason::DeclaredFalse => "DeclaredFalse",
-            Reason::NotOptedIn => "NotOptedIn",
-            Reason::NarrowedByLeasePolicy => "NarrowedByLeasePolicy",
-            Reason::NarrowedByJobBackend => "NarrowedByJobBackend",
-            Reason::NarrowedByNativeFileSyncUnsupported => "NarrowedByNativeFileSyncUnsupported",
-            Reason::NarrowedByConfigResolution => "NarrowedByConfigResolution",
-            Reason::Granted => "Granted",
-        }
-    }
-}
-
-impl fmt::Display for Reason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// What the live worker verified: `None` when the probe failed or never ran.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
