@@ -4,7 +4,8 @@
 //! (`x-kubernetes-validations`, evaluated with kube-cel) — plus the apiserver's own check of
 //! `metadata.name`. A pure function of the object and the CRD: no I/O.
 //!
-//! The messages are the apiserver's, verified against kube-apiserver 1.37.2:
+//! The messages are the apiserver's, verified against kube-apiserver 1.37.2 and 1.33.13, which
+//! differ in three forms (see [`Server`]; the table shows 1.37's):
 //! `<Kind>.sandcap.dev "<name>" is invalid: <error>` for one error and
 //! `... is invalid: [<error>, <error>, ...]` for several, each `<path>: <type>: <detail>`:
 //!
@@ -45,6 +46,21 @@ use serde_json::{Map, Value};
 use crate::api::{API_VERSION, GROUP, SandboxLease, SandboxProvider};
 use crate::validation::Kind;
 
+/// Which apiserver's message forms to write. They differ in three places, verified on 1.33.13
+/// and 1.37.2 (the minors between were not tried):
+///
+/// | | 1.33 | 1.37 |
+/// |---|---|---|
+/// | CEL rule failed | `Invalid value: "object": <message>` (the schema type) | `Invalid value: <message>` on an object, `Invalid value: "<the string>": <message>` on a string |
+/// | list-map key repeated | `Duplicate value: map[string]interface {}{"driverKey":"k"}` | `Duplicate value: {"driverKey":"k"}` |
+/// | CEL rules skipped | `<nil>: Invalid value: "null": some validation rules were not checked ...` | `<nil>: Invalid value: null: ...` |
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Server {
+    V1_33,
+    #[default]
+    V1_37,
+}
+
 /// The apiserver's answer when layer 1 rejects an object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rejection {
@@ -67,7 +83,7 @@ impl Rejection {
 
 /// Judges `object` as the apiserver would before any webhook sees it. `old` is the stored object
 /// on UPDATE (the transition rules: immutable fields).
-pub fn check(object: &Value, old: Option<&Value>) -> Result<(), Rejection> {
+pub fn check(object: &Value, old: Option<&Value>, server: Server) -> Result<(), Rejection> {
     let kind_name = object.get("kind").and_then(Value::as_str).unwrap_or_default();
     let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
     let reject = |errors| Err(Rejection { kind: kind_name.to_string(), name: name.clone(), errors });
@@ -81,7 +97,7 @@ pub fn check(object: &Value, old: Option<&Value>) -> Result<(), Rejection> {
     let mut errors = metadata_errors(object);
     CRDS.with(|crds| {
         let crd = &crds.kinds[kind as usize];
-        let mut walk = Walk { crds, errors: &mut errors, blocking: false };
+        let mut walk = Walk { crds, server, errors: &mut errors, blocking: false };
         let spec = object.get("spec").filter(|s| !s.is_null());
         let spec_schema = &crd.schema["properties"]["spec"];
         match spec {
@@ -90,10 +106,12 @@ pub fn check(object: &Value, old: Option<&Value>) -> Result<(), Rejection> {
         }
         let blocking = walk.blocking;
         if blocking {
-            errors.push(format!("<nil>: Invalid value: null: {NOT_CHECKED}"));
+            let null = if server == Server::V1_33 { "\"null\"" } else { "null" };
+            errors.push(format!("<nil>: Invalid value: {null}: {NOT_CHECKED}"));
         } else if let (Some(spec), Some(compiled)) = (spec, crd.cel.properties.get("spec")) {
             let old_spec = old.and_then(|o| o.get("spec"));
-            crds.evaluate(compiled, spec_schema, spec, old_spec, &mut "spec".to_string(), &mut errors);
+            let mut cel = Cel { crds, server, errors: &mut errors };
+            cel.evaluate(compiled, spec_schema, spec, old_spec, &mut "spec".to_string());
         }
     });
     if errors.is_empty() { Ok(()) } else { reject(errors) }
@@ -160,21 +178,23 @@ impl Crds {
         Crds { kinds, context: Context::default().with_all(), patterns: RefCell::default() }
     }
 
+}
+
+/// The CEL walk, over an object that passed the structural schema.
+struct Cel<'e> {
+    crds: &'e Crds,
+    server: Server,
+    errors: &'e mut Vec<String>,
+}
+
+impl Cel<'_> {
     /// Evaluates the CEL rules of `compiled` and below over `value`; `old` is the stored value at
     /// the same path, for transition rules.
-    fn evaluate(
-        &self,
-        compiled: &CompiledSchema,
-        schema: &Value,
-        value: &Value,
-        old: Option<&Value>,
-        path: &mut String,
-        errors: &mut Vec<String>,
-    ) {
+    fn evaluate(&mut self, compiled: &CompiledSchema, schema: &Value, value: &Value, old: Option<&Value>, path: &mut String) {
         if !compiled.validations.is_empty() {
             let this = cel_value(value);
             let old_cel = old.map(cel_value);
-            let mut ctx = self.context.new_inner_scope();
+            let mut ctx = self.crds.context.new_inner_scope();
             ctx.add_variable_from_value("self", this);
             if let Some(old) = &old_cel {
                 ctx.add_variable_from_value("oldSelf", old.clone());
@@ -188,7 +208,8 @@ impl Crds {
                         Some(field) => format!("{path}{field}"),
                         None => path.clone(),
                     };
-                    errors.push(format!("{at}: Invalid value: {}", cel_detail(rule, &ctx, value)));
+                    let detail = cel_detail(rule, &ctx, value, schema, self.server);
+                    self.errors.push(format!("{at}: Invalid value: {detail}"));
                 }
             }
         }
@@ -201,7 +222,7 @@ impl Crds {
                     };
                     let _ = write!(path, ".{key}");
                     let old = old.and_then(|o| o.get(key.as_str()));
-                    self.evaluate(compiled, &schema["properties"][key.as_str()], child, old, path, errors);
+                    self.evaluate(compiled, &schema["properties"][key.as_str()], child, old, path);
                     path.truncate(len);
                 }
             }
@@ -211,7 +232,7 @@ impl Crds {
                         let _ = write!(path, "[{i}]");
                         // Transition rules under a list would need the list's keys to pair items;
                         // sandcap's CRDs have none there.
-                        self.evaluate(compiled, &schema["items"], item, None, path, errors);
+                        self.evaluate(compiled, &schema["items"], item, None, path);
                         path.truncate(len);
                     }
                 }
@@ -221,9 +242,9 @@ impl Crds {
     }
 }
 
-/// The detail of a failed CEL rule: the rule's message, after the value for a scalar (the
-/// apiserver shows no value for an object or a list).
-fn cel_detail(rule: &CompilationResult, ctx: &Context, value: &Value) -> String {
+/// The detail of a failed CEL rule: the rule's message, after the node's schema type (1.33) or,
+/// from 1.37, after the value of a scalar (and alone for an object or a list).
+fn cel_detail(rule: &CompilationResult, ctx: &Context, value: &Value, schema: &Value, server: Server) -> String {
     let message = rule
         .message_program
         .as_ref()
@@ -233,9 +254,10 @@ fn cel_detail(rule: &CompilationResult, ctx: &Context, value: &Value) -> String 
         })
         .or_else(|| rule.rule.message.clone())
         .unwrap_or_else(|| format!("failed rule: {}", rule.rule.rule));
-    match value {
-        Value::Object(_) | Value::Array(_) => message,
-        scalar => format!("{}: {message}", go_value(scalar)),
+    match (server, value) {
+        (Server::V1_33, _) => format!("\"{}\": {message}", schema["type"].as_str().unwrap_or_default()),
+        (Server::V1_37, Value::Object(_) | Value::Array(_)) => message,
+        (Server::V1_37, scalar) => format!("{}: {message}", go_value(scalar)),
     }
 }
 
@@ -266,6 +288,7 @@ fn cel_value(value: &Value) -> cel::Value {
 /// keeps the apiserver from running the CEL rules.
 struct Walk<'e> {
     crds: &'e Crds,
+    server: Server,
     errors: &'e mut Vec<String>,
     blocking: bool,
 }
@@ -382,7 +405,11 @@ impl Walk<'_> {
         for (i, item) in items.iter().enumerate() {
             let Some(key) = key_of(item) else { continue };
             if seen.contains(&key) {
-                self.error(&format!("{path}[{i}]"), format!("Duplicate value: {}", Value::Object(key)), false);
+                let key = match self.server {
+                    Server::V1_33 => format!("map[string]interface {{}}{}", Value::Object(key)),
+                    Server::V1_37 => Value::Object(key).to_string(),
+                };
+                self.error(&format!("{path}[{i}]"), format!("Duplicate value: {key}"), false);
             } else {
                 seen.push(key);
             }
@@ -397,12 +424,6 @@ impl Walk<'_> {
         }
         let len = path.len();
         let properties = schema.get("properties").and_then(Value::as_object);
-        for required in schema.get("required").and_then(Value::as_array).into_iter().flatten() {
-            let Some(key) = required.as_str() else { continue };
-            if map.get(key).is_none_or(Value::is_null) {
-                self.error(&format!("{path}.{key}"), "Required value".into(), true);
-            }
-        }
         for (key, child) in map {
             let child_schema = match (properties.and_then(|p| p.get(key.as_str())), schema.get("additionalProperties")) {
                 (Some(s), _) => s,
@@ -412,6 +433,12 @@ impl Walk<'_> {
             let _ = write!(path, ".{key}");
             self.node(child_schema, child, path);
             path.truncate(len);
+        }
+        for required in schema.get("required").and_then(Value::as_array).into_iter().flatten() {
+            let Some(key) = required.as_str() else { continue };
+            if map.get(key).is_none_or(Value::is_null) {
+                self.error(&format!("{path}.{key}"), "Required value".into(), true);
+            }
         }
     }
 }
