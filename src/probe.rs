@@ -394,4 +394,3 @@ mod tests {
         assert!(endpoint(&WorkerRef::default(), true).is_err());
     }
 }
-

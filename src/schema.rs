@@ -88,7 +88,9 @@ pub fn check(object: &Value, old: Option<&Value>, server: Server) -> Result<(), 
     let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
     let reject = |errors| Err(Rejection { kind: kind_name.to_string(), name: name.clone(), errors });
     let Some(kind) = Kind::from_kind(kind_name) else {
-        return reject(vec![format!("kind: Unsupported value: {kind_name:?}: supported values: \"SandboxProvider\", \"SandboxLease\"")]);
+        return reject(vec![format!(
+            "kind: Unsupported value: {kind_name:?}: supported values: \"SandboxProvider\", \"SandboxLease\""
+        )]);
     };
     if object.get("apiVersion").and_then(Value::as_str) != Some(API_VERSION) {
         let found = object.get("apiVersion").map_or_else(|| "null".to_string(), go_value);
@@ -117,8 +119,7 @@ pub fn check(object: &Value, old: Option<&Value>, server: Server) -> Result<(), 
     if errors.is_empty() { Ok(()) } else { reject(errors) }
 }
 
-const NOT_CHECKED: &str =
-    "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation";
+const NOT_CHECKED: &str = "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation";
 
 const DNS_SUBDOMAIN_MESSAGE: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 
@@ -166,18 +167,18 @@ thread_local! {
 
 impl Crds {
     fn new() -> Crds {
-        let crd = |crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition| {
-            let schema = crd.spec.versions[0].schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref());
-            let schema = serde_json::to_value(schema.expect("the derived CRDs have a schema")).expect("serializes");
-            let cel = kube_cel::compile_schema(&schema);
-            assert!(!cel.has_errors(), "the CRDs' CEL rules compile: {:?}", cel.compilation_errors());
-            Crd { schema, cel }
-        };
+        let crd =
+            |crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition| {
+                let schema = crd.spec.versions[0].schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref());
+                let schema = serde_json::to_value(schema.expect("the derived CRDs have a schema")).expect("serializes");
+                let cel = kube_cel::compile_schema(&schema);
+                assert!(!cel.has_errors(), "the CRDs' CEL rules compile: {:?}", cel.compilation_errors());
+                Crd { schema, cel }
+            };
         // In `Kind` order.
         let kinds = [crd(SandboxProvider::crd()), crd(SandboxLease::crd())];
         Crds { kinds, context: Context::default().with_all(), patterns: RefCell::default() }
     }
-
 }
 
 /// The CEL walk, over an object that passed the structural schema.
@@ -190,7 +191,14 @@ struct Cel<'e> {
 impl Cel<'_> {
     /// Evaluates the CEL rules of `compiled` and below over `value`; `old` is the stored value at
     /// the same path, for transition rules.
-    fn evaluate(&mut self, compiled: &CompiledSchema, schema: &Value, value: &Value, old: Option<&Value>, path: &mut String) {
+    fn evaluate(
+        &mut self,
+        compiled: &CompiledSchema,
+        schema: &Value,
+        value: &Value,
+        old: Option<&Value>,
+        path: &mut String,
+    ) {
         if !compiled.validations.is_empty() {
             let this = cel_value(value);
             let old_cel = old.map(cel_value);
@@ -310,7 +318,8 @@ impl Walk<'_> {
         let actual = json_type(value);
         let fits = actual == expected || (expected == "number" && actual == "integer");
         if !fits {
-            let detail = format!("Invalid value: \"{actual}\": {path} in body must be of type {expected}: \"{actual}\"");
+            let detail =
+                format!("Invalid value: \"{actual}\": {path} in body must be of type {expected}: \"{actual}\"");
             return self.error(path, detail, true);
         }
         match value {
@@ -425,7 +434,8 @@ impl Walk<'_> {
         let len = path.len();
         let properties = schema.get("properties").and_then(Value::as_object);
         for (key, child) in map {
-            let child_schema = match (properties.and_then(|p| p.get(key.as_str())), schema.get("additionalProperties")) {
+            let child_schema = match (properties.and_then(|p| p.get(key.as_str())), schema.get("additionalProperties"))
+            {
                 (Some(s), _) => s,
                 (None, Some(s)) if s.is_object() => s,
                 _ => continue,

@@ -329,7 +329,9 @@ impl Checker {
             ));
         }
         if declared(Capability::NativeSyncIn) != declared(Capability::NativeSyncOut) {
-            self.warn(format!("{path}: nativeSyncIn and nativeSyncOut differ; the worker verifies them only as a pair"));
+            self.warn(format!(
+                "{path}: nativeSyncIn and nativeSyncOut differ; the worker verifies them only as a pair"
+            ));
         }
     }
 

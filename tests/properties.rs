@@ -6,7 +6,7 @@ use common::ALL_METHODS;
 use proptest::prelude::*;
 use sandcap::api::{DeclaredCapabilities, DriverDeclaration, LeasePolicy};
 use sandcap::contract::{Capability, Declared, Narrowing, Reason, Verified, resolve, resolve_driver};
-use sandcap::validation::{Options, REVIEWED, REVIEWED_OLD, Shape, identify, review};
+use sandcap::validation::{Options, REVIEWED, Shape, identify, review};
 use serde_json::{Value, json};
 
 fn verified() -> impl Strategy<Value = Verified> {
@@ -144,25 +144,23 @@ proptest! {
     fn validation_is_total(value in arbitrary_json()) {
         for kind in ["SandboxProvider", "SandboxLease"] {
             let object = json!({"apiVersion": "sandcap.dev/v1alpha1", "kind": kind, "metadata": {"name": "x"}, "spec": value.clone()});
-            let v = review(&object, None, &Options::default());
+            let v = review(&object, &Options::default());
             prop_assert!(v.allowed() || !v.message().is_empty());
         }
     }
 
-    /// The webhook builds only the parts of an object (`REVIEWED`) and of the stored object
-    /// (`REVIEWED_OLD`) that the rules read; the verdict and the reported name are those of the
-    /// whole objects, whatever their shape.
+    /// The webhook builds only the parts of an object (`REVIEWED`) that the rules read; the
+    /// verdict and the reported name are those of the whole object, whatever its shape.
     #[test]
     fn reviewing_the_decoded_parts_is_reviewing_the_whole(
         object in prop_oneof![object(), arbitrary_json()],
-        old in prop_oneof![object(), arbitrary_json()],
         allow_worker_urls in any::<bool>(),
     ) {
         let parts = |shape: Shape, v: &Value| shape.decode(&v.to_string()).unwrap();
         let options = Options { allow_worker_urls };
         prop_assert_eq!(
-            review(&parts(REVIEWED, &object), Some(&parts(REVIEWED_OLD, &old)), &options),
-            review(&object, Some(&old), &options)
+            review(&parts(REVIEWED, &object), &options),
+            review(&object, &options)
         );
         prop_assert_eq!(identify(&parts(REVIEWED, &object)), identify(&object));
     }

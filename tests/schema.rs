@@ -54,61 +54,103 @@ fn one_error_has_no_brackets_several_do_as_the_apiserver_writes_them() {
 #[test]
 fn provider_schema_rules() {
     let cases: Vec<(Value, Vec<&str>)> = vec![
-        (provider_case("/spec/pluginKey", json!(7)), vec![
-            "spec.pluginKey: Invalid value: \"integer\": spec.pluginKey in body must be of type string: \"integer\"",
-            SKIPPED,
-        ]),
-        (provider_case("/spec/pluginKey", json!("a".repeat(254))), vec![
-            "spec.pluginKey: Too long: may not be more than 253 bytes",
-            SKIPPED,
-        ]),
-        (provider_case("/spec/worker/service/port", json!(0)), vec![
-            "spec.worker.service.port: Invalid value: 0: spec.worker.service.port in body should be greater than or equal to 1",
-        ]),
-        (provider_case("/spec/worker/service/port", json!(70000)), vec![
-            "spec.worker.service.port: Invalid value: 70000: spec.worker.service.port in body should be less than or equal to 65535",
-        ]),
-        (provider_case("/spec/worker/service/namespace", json!("Sandbox_System")), vec![
-            "spec.worker.service.namespace: Invalid value: \"Sandbox_System\": spec.worker.service.namespace in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'",
-        ]),
-        (provider_case("/spec/worker/service/path", json!("rpc")), vec![
-            "spec.worker.service.path: Invalid value: \"rpc\": spec.worker.service.path in body should match '^/'",
-        ]),
-        (provider_case("/spec/environmentDrivers", json!([])), vec![
-            "spec.environmentDrivers: Invalid value: 0: spec.environmentDrivers in body should have at least 1 items",
-        ]),
-        (provider_case("/spec/environmentDrivers", json!({})), vec![
-            "spec.environmentDrivers: Invalid value: \"object\": spec.environmentDrivers in body must be of type array: \"object\"",
-            SKIPPED,
-        ]),
         (
-            provider_case("/spec/environmentDrivers", Value::Array((0..65).map(|i| json!({"driverKey": format!("d{i}")})).collect())),
+            provider_case("/spec/pluginKey", json!(7)),
+            vec![
+                "spec.pluginKey: Invalid value: \"integer\": spec.pluginKey in body must be of type string: \"integer\"",
+                SKIPPED,
+            ],
+        ),
+        (
+            provider_case("/spec/pluginKey", json!("a".repeat(254))),
+            vec!["spec.pluginKey: Too long: may not be more than 253 bytes", SKIPPED],
+        ),
+        (
+            provider_case("/spec/worker/service/port", json!(0)),
+            vec![
+                "spec.worker.service.port: Invalid value: 0: spec.worker.service.port in body should be greater than or equal to 1",
+            ],
+        ),
+        (
+            provider_case("/spec/worker/service/port", json!(70000)),
+            vec![
+                "spec.worker.service.port: Invalid value: 70000: spec.worker.service.port in body should be less than or equal to 65535",
+            ],
+        ),
+        (
+            provider_case("/spec/worker/service/namespace", json!("Sandbox_System")),
+            vec![
+                "spec.worker.service.namespace: Invalid value: \"Sandbox_System\": spec.worker.service.namespace in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'",
+            ],
+        ),
+        (
+            provider_case("/spec/worker/service/path", json!("rpc")),
+            vec![
+                "spec.worker.service.path: Invalid value: \"rpc\": spec.worker.service.path in body should match '^/'",
+            ],
+        ),
+        (
+            provider_case("/spec/environmentDrivers", json!([])),
+            vec![
+                "spec.environmentDrivers: Invalid value: 0: spec.environmentDrivers in body should have at least 1 items",
+            ],
+        ),
+        (
+            provider_case("/spec/environmentDrivers", json!({})),
+            vec![
+                "spec.environmentDrivers: Invalid value: \"object\": spec.environmentDrivers in body must be of type array: \"object\"",
+                SKIPPED,
+            ],
+        ),
+        (
+            provider_case(
+                "/spec/environmentDrivers",
+                Value::Array((0..65).map(|i| json!({"driverKey": format!("d{i}")})).collect()),
+            ),
             vec!["spec.environmentDrivers: Too many: 65: must have at most 64 items", SKIPPED],
         ),
-        (provider_case(&format!("{D0}/kind"), json!("sandbox-provider")), vec![
-            "spec.environmentDrivers[0].kind: Unsupported value: \"sandbox-provider\": supported values: \"sandbox_provider\", \"environment_driver\"",
-            SKIPPED,
-        ]),
-        (provider_case(&format!("{D0}/displayName"), json!("")), vec![
-            "spec.environmentDrivers[0].displayName: Invalid value: \"\": spec.environmentDrivers[0].displayName in body should be at least 1 chars long",
-        ]),
-        (provider_case(&format!("{D0}/description"), json!("é".repeat(501))), vec![
-            "spec.environmentDrivers[0].description: Too long: may not be more than 500 bytes",
-            SKIPPED,
-        ]),
-        (provider_case(&format!("{D0}/configSchema"), json!("object")), vec![
-            "spec.environmentDrivers[0].configSchema: Invalid value: \"string\": spec.environmentDrivers[0].configSchema in body must be of type object: \"string\"",
-            SKIPPED,
-        ]),
-        (provider_case(&format!("{D0}/supportsReusableLeases"), json!("yes")), vec![
-            "spec.environmentDrivers[0].supportsReusableLeases: Invalid value: \"string\": spec.environmentDrivers[0].supportsReusableLeases in body must be of type boolean: \"string\"",
-            SKIPPED,
-        ]),
-        (remove(provider_json(), "/spec/worker/service/name"), vec!["spec.worker.service.name: Required value", SKIPPED]),
+        (
+            provider_case(&format!("{D0}/kind"), json!("sandbox-provider")),
+            vec![
+                "spec.environmentDrivers[0].kind: Unsupported value: \"sandbox-provider\": supported values: \"sandbox_provider\", \"environment_driver\"",
+                SKIPPED,
+            ],
+        ),
+        (
+            provider_case(&format!("{D0}/displayName"), json!("")),
+            vec![
+                "spec.environmentDrivers[0].displayName: Invalid value: \"\": spec.environmentDrivers[0].displayName in body should be at least 1 chars long",
+            ],
+        ),
+        (
+            provider_case(&format!("{D0}/description"), json!("é".repeat(501))),
+            vec!["spec.environmentDrivers[0].description: Too long: may not be more than 500 bytes", SKIPPED],
+        ),
+        (
+            provider_case(&format!("{D0}/configSchema"), json!("object")),
+            vec![
+                "spec.environmentDrivers[0].configSchema: Invalid value: \"string\": spec.environmentDrivers[0].configSchema in body must be of type object: \"string\"",
+                SKIPPED,
+            ],
+        ),
+        (
+            provider_case(&format!("{D0}/supportsReusableLeases"), json!("yes")),
+            vec![
+                "spec.environmentDrivers[0].supportsReusableLeases: Invalid value: \"string\": spec.environmentDrivers[0].supportsReusableLeases in body must be of type boolean: \"string\"",
+                SKIPPED,
+            ],
+        ),
+        (
+            remove(provider_json(), "/spec/worker/service/name"),
+            vec!["spec.worker.service.name: Required value", SKIPPED],
+        ),
         (remove(provider_json(), "/spec"), vec!["spec: Required value", SKIPPED]),
-        (provider_case("/metadata/name", json!("Acme_1")), vec![
-            "metadata.name: Invalid value: \"Acme_1\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
-        ]),
+        (
+            provider_case("/metadata/name", json!("Acme_1")),
+            vec![
+                "metadata.name: Invalid value: \"Acme_1\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+            ],
+        ),
     ];
     for (object, expected) in cases {
         assert_eq!(errors(&object, None, Server::V1_37), expected);
@@ -133,7 +175,9 @@ fn driver_keys_are_unique_as_a_list_map() {
 
 #[test]
 fn exactly_one_of_service_or_url() {
-    for worker in [json!({}), json!({"service": {"namespace": "n", "name": "w", "port": 1}, "url": "https://w.example"})] {
+    for worker in
+        [json!({}), json!({"service": {"namespace": "n", "name": "w", "port": 1}, "url": "https://w.example"})]
+    {
         let p = provider_case("/spec/worker", worker);
         assert_eq!(errors(&p, None, Server::V1_37), ["spec.worker: Invalid value: set exactly one of service or url"]);
         assert_eq!(
@@ -146,7 +190,10 @@ fn exactly_one_of_service_or_url() {
         errors(&url, None, Server::V1_37),
         ["spec.worker.url: Invalid value: \"ftp://x/rpc\": must be an absolute http:// or https:// URL"]
     );
-    assert_eq!(check(&provider_case("/spec/worker", json!({"url": "https://w.example/rpc"})), None, Server::V1_37), Ok(()));
+    assert_eq!(
+        check(&provider_case("/spec/worker", json!({"url": "https://w.example/rpc"})), None, Server::V1_37),
+        Ok(())
+    );
 }
 
 #[test]
@@ -198,40 +245,64 @@ fn schema_errors_come_before_cel_errors_and_skip_them_when_blocking() {
 #[test]
 fn lease_schema_rules() {
     let cases: Vec<(Value, Vec<&str>)> = vec![
-        (set(lease_json(), "/spec/policy", json!("Reuse")), vec![
-            "spec.policy: Unsupported value: \"Reuse\": supported values: \"Ephemeral\", \"ReuseByEnvironment\"",
-            SKIPPED,
-        ]),
-        (remove(lease_json(), "/spec/environment"), vec![
-            "spec.environment: Invalid value: environment is required when policy is ReuseByEnvironment",
-        ]),
-        (set(lease_json(), "/spec/environment", json!("")), vec![
-            "spec.environment: Invalid value: environment is required when policy is ReuseByEnvironment",
-        ]),
-        // One problem per field: a wrong type is only a wrong type.
-        (set(lease_json(), "/spec/environment", json!(7)), vec![
-            "spec.environment: Invalid value: \"integer\": spec.environment in body must be of type string: \"integer\"",
-            SKIPPED,
-        ]),
-        (set(lease_json(), "/spec/providerRef/name", json!("Acme_K8s")), vec![
-            "spec.providerRef.name: Invalid value: \"Acme_K8s\": spec.providerRef.name in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'",
-        ]),
         (
-            set(lease_json(), "/spec/configFrom", Value::Array((0..17).map(|i| json!({"secretKeyRef": {"name": format!("s{i}"), "key": "k"}})).collect())),
+            set(lease_json(), "/spec/policy", json!("Reuse")),
+            vec![
+                "spec.policy: Unsupported value: \"Reuse\": supported values: \"Ephemeral\", \"ReuseByEnvironment\"",
+                SKIPPED,
+            ],
+        ),
+        (
+            remove(lease_json(), "/spec/environment"),
+            vec!["spec.environment: Invalid value: environment is required when policy is ReuseByEnvironment"],
+        ),
+        (
+            set(lease_json(), "/spec/environment", json!("")),
+            vec!["spec.environment: Invalid value: environment is required when policy is ReuseByEnvironment"],
+        ),
+        // One problem per field: a wrong type is only a wrong type.
+        (
+            set(lease_json(), "/spec/environment", json!(7)),
+            vec![
+                "spec.environment: Invalid value: \"integer\": spec.environment in body must be of type string: \"integer\"",
+                SKIPPED,
+            ],
+        ),
+        (
+            set(lease_json(), "/spec/providerRef/name", json!("Acme_K8s")),
+            vec![
+                "spec.providerRef.name: Invalid value: \"Acme_K8s\": spec.providerRef.name in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'",
+            ],
+        ),
+        (
+            set(
+                lease_json(),
+                "/spec/configFrom",
+                Value::Array((0..17).map(|i| json!({"secretKeyRef": {"name": format!("s{i}"), "key": "k"}})).collect()),
+            ),
             vec!["spec.configFrom: Too many: 17: must have at most 16 items", SKIPPED],
         ),
-        (set(lease_json(), "/spec/configFrom/0/secretKeyRef/key", json!("a/b")), vec![
-            "spec.configFrom[0].secretKeyRef.key: Invalid value: \"a/b\": spec.configFrom[0].secretKeyRef.key in body should match '^[-._a-zA-Z0-9]+$'",
-        ]),
+        (
+            set(lease_json(), "/spec/configFrom/0/secretKeyRef/key", json!("a/b")),
+            vec![
+                "spec.configFrom[0].secretKeyRef.key: Invalid value: \"a/b\": spec.configFrom[0].secretKeyRef.key in body should match '^[-._a-zA-Z0-9]+$'",
+            ],
+        ),
         (remove(lease_json(), "/spec/workloadRef/kind"), vec!["spec.workloadRef.kind: Required value", SKIPPED]),
-        (set(lease_json(), "/spec/config", json!("backend=job")), vec![
-            "spec.config: Invalid value: \"string\": spec.config in body must be of type object: \"string\"",
-            SKIPPED,
-        ]),
-        (set(lease_json(), "/spec/nativeFileSyncUnsupported", json!("no")), vec![
-            "spec.nativeFileSyncUnsupported: Invalid value: \"string\": spec.nativeFileSyncUnsupported in body must be of type boolean: \"string\"",
-            SKIPPED,
-        ]),
+        (
+            set(lease_json(), "/spec/config", json!("backend=job")),
+            vec![
+                "spec.config: Invalid value: \"string\": spec.config in body must be of type object: \"string\"",
+                SKIPPED,
+            ],
+        ),
+        (
+            set(lease_json(), "/spec/nativeFileSyncUnsupported", json!("no")),
+            vec![
+                "spec.nativeFileSyncUnsupported: Invalid value: \"string\": spec.nativeFileSyncUnsupported in body must be of type boolean: \"string\"",
+                SKIPPED,
+            ],
+        ),
     ];
     for (object, expected) in cases {
         assert_eq!(errors(&object, None, Server::V1_37), expected);
@@ -247,18 +318,24 @@ fn immutable_fields_are_transition_rules_checked_only_on_update() {
     assert_eq!(check(&new, None, Server::V1_37), Ok(()), "a create has no old object");
     assert_eq!(
         errors(&new, Some(&old), Server::V1_37),
-        ["spec.pluginKey: Invalid value: \"acme.other\": pluginKey is immutable: to register another plugin, create a new SandboxProvider"]
+        [
+            "spec.pluginKey: Invalid value: \"acme.other\": pluginKey is immutable: to register another plugin, create a new SandboxProvider"
+        ]
     );
     assert_eq!(
         errors(&new, Some(&old), Server::V1_33),
-        ["spec.pluginKey: Invalid value: \"string\": pluginKey is immutable: to register another plugin, create a new SandboxProvider"]
+        [
+            "spec.pluginKey: Invalid value: \"string\": pluginKey is immutable: to register another plugin, create a new SandboxProvider"
+        ]
     );
     assert_eq!(check(&provider_case("/spec/version", json!("1.5.0")), Some(&old), Server::V1_37), Ok(()));
     let old = lease_json();
     let new = set(old.clone(), "/spec/providerRef/driverKey", json!("docker"));
     assert_eq!(
         errors(&new, Some(&old), Server::V1_37),
-        ["spec.providerRef: Invalid value: providerRef is immutable: to use another provider or driver, create a new SandboxLease"]
+        [
+            "spec.providerRef: Invalid value: providerRef is immutable: to use another provider or driver, create a new SandboxLease"
+        ]
     );
 }
 
