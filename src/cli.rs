@@ -313,9 +313,9 @@ struct ValidateRecord {
     warnings: Vec<String>,
 }
 
-/// What `kubectl apply` would print for one object: the apiserver's own verdict (the CRD, layer
-/// 1) if it rejects, else the webhook's (layer 2), which the apiserver asks only then. `Ok` holds
-/// the warnings of an admitted object; `Err` the denial message and any warnings.
+/// What `kubectl apply` would print for one object: the apiserver's own verdict (layer one, the
+/// CRD) if it rejects, else the webhook's (layer two), which the apiserver asks only then. `Ok`
+/// holds the warnings of an admitted object, `Err` the denial message and any warnings.
 pub fn judge(object: &Value, options: &Options, server: schema::Server) -> Result<Vec<String>, (String, Vec<String>)> {
     if let Err(rejection) = schema::check(object, None, server) {
         return Err((rejection.message(), Vec::new()));

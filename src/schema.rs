@@ -332,7 +332,7 @@ impl Walk<'_> {
         if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
             && !allowed.contains(value)
         {
-            let supported: Vec<String> = allowed.iter().map(|v| go_value(v)).collect();
+            let supported: Vec<String> = allowed.iter().map(go_value).collect();
             let detail = format!("Unsupported value: {}: supported values: {}", go_value(value), supported.join(", "));
             self.error(path, detail, true);
         }
