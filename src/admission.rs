@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::validation::{self, Kind, Options, REVIEWED, Shape, prefix};
+use crate::vocabulary::words;
 
 pub const API_VERSION: &str = "admission.k8s.io/v1";
 pub const KIND: &str = "AdmissionReview";
@@ -37,33 +38,13 @@ const REVIEW: Shape = Shape::Keys(&[
     ),
 ]);
 
-/// The operation of a request, as a bounded set (it labels metrics).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Operation {
-    Create,
-    Update,
-    Delete,
-    Connect,
-}
-
-impl Operation {
-    fn parse(s: &str) -> Option<Operation> {
-        match s {
-            "CREATE" => Some(Operation::Create),
-            "UPDATE" => Some(Operation::Update),
-            "DELETE" => Some(Operation::Delete),
-            "CONNECT" => Some(Operation::Connect),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Operation::Create => "CREATE",
-            Operation::Update => "UPDATE",
-            Operation::Delete => "DELETE",
-            Operation::Connect => "CONNECT",
-        }
+words! {
+    /// The operation of a request, as a bounded set (it labels metrics).
+    pub enum Operation (as_str, parse) {
+        Create = "CREATE",
+        Update = "UPDATE",
+        Delete = "DELETE",
+        Connect = "CONNECT",
     }
 }
 
@@ -150,7 +131,8 @@ fn finish(status: u16, response: &Response, outcome: Outcome) -> Answer {
     Answer { status, body, outcome }
 }
 
-/// The parts of `request` the webhook reads.
+/// The part of `request` the webhook reads beyond the envelope (the stored object is not read:
+/// the rules about it, immutability, are the CRD's).
 struct Request {
     object: Option<Value>,
     old_object: Option<Value>,

@@ -1,9 +1,11 @@
 //! The custom resources: `SandboxProvider` and `SandboxLease` (group `sandcap.dev`, `v1alpha1`).
 //!
-//! These types are what the controller reads and writes. They are deliberately tolerant: anything
-//! the webhook would reject (unknown keys, typos) is kept in `extra` maps rather than failing
-//! deserialization, so one bad object never stops a watch stream. The webhook and `sandcap validate`
-//! judge the raw JSON with [`crate::validation`], not these types.
+//! These types are what the controller reads and writes, and their schema attributes are the
+//! admission rules the apiserver enforces (layer 1 of API.md section 5: patterns, lengths, enums,
+//! required fields, CEL rules), written once here and carried by the generated CRDs. The types are
+//! deliberately tolerant: unknown keys are kept in `extra` maps rather than failing
+//! deserialization, so one bad object never stops a watch stream; the webhook rejects them
+//! ([`crate::validation`]) and `sandcap validate` evaluates the CRD itself ([`crate::schema`]).
 
 use std::collections::BTreeMap;
 
@@ -13,23 +15,43 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::contract::{Capability, Reason};
+pub use crate::vocabulary::LeasePolicy;
+use crate::vocabulary::{Capability, DriverKind, REMOVED_KEYS, Reason};
 
 pub const GROUP: &str = "sandcap.dev";
 pub const VERSION: &str = "v1alpha1";
 /// `GROUP/VERSION`, as objects of both kinds carry it (a unit test keeps the three in step).
 pub const API_VERSION: &str = "sandcap.dev/v1alpha1";
-/// The driver kind whose capabilities sandcap resolves; any other kind is never read.
-pub const SANDBOX_PROVIDER_KIND: &str = "sandbox_provider";
-/// Every driver kind a declaration may name.
-pub const DRIVER_KINDS: &[&str] = &[SANDBOX_PROVIDER_KIND, "environment_driver"];
 
-/// A sandbox-provider plugin: its driver declarations and where its live worker answers.
+// The apiserver enforces these (the CRD carries them); `sandcap validate` evaluates the same CRD.
+// Every string has a maxLength and every list or map a maxItems or maxProperties, so the CEL
+// rules' worst-case cost stays within the apiserver's budget.
+
+/// Plugin and driver keys.
+const KEY_PATTERN: &str = "^[a-z0-9][a-z0-9._-]*$";
+/// Semantic versioning 2.0.0 (the regular expression semver.org gives, without named groups).
+const SEMVER_PATTERN: &str = r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-((0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(\+([0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*))?$";
+/// An RFC 1123 label (Service names and namespaces).
+const DNS_LABEL_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+/// An RFC 1123 subdomain (resource names).
+const DNS_SUBDOMAIN_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+/// A Secret data key.
+const SECRET_KEY_PATTERN: &str = "^[-._a-zA-Z0-9]+$";
+/// Most drivers one provider declares, capability keys one driver sets (the six plus room for
+/// the typos the CRD must still see to reject), and `configFrom` entries one lease merges.
+const MAX_DRIVERS: u32 = 64;
+const MAX_CAPABILITY_KEYS: u32 = 16;
+const MAX_CONFIG_SOURCES: u32 = 16;
+
+/// A sandbox-provider plugin: its driver declarations and where its live worker answers
+/// `initialize`. The controller probes the worker and writes, per driver, which of the six
+/// capabilities are verified, declared and effective into `status`.
 #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[kube(
     group = "sandcap.dev",
     version = "v1alpha1",
     kind = "SandboxProvider",
+    doc = "A sandbox-provider plugin registered with sandcap: its identity, its live worker and the environment drivers it declares. sandcap probes the worker and reports each driver's capabilities in status.",
     shortname = "sbp",
     category = "sandcap",
     status = "SandboxProviderStatus",
@@ -49,15 +71,22 @@ pub const DRIVER_KINDS: &[&str] = &[SANDBOX_PROVIDER_KIND, "environment_driver"]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct SandboxProviderSpec {
-    /// Plugin identity, `^[a-z0-9][a-z0-9._-]*$`. Immutable: re-register under a new name instead.
-    #[schemars(regex(pattern = r"^[a-z0-9][a-z0-9._-]*$"), length(max = 253))]
+    /// Plugin identity: lowercase letters, digits, '.', '_' and '-', starting with a letter or
+    /// digit. Immutable: to register another plugin, create a new SandboxProvider.
+    #[schemars(extend("pattern" = KEY_PATTERN, "maxLength" = 253))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self == oldSelf",
+        "message": "pluginKey is immutable: to register another plugin, create a new SandboxProvider"
+    }]))]
     pub plugin_key: String,
-    /// Plugin version (semver).
+    /// Plugin version, a semantic version such as 1.4.0.
+    #[schemars(extend("pattern" = SEMVER_PATTERN, "maxLength" = 128))]
     pub version: String,
-    /// Where the live worker answers `initialize`.
+    /// Where the live worker answers the JSON-RPC `initialize` probe: set exactly one of
+    /// `service` or `url`.
     pub worker: WorkerRef,
-    /// The plugin's driver declarations; `driverKey` is unique.
-    #[schemars(length(min = 1))]
+    /// The plugin's driver declarations, 1 to 64, each with a unique `driverKey`.
+    #[schemars(extend("minItems" = 1, "maxItems" = MAX_DRIVERS))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["driverKey"]))]
     pub environment_drivers: Vec<DriverDeclaration>,
     /// Keys the webhook rejects; kept so they are never pruned silently.
@@ -66,31 +95,49 @@ pub struct SandboxProviderSpec {
     pub extra: BTreeMap<String, Value>,
 }
 
-/// Exactly one of `service` or `url`.
+/// Where the worker answers: exactly one of `service` or `url`.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.service) != has(self.url)",
+    "message": "set exactly one of service or url"
+}]))]
 pub struct WorkerRef {
+    /// The in-cluster Service in front of the worker (the usual choice).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<ServiceRef>,
-    /// Only accepted when the operator runs with `--allow-worker-urls`.
+    /// An absolute http:// or https:// URL of the worker. Refused unless the operator runs with
+    /// `--allow-worker-urls`; prefer `service`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxLength" = 2048))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",
+        "message": "must be an absolute http:// or https:// URL"
+    }]))]
     pub url: Option<String>,
     #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(skip)]
     pub extra: BTreeMap<String, Value>,
 }
 
+/// A Service port that serves the worker's JSON-RPC endpoint over HTTP.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct ServiceRef {
+    /// Namespace of the Service (an RFC 1123 label).
+    #[schemars(extend("pattern" = DNS_LABEL_PATTERN, "maxLength" = 63))]
     pub namespace: String,
+    /// Name of the Service (an RFC 1123 label).
+    #[schemars(extend("pattern" = DNS_LABEL_PATTERN, "maxLength" = 63))]
     pub name: String,
+    /// Service port, 1 to 65535.
     #[schemars(range(min = 1, max = 65535))]
     pub port: i32,
-    /// HTTP path of the JSON-RPC endpoint; `/` when omitted.
+    /// HTTP path of the JSON-RPC endpoint, starting with '/'; '/' when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = "^/", "maxLength" = 1024))]
     pub path: Option<String>,
     #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(skip)]
@@ -102,26 +149,34 @@ pub struct ServiceRef {
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct DriverDeclaration {
-    #[schemars(regex(pattern = r"^[a-z0-9][a-z0-9._-]*$"), length(max = 253))]
+    /// The driver's key, unique within the provider; leases name it in `providerRef.driverKey`.
+    /// Lowercase letters, digits, '.', '_' and '-', starting with a letter or digit.
+    #[schemars(extend("pattern" = KEY_PATTERN, "maxLength" = 253))]
     pub driver_key: String,
-    /// `sandbox_provider` or `environment_driver`; capabilities are read only for `sandbox_provider`.
+    /// `sandbox_provider` (sandcap resolves its capabilities) or `environment_driver` (sandcap
+    /// never reads its capabilities); omitted counts as neither.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "driver_kind_schema")]
     pub kind: Option<String>,
+    /// Name shown to people, 1 to 100 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 100))]
+    #[schemars(extend("minLength" = 1, "maxLength" = 100))]
     pub display_name: Option<String>,
+    /// What the driver does, at most 500 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 500))]
+    #[schemars(extend("maxLength" = 500))]
     pub description: Option<String>,
-    /// JSON Schema (draft 2020-12 unless `$schema` says otherwise) for the lease's resolved config.
+    /// JSON Schema (draft 2020-12 unless its `$schema` names another) that a lease's resolved
+    /// config must pass; the webhook refuses one that does not compile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "free_form_object")]
     pub config_schema: Option<Value>,
-    /// Legacy spelling of `sandboxCapabilities.reusableLeases`; the nested key wins when both are set.
+    /// Legacy spelling of `sandboxCapabilities.reusableLeases`, read only when the nested key is
+    /// absent; when both are set the nested key wins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub supports_reusable_leases: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "capabilities_schema")]
     pub sandbox_capabilities: Option<DeclaredCapabilities>,
     #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(skip)]
@@ -130,15 +185,16 @@ pub struct DriverDeclaration {
 
 impl DriverDeclaration {
     pub fn is_sandbox_provider(&self) -> bool {
-        self.kind.as_deref() == Some(SANDBOX_PROVIDER_KIND)
+        self.kind.as_deref() == Some(DriverKind::SandboxProvider.as_str())
     }
 }
 
 /// The six capability keys a driver may declare. Omitted = defer to the worker, except the opt-in
-/// keys `reusableLeases` and `incrementalSessionOutput`.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+/// keys `reusableLeases` and `incrementalSessionOutput`. Its schema is a map of booleans
+/// ([`capabilities_schema`]) rather than these fields, so that a typo'd or removed key reaches
+/// the CRD's rules instead of being pruned.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct DeclaredCapabilities {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reusable_leases: Option<bool>,
@@ -153,7 +209,6 @@ pub struct DeclaredCapabilities {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incremental_session_output: Option<bool>,
     #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(skip)]
     pub extra: BTreeMap<String, Value>,
 }
 
@@ -188,6 +243,7 @@ impl DeclaredCapabilities {
     group = "sandcap.dev",
     version = "v1alpha1",
     kind = "SandboxLease",
+    doc = "One run's lease on a SandboxProvider's driver. sandcap resolves which capabilities the run gets (verified by the worker, declared by the driver, narrowed by this lease) and writes them into status.",
     namespaced,
     shortname = "sbl",
     category = "sandcap",
@@ -195,7 +251,8 @@ impl DeclaredCapabilities {
     derive = "Default",
     printcolumn = r#"{"name":"Provider","type":"string","jsonPath":".spec.providerRef.name"}"#,
     printcolumn = r#"{"name":"Driver","type":"string","jsonPath":".spec.providerRef.driverKey"}"#,
-    printcolumn = r#"{"name":"Policy","type":"string","jsonPath":".status.effectivePolicy"}"#,
+    printcolumn = r#"{"name":"Policy","type":"string","jsonPath":".spec.policy","description":"requested policy"}"#,
+    printcolumn = r#"{"name":"Effective Policy","type":"string","jsonPath":".status.effectivePolicy","description":"the policy the lease gets"}"#,
     printcolumn = r#"{"name":"Resolved","type":"string","jsonPath":".status.conditions[?(@.type==\"Resolved\")].status"}"#,
     printcolumn = r#"{"name":"Reuse","type":"boolean","jsonPath":".status.capabilities.reusableLeases"}"#,
     printcolumn = r#"{"name":"SyncIn","type":"boolean","jsonPath":".status.capabilities.nativeSyncIn"}"#,
@@ -207,27 +264,50 @@ impl DeclaredCapabilities {
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.policy) || self.policy != 'ReuseByEnvironment' || (has(self.environment) && self.environment != '')",
+    "message": "environment is required when policy is ReuseByEnvironment",
+    "fieldPath": ".environment"
+}]))]
 pub struct SandboxLeaseSpec {
-    /// Immutable: a lease belongs to one provider driver for its whole life.
+    /// The provider and driver this lease runs on. Immutable: to use another provider or driver,
+    /// create a new SandboxLease.
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self == oldSelf",
+        "message": "providerRef is immutable: to use another provider or driver, create a new SandboxLease"
+    }]))]
     pub provider_ref: ProviderRef,
+    /// `Ephemeral` (the default): a fresh environment per run. `ReuseByEnvironment`: runs with the
+    /// same `environment` reuse one, if the driver's reusableLeases capability is effective;
+    /// otherwise the lease gets `Ephemeral` (see status.effectivePolicy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "policy_schema")]
     pub policy: Option<LeasePolicy>,
-    /// Required with `ReuseByEnvironment`.
+    /// The environment runs share under `ReuseByEnvironment` (required with that policy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxLength" = 253))]
     pub environment: Option<String>,
-    /// As the provider reported it; `job` means Job-backed.
+    /// The backend as the provider reported it; `job` means Job-backed, which turns native file
+    /// sync off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxLength" = 63))]
     pub backend: Option<String>,
+    /// The workload running this lease; a `batch/v1` Job makes the lease Job-backed (native file
+    /// sync off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload_ref: Option<WorkloadRef>,
+    /// Set true when the run cannot use native file sync: turns nativeSyncIn and nativeSyncOut off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub native_file_sync_unsupported: Option<bool>,
-    /// Inline, non-secret provider config (a JSON object).
+    /// Inline, non-secret provider config (a JSON object); merged with `configFrom` and checked
+    /// against the driver's configSchema.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "free_form_object")]
     pub config: Option<Value>,
-    /// Secret keys holding JSON objects, merged over `config` in order.
+    /// Up to 16 Secret keys, each holding a JSON object, merged over `config` in order. The Secret
+    /// must carry the label `sandcap.dev/config-source: "true"`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("maxItems" = MAX_CONFIG_SOURCES))]
     pub config_from: Vec<ConfigSource>,
     #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(skip)]
@@ -240,39 +320,35 @@ impl SandboxLeaseSpec {
     }
 }
 
+/// A provider's driver.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Hash)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct ProviderRef {
+    /// Name of the SandboxProvider.
+    #[schemars(extend("pattern" = DNS_SUBDOMAIN_PATTERN, "maxLength" = 253))]
     pub name: String,
+    /// One of the provider's `environmentDrivers[].driverKey`, declared with kind sandbox_provider.
+    #[schemars(extend("pattern" = KEY_PATTERN, "maxLength" = 253))]
     pub driver_key: String,
     #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(skip)]
     pub extra: BTreeMap<String, Value>,
 }
 
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-pub enum LeasePolicy {
-    #[default]
-    Ephemeral,
-    ReuseByEnvironment,
-}
-
-impl LeasePolicy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LeasePolicy::Ephemeral => "Ephemeral",
-            LeasePolicy::ReuseByEnvironment => "ReuseByEnvironment",
-        }
-    }
-}
-
+/// The object that runs the lease's workload.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct WorkloadRef {
+    /// API version of the workload, such as batch/v1.
+    #[schemars(extend("maxLength" = 253))]
     pub api_version: String,
+    /// Kind of the workload, such as Job.
+    #[schemars(extend("maxLength" = 63))]
     pub kind: String,
+    /// Name of the workload.
+    #[schemars(extend("maxLength" = 253))]
     pub name: String,
     #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(skip)]
@@ -285,21 +361,28 @@ impl WorkloadRef {
     }
 }
 
+/// One source of provider config.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct ConfigSource {
+    /// A key of a Secret in the lease's namespace whose value is a JSON object.
     pub secret_key_ref: SecretKeyRef,
     #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(skip)]
     pub extra: BTreeMap<String, Value>,
 }
 
+/// A key of a Secret in the lease's namespace.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct SecretKeyRef {
+    /// Name of the Secret.
+    #[schemars(extend("pattern" = DNS_SUBDOMAIN_PATTERN, "maxLength" = 253))]
     pub name: String,
+    /// Key in the Secret's data.
+    #[schemars(extend("pattern" = SECRET_KEY_PATTERN, "maxLength" = 253))]
     pub key: String,
     #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(skip)]
@@ -309,28 +392,38 @@ pub struct SecretKeyRef {
 // ---------------------------------------------------------------------------------------------
 // Status
 
+/// What sandcap found: the worker's probe and, per driver, the provider-level capabilities.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxProviderStatus {
+    /// The spec generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// `WorkerVerified` (the last probe succeeded) and `Ready`.
     #[serde(default)]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
+    /// The last probe of the worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<WorkerStatus>,
+    /// One entry per declared driver: verified ∩ declared, before any lease narrows it.
     #[serde(default)]
     pub drivers: Vec<DriverStatus>,
 }
 
+/// The last `initialize` probe of the worker.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkerStatus {
+    /// The methods the worker advertised; empty when the probe failed (nothing is verified).
     #[serde(default)]
     pub supported_methods: Vec<String>,
+    /// `Succeeded` or `Failed` (timeout, connection error, JSON-RPC error, `ok: false`).
     pub probe: ProbeResult,
+    /// When the probe ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_probe_time: Option<Time>,
+    /// What the probe found, or why it failed.
     #[serde(default)]
     pub message: String,
 }
@@ -342,16 +435,21 @@ pub enum ProbeResult {
     Failed,
 }
 
+/// One driver's provider-level resolution.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct DriverStatus {
+    /// The driver's `driverKey`.
     pub driver_key: String,
+    /// The driver's declared kind; only `sandbox_provider` drivers get capabilities.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     /// The keys the declaration sets (legacy flag folded in).
     #[serde(default)]
     pub declared: BTreeMap<String, bool>,
+    /// The six capabilities at provider level.
     pub capabilities: Capabilities,
+    /// Why each capability is on or off.
     #[serde(default)]
     pub explanations: Vec<Explanation>,
 }
@@ -360,11 +458,17 @@ pub struct DriverStatus {
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Capabilities {
+    /// Leases may be resumed, released and destroyed (reuse by environment).
     pub reusable_leases: bool,
+    /// The plugin syncs files into the sandbox itself.
     pub native_sync_in: bool,
+    /// The plugin syncs files out of the sandbox itself.
     pub native_sync_out: bool,
+    /// Processes survive between executions.
     pub persistent_process_sessions: bool,
+    /// Control commands run alongside an execution.
     pub independent_control_commands: bool,
+    /// Output streams while a session runs.
     pub incremental_session_output: bool,
 }
 
@@ -397,26 +501,39 @@ impl Capabilities {
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Explanation {
+    /// The capability key.
     pub capability: Capability,
+    /// Whether the capability is effective.
     pub granted: bool,
+    /// The first gate that removed the capability, or `Granted`.
     pub reason: Reason,
+    /// The specifics: the missing method, the Secret that could not be read (never its value).
     pub message: String,
 }
 
+/// What sandcap resolved for this lease.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxLeaseStatus {
+    /// The spec generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// `Resolved`, `ConfigResolved` and `PluginIdentity`.
     #[serde(default)]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
+    /// The provider identity pinned on the first resolution; a later mismatch turns every
+    /// capability off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinned: Option<Pinned>,
+    /// The policy the lease gets: `ReuseByEnvironment` only when reusableLeases is effective.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "policy_schema")]
     pub effective_policy: Option<LeasePolicy>,
+    /// The six capabilities after this lease's narrowing.
     #[serde(default)]
     pub capabilities: Capabilities,
+    /// Why each capability is on or off.
     #[serde(default)]
     pub explanations: Vec<Explanation>,
 }
@@ -425,9 +542,12 @@ pub struct SandboxLeaseStatus {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Pinned {
+    /// `metadata.uid` of the provider.
     #[serde(rename = "providerUID")]
     pub provider_uid: String,
+    /// `spec.pluginKey` of the provider.
     pub plugin_key: String,
+    /// The lease's `providerRef.driverKey`.
     pub driver_key: String,
 }
 
@@ -435,10 +555,52 @@ fn free_form_object(_: &mut SchemaGenerator) -> Schema {
     json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
 }
 
-/// The driver kind is checked by the webhook (so its message names the allowed values) but the
-/// schema still states the enum so `kubectl explain` shows it.
+/// A hand-written enum schema: the derived one of an `Option` lists `null` among the values,
+/// which `kubectl explain` shows as `<no value>` and the apiserver's message as `"null"`.
 fn driver_kind_schema(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({"type": "string", "enum": DRIVER_KINDS})
+    json_schema!({"type": "string", "enum": DriverKind::ALL.map(DriverKind::as_str)})
+}
+
+/// As [`driver_kind_schema`]; the default makes the requested policy visible (the POLICY column).
+fn policy_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "string",
+        "enum": LeasePolicy::ALL.map(LeasePolicy::as_str),
+        "default": LeasePolicy::default().as_str(),
+    })
+}
+
+/// A map of booleans rather than an object with six properties: the apiserver's CEL sees a map's
+/// keys, but not the unknown fields of an object, and a typo'd or removed key must reach the
+/// rules (not be pruned) to be rejected.
+fn capabilities_schema(_: &mut SchemaGenerator) -> Schema {
+    let keys: Vec<&str> = Capability::ALL.map(Capability::key).into();
+    let known = |keys: &[&str]| keys.iter().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", ");
+    let mut rules: Vec<Value> = REMOVED_KEYS
+        .iter()
+        .map(|key| {
+            serde_json::json!({
+                "rule": format!("!('{key}' in self)"),
+                "message": format!("{key} was removed from the contract (concurrency is no longer declared): delete it"),
+            })
+        })
+        .collect();
+    let all: Vec<&str> = keys.iter().chain(&REMOVED_KEYS).copied().collect();
+    rules.push(serde_json::json!({
+        "rule": format!("self.all(k, k in [{}])", known(&all)),
+        "message": format!("unknown capability key: the keys are {}", keys.join(", ")),
+    }));
+    let meanings: Vec<String> = Capability::ALL.iter().map(|c| format!("{}: {}", c.key(), c.meaning())).collect();
+    json_schema!({
+        "description": format!(
+            "Capabilities the driver declares, each true or false; omitted defers to the worker, except the opt-in keys. Read only for kind sandbox_provider. Keys: {}.",
+            meanings.join("; ")
+        ),
+        "type": "object",
+        "additionalProperties": {"type": "boolean"},
+        "maxProperties": MAX_CAPABILITY_KEYS,
+        "x-kubernetes-validations": rules,
+    })
 }
 
 /// `metav1.Condition` list keyed by `type`, so server-side apply merges conditions per type.

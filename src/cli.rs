@@ -18,7 +18,8 @@ use crate::api::{Capabilities, Explanation, LeasePolicy, SandboxLease, SandboxPr
 use crate::contract::{self, SecretLookup, Verified};
 use crate::controller::SecretScope;
 use crate::probe::{self, ProbeOutcome, Prober};
-use crate::validation::{self, Options, Verdict};
+use crate::schema;
+use crate::validation::{self, Options};
 
 #[derive(Debug, Parser)]
 #[command(name = "sandcap", version, about = "Admission webhook and operator for sandbox-provider capabilities")]
@@ -173,6 +174,18 @@ pub struct ValidateArgs {
     /// Judge as an operator started with --allow-worker-urls would.
     #[arg(long, env = "SANDCAP_ALLOW_WORKER_URLS")]
     pub allow_worker_urls: bool,
+    /// Write the apiserver's messages as this Kubernetes minor does: 1.33 or 1.37 (their forms
+    /// differ slightly).
+    #[arg(long, default_value = "1.37", value_parser = parse_server)]
+    pub kubernetes_version: schema::Server,
+}
+
+fn parse_server(minor: &str) -> Result<schema::Server, String> {
+    match minor {
+        "1.33" => Ok(schema::Server::V1_33),
+        "1.37" => Ok(schema::Server::V1_37),
+        _ => Err("the message forms are known for 1.33 and 1.37".into()),
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -231,8 +244,25 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<i32, CliError> {
 pub fn crds() -> [(String, String); 2] {
     [SandboxLease::crd(), SandboxProvider::crd()].map(|crd| {
         let file = format!("{}.yaml", crd.metadata.name.as_deref().unwrap_or_default());
+        let mut crd = serde_json::to_value(&crd).expect("CRDs serialize");
+        unwrap_descriptions(&mut crd);
         (file, format!("---\n{}", serde_yaml_ng::to_string(&crd).expect("CRDs serialize")))
     })
+}
+
+/// Doc comments are wrapped at the source's line width; `kubectl explain` reflows text itself and
+/// would show each wrap as a stray line break.
+fn unwrap_descriptions(node: &mut Value) {
+    match node {
+        Value::Object(map) => {
+            if let Some(Value::String(d)) = map.get_mut("description") {
+                *d = d.split('\n').map(str::trim).collect::<Vec<_>>().join(" ");
+            }
+            map.values_mut().for_each(unwrap_descriptions);
+        }
+        Value::Array(items) => items.iter_mut().for_each(unwrap_descriptions),
+        _ => {}
+    }
 }
 
 pub fn crds_yaml() -> String {
@@ -287,6 +317,17 @@ struct ValidateRecord {
     warnings: Vec<String>,
 }
 
+/// What `kubectl apply` would print for one object: the apiserver's own verdict (layer one, the
+/// CRD) if it rejects, else the webhook's (layer two), which the apiserver asks only then. `Ok`
+/// holds the warnings of an admitted object, `Err` the denial message and any warnings.
+pub fn judge(object: &Value, options: &Options, server: schema::Server) -> Result<Vec<String>, (String, Vec<String>)> {
+    if let Err(rejection) = schema::check(object, None, server) {
+        return Err((rejection.message(), Vec::new()));
+    }
+    let verdict = validation::review(object, None, options);
+    if verdict.allowed() { Ok(verdict.warnings) } else { Err((verdict.message(), verdict.warnings)) }
+}
+
 fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
     let options = Options { allow_worker_urls: args.allow_worker_urls };
     let mut records = Vec::new();
@@ -301,13 +342,9 @@ fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
                     message: "unknown kind: sandcap validates SandboxProvider and SandboxLease".into(),
                 });
             }
-            let verdict = validation::review(&object, None, &options);
-            records.push(ValidateRecord {
-                kind,
-                name,
-                allowed: verdict.allowed(),
-                message: verdict.message(),
-                warnings: verdict.warnings,
+            records.push(match judge(&object, &options, args.kubernetes_version) {
+                Ok(warnings) => ValidateRecord { kind, name, allowed: true, message: String::new(), warnings },
+                Err((message, warnings)) => ValidateRecord { kind, name, allowed: false, message, warnings },
             });
         }
     }
@@ -443,14 +480,8 @@ fn load_one<T: serde::de::DeserializeOwned>(path: &Path, kind: validation::Kind)
     if found != kind.as_str() {
         return Err(CliError::Object { path: shown, kind: found, name, message: format!("expected a {kind}") });
     }
-    let verdict: Verdict = validation::review(&object, None, &Options { allow_worker_urls: true });
-    if !verdict.allowed() {
-        return Err(CliError::Object {
-            path: shown,
-            kind: found,
-            name,
-            message: format!("denied: {}", verdict.message()),
-        });
+    if let Err((message, _)) = judge(&object, &Options { allow_worker_urls: true }, schema::Server::default()) {
+        return Err(CliError::Object { path: shown, kind: found, name, message: format!("denied: {message}") });
     }
     serde_json::from_value(object).map_err(|e| CliError::Object {
         path: shown,

@@ -5,127 +5,16 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::fmt;
 use std::rc::Rc;
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
-use crate::api::{
-    Capabilities, DriverDeclaration, Explanation, LeasePolicy, Pinned, SandboxLease, SandboxProvider, SecretKeyRef,
+use crate::api::{Capabilities, DriverDeclaration, Explanation, Pinned, SandboxLease, SandboxProvider, SecretKeyRef};
+pub use crate::vocabulary::{
+    Capability, LeasePolicy, METHOD_DESTROY_LEASE, METHOD_EXECUTE, METHOD_RELEASE_LEASE, METHOD_RESUME_LEASE,
+    METHOD_SYNC_IN, METHOD_SYNC_OUT, REMOVED_KEYS, Reason,
 };
-
-pub const METHOD_RESUME_LEASE: &str = "environmentResumeLease";
-pub const METHOD_RELEASE_LEASE: &str = "environmentReleaseLease";
-pub const METHOD_DESTROY_LEASE: &str = "environmentDestroyLease";
-pub const METHOD_SYNC_IN: &str = "environmentSyncIn";
-pub const METHOD_SYNC_OUT: &str = "environmentSyncOut";
-pub const METHOD_EXECUTE: &str = "environmentExecute";
-
-/// Keys that were once part of the contract; the webhook names them when it rejects them.
-pub const REMOVED_KEYS: [&str; 2] = ["concurrentSyncAndExec", "concurrentSyncOperations"];
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum Capability {
-    ReusableLeases,
-    NativeSyncIn,
-    NativeSyncOut,
-    PersistentProcessSessions,
-    IndependentControlCommands,
-    IncrementalSessionOutput,
-}
-
-impl Capability {
-    pub const ALL: [Capability; 6] = [
-        Capability::ReusableLeases,
-        Capability::NativeSyncIn,
-        Capability::NativeSyncOut,
-        Capability::PersistentProcessSessions,
-        Capability::IndependentControlCommands,
-        Capability::IncrementalSessionOutput,
-    ];
-
-    pub fn key(self) -> &'static str {
-        match self {
-            Capability::ReusableLeases => "reusableLeases",
-            Capability::NativeSyncIn => "nativeSyncIn",
-            Capability::NativeSyncOut => "nativeSyncOut",
-            Capability::PersistentProcessSessions => "persistentProcessSessions",
-            Capability::IndependentControlCommands => "independentControlCommands",
-            Capability::IncrementalSessionOutput => "incrementalSessionOutput",
-        }
-    }
-
-    pub fn from_key(key: &str) -> Option<Capability> {
-        Capability::ALL.into_iter().find(|c| c.key() == key)
-    }
-
-    /// Every one of these methods must be verified by the worker.
-    pub fn required_methods(self) -> &'static [&'static str] {
-        match self {
-            Capability::ReusableLeases => &[METHOD_RESUME_LEASE, METHOD_RELEASE_LEASE, METHOD_DESTROY_LEASE],
-            Capability::NativeSyncIn | Capability::NativeSyncOut => &[METHOD_SYNC_IN, METHOD_SYNC_OUT],
-            Capability::PersistentProcessSessions
-            | Capability::IndependentControlCommands
-            | Capability::IncrementalSessionOutput => &[METHOD_EXECUTE],
-        }
-    }
-
-    /// Opt-in keys are off unless the declaration says `true`; the others follow the worker.
-    pub fn opt_in(self) -> bool {
-        matches!(self, Capability::ReusableLeases | Capability::IncrementalSessionOutput)
-    }
-
-    fn is_sync(self) -> bool {
-        matches!(self, Capability::NativeSyncIn | Capability::NativeSyncOut)
-    }
-}
-
-impl fmt::Display for Capability {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.key())
-    }
-}
-
-/// The gates, in the order API.md section 3 checks them. `Granted` means none removed it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
-pub enum Reason {
-    PluginIdentityFailed,
-    WorkerNotVerified,
-    MissingWorkerMethods,
-    DeclaredFalse,
-    NotOptedIn,
-    NarrowedByLeasePolicy,
-    NarrowedByJobBackend,
-    NarrowedByNativeFileSyncUnsupported,
-    NarrowedByConfigResolution,
-    Granted,
-}
-
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::PluginIdentityFailed => "PluginIdentityFailed",
-            Reason::WorkerNotVerified => "WorkerNotVerified",
-            Reason::MissingWorkerMethods => "MissingWorkerMethods",
-            Reason::DeclaredFalse => "DeclaredFalse",
-            Reason::NotOptedIn => "NotOptedIn",
-            Reason::NarrowedByLeasePolicy => "NarrowedByLeasePolicy",
-            Reason::NarrowedByJobBackend => "NarrowedByJobBackend",
-            Reason::NarrowedByNativeFileSyncUnsupported => "NarrowedByNativeFileSyncUnsupported",
-            Reason::NarrowedByConfigResolution => "NarrowedByConfigResolution",
-            Reason::Granted => "Granted",
-        }
-    }
-}
-
-impl fmt::Display for Reason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// What the live worker verified: `None` when the probe failed or never ran.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -298,18 +187,88 @@ fn first_gate(cap: Capability, verified: &Verified, declared: &Declared, narrowi
 /// Provider-level resolution of one driver: verified ∩ declared. A driver that is not
 /// `kind: sandbox_provider` is never read as a sandbox provider, so nothing is granted.
 pub fn resolve_driver(verified: &Verified, driver: &DriverDeclaration) -> Resolution {
-    let narrowing = Narrowing { identity_failure: driver_kind_failure(driver), ..Narrowing::default() };
+    let identity_failure = driver_kind_failure(driver).map(|f| f.to_string());
+    let narrowing = Narrowing { identity_failure, ..Narrowing::default() };
     resolve(verified, &Declared::from_driver(driver), &narrowing)
 }
 
-fn driver_kind_failure(driver: &DriverDeclaration) -> Option<String> {
-    (!driver.is_sandbox_provider()).then(|| {
-        format!(
-            "driver {} is declared with kind {}, not sandbox_provider; its capabilities are never read",
-            driver.driver_key,
-            driver.kind.as_deref().unwrap_or("(omitted)")
-        )
+fn driver_kind_failure(driver: &DriverDeclaration) -> Option<IdentityFailure> {
+    (!driver.is_sandbox_provider()).then(|| IdentityFailure::NotSandboxProvider {
+        driver: driver.driver_key.clone(),
+        kind: driver.kind.clone().unwrap_or_else(|| "(omitted)".into()),
     })
+}
+
+/// Why a lease's exact-plugin identity check failed. The message is the condition's; the variant
+/// names the `PluginIdentity` condition's reason ([`IdentityFailure::reason`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IdentityFailure {
+    #[error("provider {name} does not exist (yet); the lease is not pinned")]
+    ProviderNotFound { name: String },
+    #[error("pinned provider {name} (uid {uid}) no longer exists")]
+    PinnedProviderGone { name: String, uid: String },
+    #[error("provider {name} was re-created: pinned uid {pinned}, found uid {found}")]
+    ProviderRecreated { name: String, pinned: String, found: String },
+    #[error("provider {name} now has pluginKey {found}, pinned {pinned}")]
+    PluginKeyChanged { name: String, pinned: String, found: String },
+    #[error("lease pinned driver {pinned} but now asks for {wanted}")]
+    DriverChanged { pinned: String, wanted: String },
+    #[error("provider {name} does not declare driver {driver}")]
+    DriverNotDeclared { name: String, driver: String },
+    #[error("driver {driver} is declared with kind {kind}, not sandbox_provider; its capabilities are never read")]
+    NotSandboxProvider { driver: String, kind: String },
+}
+
+impl IdentityFailure {
+    /// The CamelCase reason of the `PluginIdentity` condition: the variant's name.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            IdentityFailure::ProviderNotFound { .. } => "ProviderNotFound",
+            IdentityFailure::PinnedProviderGone { .. } => "PinnedProviderGone",
+            IdentityFailure::ProviderRecreated { .. } => "ProviderRecreated",
+            IdentityFailure::PluginKeyChanged { .. } => "PluginKeyChanged",
+            IdentityFailure::DriverChanged { .. } => "DriverChanged",
+            IdentityFailure::DriverNotDeclared { .. } => "DriverNotDeclared",
+            IdentityFailure::NotSandboxProvider { .. } => "NotSandboxProvider",
+        }
+    }
+}
+
+/// Why a lease's config could not be resolved; never carries a value (it may be a secret). The
+/// variant names the `ConfigResolved` condition's reason ([`ConfigFailure::reason`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigFailure {
+    #[error("spec.config is not a JSON object")]
+    ConfigNotAnObject,
+    #[error("configFrom Secret {name} does not exist")]
+    SecretNotFound { name: String },
+    #[error("configFrom Secret {name} has no key {key}")]
+    SecretKeyNotFound { name: String, key: String },
+    // serde_json's error text can quote the input, so only its position is kept.
+    #[error("configFrom Secret {name} key {key} is not valid JSON (line {line}, column {column})")]
+    SecretNotJson { name: String, key: String, line: usize, column: usize },
+    #[error("configFrom Secret {name} key {key} does not hold a JSON object")]
+    SecretNotAnObject { name: String, key: String },
+    #[error("the driver's configSchema does not compile: {0}")]
+    SchemaDoesNotCompile(String),
+    /// Where and which keyword failed (`/limits/cpu (maximum)`), at most five.
+    #[error("the resolved config fails the driver's configSchema at {}", .0.join(", "))]
+    SchemaViolated(Vec<String>),
+}
+
+impl ConfigFailure {
+    /// The CamelCase reason of the `ConfigResolved` condition: the variant's name.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ConfigFailure::ConfigNotAnObject => "ConfigNotAnObject",
+            ConfigFailure::SecretNotFound { .. } => "SecretNotFound",
+            ConfigFailure::SecretKeyNotFound { .. } => "SecretKeyNotFound",
+            ConfigFailure::SecretNotJson { .. } => "SecretNotJson",
+            ConfigFailure::SecretNotAnObject { .. } => "SecretNotAnObject",
+            ConfigFailure::SchemaDoesNotCompile(_) => "SchemaDoesNotCompile",
+            ConfigFailure::SchemaViolated(_) => "SchemaViolated",
+        }
+    }
 }
 
 /// The policy a lease actually gets: reuse exactly when its resolution grants reusableLeases
@@ -337,37 +296,33 @@ pub fn pin_for(provider: &SandboxProvider, driver_key: &str) -> Option<Pinned> {
 pub fn check_identity<'p>(
     lease: &SandboxLease,
     provider: Option<&'p SandboxProvider>,
-) -> Result<&'p DriverDeclaration, String> {
+) -> Result<&'p DriverDeclaration, IdentityFailure> {
     let wanted = &lease.spec.provider_ref;
+    let name = || wanted.name.clone();
     let pinned = lease.status.as_ref().and_then(|s| s.pinned.as_ref());
     let Some(provider) = provider else {
         return Err(match pinned {
-            Some(p) => format!("pinned provider {} (uid {}) no longer exists", wanted.name, p.provider_uid),
-            None => format!("provider {} does not exist (yet); the lease is not pinned", wanted.name),
+            Some(p) => IdentityFailure::PinnedProviderGone { name: name(), uid: p.provider_uid.clone() },
+            None => IdentityFailure::ProviderNotFound { name: name() },
         });
     };
     if let Some(p) = pinned {
         let uid = provider.metadata.uid.as_deref().unwrap_or("");
         if p.provider_uid != uid {
-            return Err(format!(
-                "provider {} was re-created: pinned uid {}, found uid {}",
-                wanted.name,
-                p.provider_uid,
-                if uid.is_empty() { "(none)" } else { uid }
-            ));
+            let found = if uid.is_empty() { "(none)" } else { uid }.to_string();
+            return Err(IdentityFailure::ProviderRecreated { name: name(), pinned: p.provider_uid.clone(), found });
         }
         if p.plugin_key != provider.spec.plugin_key {
-            return Err(format!(
-                "provider {} now has pluginKey {}, pinned {}",
-                wanted.name, provider.spec.plugin_key, p.plugin_key
-            ));
+            let (pinned, found) = (p.plugin_key.clone(), provider.spec.plugin_key.clone());
+            return Err(IdentityFailure::PluginKeyChanged { name: name(), pinned, found });
         }
         if p.driver_key != wanted.driver_key {
-            return Err(format!("lease pinned driver {} but now asks for {}", p.driver_key, wanted.driver_key));
+            let (pinned, wanted) = (p.driver_key.clone(), wanted.driver_key.clone());
+            return Err(IdentityFailure::DriverChanged { pinned, wanted });
         }
     }
     let Some(driver) = provider.spec.environment_drivers.iter().find(|d| d.driver_key == wanted.driver_key) else {
-        return Err(format!("provider {} does not declare driver {}", wanted.name, wanted.driver_key));
+        return Err(IdentityFailure::DriverNotDeclared { name: name(), driver: wanted.driver_key.clone() });
     };
     driver_kind_failure(driver).map_or(Ok(driver), Err)
 }
@@ -400,35 +355,26 @@ pub fn resolve_config(
     lease: &SandboxLease,
     driver: &DriverDeclaration,
     secret: impl Fn(&SecretKeyRef) -> SecretLookup,
-) -> Result<Value, String> {
+) -> Result<Value, ConfigFailure> {
     let mut config = match &lease.spec.config {
         None => Value::Object(Default::default()),
         Some(v @ Value::Object(_)) => v.clone(),
-        Some(_) => return Err("spec.config is not a JSON object".into()),
+        Some(_) => return Err(ConfigFailure::ConfigNotAnObject),
     };
     for source in &lease.spec.config_from {
         let r = &source.secret_key_ref;
+        let (name, key) = (r.name.clone(), r.key.clone());
         let bytes = match secret(r) {
             SecretLookup::Found(bytes) => bytes,
-            SecretLookup::MissingSecret => {
-                return Err(format!("configFrom Secret {} does not exist", r.name));
-            }
-            SecretLookup::MissingKey => {
-                return Err(format!("configFrom Secret {} has no key {}", r.name, r.key));
-            }
+            SecretLookup::MissingSecret => return Err(ConfigFailure::SecretNotFound { name }),
+            SecretLookup::MissingKey => return Err(ConfigFailure::SecretKeyNotFound { name, key }),
         };
-        // serde_json's error text can quote the input, so only its position is reported.
-        let overlay: Value = serde_json::from_slice(&bytes).map_err(|e| {
-            format!(
-                "configFrom Secret {} key {} is not valid JSON (line {}, column {})",
-                r.name,
-                r.key,
-                e.line(),
-                e.column()
-            )
-        })?;
+        let overlay: Value = match serde_json::from_slice(&bytes) {
+            Ok(overlay) => overlay,
+            Err(e) => return Err(ConfigFailure::SecretNotJson { name, key, line: e.line(), column: e.column() }),
+        };
         let Value::Object(_) = overlay else {
-            return Err(format!("configFrom Secret {} key {} does not hold a JSON object", r.name, r.key));
+            return Err(ConfigFailure::SecretNotAnObject { name, key });
         };
         merge(&mut config, overlay);
     }
@@ -493,8 +439,8 @@ fn size_within(value: &Value, budget: &mut usize) -> bool {
         }
 }
 
-fn check_config(schema: &Value, config: &Value) -> Result<(), String> {
-    let validator = compile_schema(schema).map_err(|e| format!("the driver's configSchema does not compile: {e}"))?;
+fn check_config(schema: &Value, config: &Value) -> Result<(), ConfigFailure> {
+    let validator = compile_schema(schema).map_err(ConfigFailure::SchemaDoesNotCompile)?;
     // Report where and which keyword failed, never the offending value (it may be a secret).
     let problems: Vec<String> = validator
         .iter_errors(config)
@@ -506,11 +452,7 @@ fn check_config(schema: &Value, config: &Value) -> Result<(), String> {
             format!("{} ({keyword})", if at.is_empty() { "/".to_string() } else { at })
         })
         .collect();
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("the resolved config fails the driver's configSchema at {}", problems.join(", ")))
-    }
+    if problems.is_empty() { Ok(()) } else { Err(ConfigFailure::SchemaViolated(problems)) }
 }
 
 /// Everything the lease controller and `sandcap resolve --lease` decide for one lease.
@@ -521,9 +463,9 @@ pub struct LeaseResolution {
     pub resolution: Resolution,
     /// Set when the identity check passed and the lease had not been pinned yet.
     pub pin: Option<Pinned>,
-    pub identity: Result<(), String>,
+    pub identity: Result<(), IdentityFailure>,
     /// `None` when config was not resolved because the identity check failed.
-    pub config: Option<Result<(), String>>,
+    pub config: Option<Result<(), ConfigFailure>>,
 }
 
 /// Resolves a lease against its provider (if it exists) and the provider's verified methods.
@@ -541,7 +483,7 @@ pub fn resolve_lease(
 pub fn resolve_checked_lease(
     lease: &SandboxLease,
     provider: Option<&SandboxProvider>,
-    identity: Result<&DriverDeclaration, String>,
+    identity: Result<&DriverDeclaration, IdentityFailure>,
     verified: &Verified,
     secret: impl Fn(&SecretKeyRef) -> SecretLookup,
 ) -> LeaseResolution {
@@ -549,7 +491,7 @@ pub fn resolve_checked_lease(
     let driver = match identity {
         Ok(driver) => driver,
         Err(why) => {
-            let narrowing = Narrowing { identity_failure: Some(why.clone()), ..Narrowing::default() };
+            let narrowing = Narrowing { identity_failure: Some(why.to_string()), ..Narrowing::default() };
             return LeaseResolution {
                 driver_key,
                 effective_policy: LeasePolicy::Ephemeral,
@@ -567,7 +509,7 @@ pub fn resolve_checked_lease(
         policy: Some(lease.spec.policy()),
         job_backend: job_backend(lease),
         native_file_sync_unsupported: lease.spec.native_file_sync_unsupported.unwrap_or(false),
-        config_failure: config.clone().err(),
+        config_failure: config.clone().err().map(|f| f.to_string()),
     };
     let resolution = resolve(verified, &Declared::from_driver(driver), &narrowing);
     let already_pinned = lease.status.as_ref().is_some_and(|s| s.pinned.is_some());

@@ -1,6 +1,8 @@
 //! sandcap: admission webhook and operator for sandbox-provider plugin capabilities.
 //!
-//! The pure core is [`contract`] (capability resolution) and [`validation`] (admission rules);
+//! The pure core is [`vocabulary`] (the contract's words), [`api`] (the resources, whose schema
+//! carries the rules the apiserver enforces), [`contract`] (capability resolution), [`schema`]
+//! (the apiserver's verdict on an object, offline) and [`validation`] (the webhook's rules);
 //! everything else is a thin shell that feeds them and writes their answers somewhere.
 
 pub mod admission;
@@ -11,6 +13,8 @@ pub mod contract;
 pub mod controller;
 pub mod metrics;
 pub mod probe;
+pub mod schema;
 pub mod server;
 pub mod tls;
 pub mod validation;
+pub mod vocabulary;

@@ -15,7 +15,6 @@ use serde_json::{Value, json};
 
 use crate::api::{SandboxProvider, SandboxProviderSpec, ServiceRef, WorkerRef};
 use crate::contract::Verified;
-use crate::validation::is_dns_label;
 
 /// An answer larger than this is refused; a real `initialize` result is a few hundred bytes.
 pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
@@ -293,6 +292,16 @@ fn quoted(text: &str) -> String {
     } else {
         clean
     }
+}
+
+/// RFC 1123 label, as Service names and namespaces are.
+fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
-//! Declaration validation (API.md sections 2 and 5): every admission rule, as one pure function
-//! over the raw JSON object. The webhook and `sandcap validate` both call [`review`], so they can
-//! never disagree. It works on `serde_json::Value` rather than the typed CRDs so that every problem
-//! (a wrong type, an unknown key, a typo) is reported at once with its Kubernetes field path,
-//! instead of stopping at the first serde error.
+//! The webhook's rules (API.md section 5, layer 2): only what the apiserver cannot check from the
+//! CRD — `configSchema` compiles, worker URLs without `--allow-worker-urls`, unknown fields the
+//! schema keeps (so none is pruned silently) — and the warnings. Everything the CRD can state is
+//! stated there ([`crate::api`]) and nowhere here. One pure function over the raw JSON object:
+//! the webhook and `sandcap validate` both call [`review`], so they can never disagree, and every
+//! problem is reported at once with its Kubernetes field path.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -12,8 +13,8 @@ use serde::de::value::SeqAccessDeserializer;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use crate::api::{API_VERSION, DRIVER_KINDS, SANDBOX_PROVIDER_KIND};
-use crate::contract::{Capability, REMOVED_KEYS, compile_schema};
+use crate::contract::compile_schema;
+use crate::vocabulary::{Capability, DriverKind, REMOVED_KEYS, words};
 
 /// Kubernetes refuses admission warnings longer than this, so ours stay below it.
 pub const MAX_WARNING_LEN: usize = 120;
@@ -24,32 +25,11 @@ pub struct Options {
     pub allow_worker_urls: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    SandboxProvider,
-    SandboxLease,
-}
-
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::SandboxProvider => "SandboxProvider",
-            Kind::SandboxLease => "SandboxLease",
-        }
-    }
-
-    pub fn from_kind(kind: &str) -> Option<Kind> {
-        match kind {
-            "SandboxProvider" => Some(Kind::SandboxProvider),
-            "SandboxLease" => Some(Kind::SandboxLease),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+words! {
+    /// The two kinds sandcap reviews.
+    pub enum Kind (as_str, from_kind) {
+        SandboxProvider = "SandboxProvider",
+        SandboxLease = "SandboxLease",
     }
 }
 
@@ -87,20 +67,21 @@ impl Verdict {
 /// Starts the warning for a problem that the stored object already has (see [`review`]).
 pub const ALREADY_STORED: &str = "already stored, not blocking this update: ";
 
-/// Reviews an object of either kind. An object that is not a sandcap resource is denied with a
-/// problem at `apiVersion`/`kind`.
+/// Reviews an object of either kind with the rules the apiserver cannot check (layer 2 of
+/// docs/contract.md). The apiserver calls the webhook only for objects its CRD schema admitted, so
+/// a part of the wrong shape here is skipped, not reported: layer 1 ([`crate::schema`]) names it.
 ///
 /// On UPDATE `old` is the stored object, and the review ratchets, as the apiserver ratchets CRD
-/// validation: a problem that `old` has too (the same problem at the same path, found by the same
-/// rules) was admitted under other rules or settings, and refusing it now would block every
-/// update of the object, a label included, until someone fixes it. It becomes a warning starting
-/// with [`ALREADY_STORED`]; only problems this update brings in deny it. Immutable fields are
-/// checked against `old` only, so changing one is always denied.
+/// validation: a problem that `old` has too (the same problem at the same path) was admitted under
+/// other rules or settings (an older sandcap, `--allow-worker-urls`, no webhook at all), and
+/// refusing it now would block every update of the object, a label included, until someone fixes
+/// it. It becomes a warning starting with [`ALREADY_STORED`]; only problems this update brings in
+/// deny it.
 pub fn review(object: &Value, old: Option<&Value>, options: &Options) -> Verdict {
-    let mut verdict = check(object, old, options);
+    let mut verdict = check(object, options);
     // Without a problem there is nothing to ratchet, and the stored object need not be reviewed.
     if let Some(old) = old.filter(|_| !verdict.allowed()) {
-        let stored = check(old, None, options).problems;
+        let stored = check(old, options).problems;
         let (kept, introduced): (Vec<Problem>, _) = verdict.problems.into_iter().partition(|p| stored.contains(p));
         verdict.problems = introduced;
         verdict.warnings.extend(kept.iter().map(|p| truncate_warning(format!("{ALREADY_STORED}{p}"))));
@@ -108,24 +89,14 @@ pub fn review(object: &Value, old: Option<&Value>, options: &Options) -> Verdict
     verdict
 }
 
-fn check(object: &Value, old: Option<&Value>, options: &Options) -> Verdict {
+fn check(object: &Value, options: &Options) -> Verdict {
     let mut c = Checker::default();
-    let Some(root) = object.as_object() else {
-        c.problem("object", "must be a JSON object");
-        return c.finish();
-    };
-    match field(root, "apiVersion") {
-        Some(Value::String(v)) if v == API_VERSION => {}
-        Some(Value::String(v)) => {
-            c.problem("apiVersion", format!("unsupported apiVersion {v:?}, expected {API_VERSION:?}"))
-        }
-        _ => c.problem("apiVersion", format!("required: {API_VERSION:?}")),
-    }
-    c.metadata(root);
-    match field(root, "kind").and_then(Value::as_str).and_then(Kind::from_kind) {
-        Some(Kind::SandboxProvider) => c.provider(root, old, options),
-        Some(Kind::SandboxLease) => c.lease(root, old),
-        None => c.problem("kind", "must be SandboxProvider or SandboxLease"),
+    let spec = object.get("spec").and_then(Value::as_object);
+    match (object.get("kind").and_then(Value::as_str).and_then(Kind::from_kind), spec) {
+        (Some(Kind::SandboxProvider), Some(spec)) => c.provider(spec, options),
+        (Some(Kind::SandboxLease), Some(spec)) => c.lease(spec),
+        (Some(_), None) => {}
+        (None, _) => c.problem("kind", "must be SandboxProvider or SandboxLease"),
     }
     c.finish()
 }
@@ -144,12 +115,10 @@ pub fn identify(object: &Value) -> (String, String) {
 }
 
 /// What [`review`] and [`identify`] read of an object, and on UPDATE of the stored object too
-/// (ratcheting reviews it by the same rules). The webhook builds only these parts: the rest
-/// (`status`, `metadata.managedFields`, the last-applied annotation) is often most of the bytes,
-/// and reviewing the parts gives the verdict of reviewing the whole (a property test in
+/// (ratcheting reviews it by the same rules). The webhook builds only these parts: the rest (`status`, `metadata.managedFields`, the last-applied annotation) is often most of the
+/// bytes, and reviewing the parts gives the verdict of reviewing the whole (a property test in
 /// tests/properties.rs and the fuzz target hold the two to that).
 pub const REVIEWED: Shape = Shape::Keys(&[
-    ("apiVersion", Shape::Whole),
     ("kind", Shape::Whole),
     ("metadata", Shape::Keys(&[("name", Shape::Whole), ("generateName", Shape::Whole)])),
     ("spec", Shape::Whole),
@@ -288,7 +257,6 @@ const PROVIDER_REF_FIELDS: &[&str] = &["name", "driverKey"];
 const WORKLOAD_REF_FIELDS: &[&str] = &["apiVersion", "kind", "name"];
 const CONFIG_SOURCE_FIELDS: &[&str] = &["secretKeyRef"];
 const SECRET_KEY_REF_FIELDS: &[&str] = &["name", "key"];
-const POLICIES: &[&str] = &["Ephemeral", "ReuseByEnvironment"];
 
 #[derive(Default)]
 struct Checker {
@@ -310,25 +278,6 @@ impl Checker {
         self.verdict.warnings.push(truncate_warning(warning));
     }
 
-    /// `spec` must be an object; returns it for field checks.
-    fn spec<'v>(&mut self, root: &'v Map<String, Value>) -> Option<&'v Map<String, Value>> {
-        match field(root, "spec") {
-            None => {
-                self.problem("spec", "required");
-                None
-            }
-            Some(v) => self.object(v, "spec"),
-        }
-    }
-
-    fn object<'v>(&mut self, value: &'v Value, path: impl fmt::Display) -> Option<&'v Map<String, Value>> {
-        let map = value.as_object();
-        if map.is_none() {
-            self.problem(path, format!("must be an object, got {}", type_name(value)));
-        }
-        map
-    }
-
     /// Rejects keys not in `allowed`; the CRD keeps such keys (it does not prune them) exactly so
     /// that a typo is refused here rather than silently dropped.
     fn known_fields(&mut self, map: &Map<String, Value>, path: &str, allowed: &[&str]) {
@@ -345,361 +294,81 @@ impl Checker {
         }
     }
 
-    fn required<'v>(&mut self, map: &'v Map<String, Value>, path: &str, key: &str) -> Option<&'v Value> {
-        let v = field(map, key);
-        if v.is_none() {
-            self.problem(format_args!("{path}.{key}"), "required");
-        }
-        v
-    }
-
-    fn string<'v>(&mut self, value: &'v Value, path: impl fmt::Display) -> Option<&'v str> {
-        let s = value.as_str();
-        if s.is_none() {
-            self.problem(path, format!("must be a string, got {}", type_name(value)));
-        }
-        s
-    }
-
-    fn boolean(&mut self, value: &Value, path: impl fmt::Display) -> Option<bool> {
-        let b = value.as_bool();
-        if b.is_none() {
-            self.problem(path, format!("must be a boolean (true or false), got {}", type_name(value)));
-        }
-        b
-    }
-
-    fn required_string<'v>(&mut self, map: &'v Map<String, Value>, path: &str, key: &str) -> Option<&'v str> {
-        let v = self.required(map, path, key)?;
-        self.string(v, format_args!("{path}.{key}"))
-    }
-
-    fn optional_string<'v>(&mut self, map: &'v Map<String, Value>, path: &str, key: &str) -> Option<&'v str> {
-        let v = field(map, key)?;
-        self.string(v, format_args!("{path}.{key}"))
-    }
-
-    fn key_pattern(&mut self, value: &str, path: impl fmt::Display) {
-        if !is_key(value) {
-            self.problem(path, format!("{value:?} must match ^[a-z0-9][a-z0-9._-]*$ (at most 253 characters)"));
-        }
-    }
-
-    fn dns_label(&mut self, value: &str, path: impl fmt::Display) {
-        if !is_dns_label(value) {
-            self.problem(
-                path,
-                format!("{value:?} is not a valid DNS-1123 label (lowercase alphanumerics and '-', at most 63)"),
-            );
-        }
-    }
-
-    fn dns_subdomain(&mut self, value: &str, path: impl fmt::Display) {
-        if !is_dns_subdomain(value) {
-            self.problem(path, format!("{value:?} is not a valid resource name (DNS-1123 subdomain)"));
-        }
-    }
-
-    fn immutable(&mut self, new: Option<&Value>, old: Option<&Value>, path: &str, instead: &str) {
-        if let (Some(new), Some(old)) = (new, old)
-            && new != old
-        {
-            self.problem(path, format!("field is immutable (was {}): {instead}", compact(old)));
-        }
-    }
-
-    /// The apiserver checks names itself; `sandcap validate` repeats it so the offline verdict
-    /// matches what `kubectl apply` would say.
-    fn metadata(&mut self, root: &Map<String, Value>) {
-        let Some(meta) = field(root, "metadata").and_then(|m| self.object(m, "metadata")) else {
-            self.problem("metadata.name", "required");
-            return;
-        };
-        if let Some(name) = self.required_string(meta, "metadata", "name") {
-            self.dns_subdomain(name, "metadata.name");
-        }
+    /// Checks the fields of the object at `map[key]`, if it is one, and returns it.
+    fn child<'v>(
+        &mut self,
+        map: &'v Map<String, Value>,
+        key: &str,
+        path: &str,
+        allowed: &[&str],
+    ) -> Option<&'v Map<String, Value>> {
+        let child = field(map, key)?.as_object()?;
+        self.known_fields(child, path, allowed);
+        Some(child)
     }
 
     // ---- SandboxProvider --------------------------------------------------------------------
 
-    fn provider(&mut self, root: &Map<String, Value>, old: Option<&Value>, options: &Options) {
-        let Some(spec) = self.spec(root) else { return };
+    fn provider(&mut self, spec: &Map<String, Value>, options: &Options) {
         self.known_fields(spec, "spec", PROVIDER_SPEC_FIELDS);
-        if let Some(key) = self.required_string(spec, "spec", "pluginKey") {
-            self.key_pattern(key, "spec.pluginKey");
+        if let Some(worker) = self.child(spec, "worker", "spec.worker", WORKER_FIELDS) {
+            self.child(worker, "service", "spec.worker.service", SERVICE_FIELDS);
+            if field(worker, "url").is_some() && !options.allow_worker_urls {
+                self.problem(
+                    "spec.worker.url",
+                    "worker URLs are refused because the operator runs without --allow-worker-urls: use spec.worker.service instead",
+                );
+            }
         }
-        if let Some(version) = self.required_string(spec, "spec", "version")
-            && let Err(e) = semver::Version::parse(version)
-        {
-            self.problem("spec.version", format!("{version:?} is not a semantic version (e.g. 1.4.0): {e}"));
-        }
-        if let Some(worker) = self.required(spec, "spec", "worker") {
-            self.worker(worker, options);
-        }
-        if let Some(drivers) = self.required(spec, "spec", "environmentDrivers") {
-            self.drivers(drivers);
-        }
-        self.immutable(
-            field(spec, "pluginKey"),
-            old.and_then(|o| o.pointer("/spec/pluginKey")),
-            "spec.pluginKey",
-            "to register another plugin, create a new SandboxProvider",
-        );
-    }
-
-    fn worker(&mut self, worker: &Value, options: &Options) {
-        let Some(w) = self.object(worker, "spec.worker") else {
-            return;
-        };
-        self.known_fields(w, "spec.worker", WORKER_FIELDS);
-        match (field(w, "service"), field(w, "url")) {
-            (Some(_), Some(_)) => self.problem("spec.worker", "set exactly one of service or url, not both"),
-            (None, None) => self.problem("spec.worker", "set exactly one of service or url"),
-            (Some(service), None) => self.service(service),
-            (None, Some(url)) => {
-                if let Some(url) = self.string(url, "spec.worker.url") {
-                    self.worker_url(url, options);
-                }
+        let drivers = field(spec, "environmentDrivers").and_then(Value::as_array).into_iter().flatten();
+        for (i, driver) in drivers.enumerate() {
+            if let Some(d) = driver.as_object() {
+                self.driver(d, &format!("spec.environmentDrivers[{i}]"));
             }
         }
     }
 
-    fn service(&mut self, service: &Value) {
-        let path = "spec.worker.service";
-        let Some(s) = self.object(service, path) else {
-            return;
-        };
-        self.known_fields(s, path, SERVICE_FIELDS);
-        if let Some(ns) = self.required_string(s, path, "namespace") {
-            self.dns_label(ns, "spec.worker.service.namespace");
-        }
-        if let Some(name) = self.required_string(s, path, "name") {
-            self.dns_label(name, "spec.worker.service.name");
-        }
-        if let Some(port) = self.required(s, path, "port") {
-            match port.as_i64() {
-                Some(1..=65535) => {}
-                _ => self.problem(
-                    "spec.worker.service.port",
-                    format!("must be an integer from 1 to 65535, got {}", compact(port)),
-                ),
-            }
-        }
-        if let Some(p) = self.optional_string(s, path, "path")
-            && !p.starts_with('/')
-        {
-            self.problem("spec.worker.service.path", format!("{p:?} must start with /"));
-        }
-    }
-
-    fn worker_url(&mut self, url: &str, options: &Options) {
-        if !options.allow_worker_urls {
-            self.problem(
-                "spec.worker.url",
-                "worker URLs are refused because the operator runs without --allow-worker-urls: use spec.worker.service instead",
-            );
-            return;
-        }
-        match url.parse::<http::Uri>() {
-            Ok(uri) if matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some() => {}
-            _ => self.problem("spec.worker.url", format!("{url:?} must be an absolute http:// or https:// URL")),
-        }
-    }
-
-    fn drivers(&mut self, drivers: &Value) {
-        let Some(list) = drivers.as_array() else {
-            self.problem("spec.environmentDrivers", format!("must be a list, got {}", type_name(drivers)));
-            return;
-        };
-        if list.is_empty() {
-            self.problem("spec.environmentDrivers", "must declare at least one driver");
-        }
-        let mut seen: Vec<(&str, usize)> = Vec::new();
-        for (i, driver) in list.iter().enumerate() {
-            let path = format!("spec.environmentDrivers[{i}]");
-            let Some(key) = self.driver(driver, &path) else {
-                continue;
-            };
-            match seen.iter().find(|(k, _)| *k == key) {
-                Some((_, first)) => self.problem(
-                    format_args!("{path}.driverKey"),
-                    format!("duplicate driverKey {key:?} (first declared at spec.environmentDrivers[{first}])"),
-                ),
-                None => seen.push((key, i)),
-            }
-        }
-    }
-
-    /// Checks one driver entry; returns its driverKey when it is a string.
-    fn driver<'v>(&mut self, driver: &'v Value, path: &str) -> Option<&'v str> {
-        let d = self.object(driver, path)?;
+    fn driver(&mut self, d: &Map<String, Value>, path: &str) {
         self.known_fields(d, path, DRIVER_FIELDS);
-        let key = self.required_string(d, path, "driverKey");
-        if let Some(key) = key {
-            self.key_pattern(key, format_args!("{path}.driverKey"));
-        }
-        let kind = self.optional_string(d, path, "kind");
-        if let Some(kind) = kind
-            && !DRIVER_KINDS.contains(&kind)
+        if let Some(schema) = field(d, "configSchema")
+            && let Err(e) = compile_schema(schema)
         {
-            self.problem(
-                format_args!("{path}.kind"),
-                format!("{kind:?} is not a driver kind: use sandbox_provider or environment_driver (or omit it)"),
-            );
+            self.problem(format_args!("{path}.configSchema"), format!("is not a valid JSON Schema: {e}"));
         }
-        if let Some(name) = self.optional_string(d, path, "displayName") {
-            let n = name.chars().count();
-            if !(1..=100).contains(&n) {
-                self.problem(format_args!("{path}.displayName"), format!("must be 1 to 100 characters, got {n}"));
-            }
-        }
-        if let Some(description) = self.optional_string(d, path, "description") {
-            let n = description.chars().count();
-            if n > 500 {
-                self.problem(format_args!("{path}.description"), format!("must be at most 500 characters, got {n}"));
-            }
-        }
-        if let Some(schema) = field(d, "configSchema") {
-            self.config_schema(schema, format_args!("{path}.configSchema"));
-        }
-        let legacy = field(d, "supportsReusableLeases")
-            .and_then(|v| self.boolean(v, format_args!("{path}.supportsReusableLeases")));
-        if let Some(caps) = field(d, "sandboxCapabilities") {
-            self.capabilities(caps, path, legacy, kind == Some(SANDBOX_PROVIDER_KIND));
-        }
-        key
-    }
-
-    fn config_schema(&mut self, schema: &Value, path: impl fmt::Display) {
-        if !schema.is_object() {
-            self.problem(path, format!("must be a JSON Schema object, got {}", type_name(schema)));
-        } else if let Err(e) = compile_schema(schema) {
-            self.problem(path, format!("is not a valid JSON Schema: {e}"));
-        }
-    }
-
-    fn capabilities(&mut self, caps: &Value, driver_path: &str, legacy: Option<bool>, is_sandbox_provider: bool) {
-        let path = format_args!("{driver_path}.sandboxCapabilities");
-        let Some(map) = self.object(caps, path) else {
+        let Some(caps) = field(d, "sandboxCapabilities").and_then(Value::as_object) else {
             return;
         };
-        let mut declared = [None; 6];
-        for (key, value) in map.iter().filter(|(_, v)| !v.is_null()) {
-            let at = format_args!("{path}.{key}");
-            match Capability::from_key(key) {
-                Some(cap) => declared[cap as usize] = self.boolean(value, at),
-                None if REMOVED_KEYS.contains(&key.as_str()) => self.problem(
-                    at,
-                    "unknown capability key: it was removed from the contract (concurrency is no longer declared), delete it",
-                ),
-                None => self.problem(
-                    at,
-                    format!(
-                        "unknown capability key (the keys are {})",
-                        Capability::ALL.map(Capability::key).join(", ")
-                    ),
-                ),
-            }
+        if field(d, "kind").and_then(Value::as_str) != Some(DriverKind::SandboxProvider.as_str()) {
+            // The other warnings are about how the declaration is read, and it never is.
+            self.warn(format!("{path}: sandboxCapabilities is never read unless kind is sandbox_provider"));
+            return;
         }
-        let nested_reuse = declared[Capability::ReusableLeases as usize];
-        if let (Some(legacy), Some(nested)) = (legacy, nested_reuse) {
+        let declared = |cap: Capability| field(caps, cap.key()).and_then(Value::as_bool);
+        let legacy = field(d, "supportsReusableLeases").and_then(Value::as_bool);
+        if let (Some(legacy), Some(nested)) = (legacy, declared(Capability::ReusableLeases)) {
             self.warn(format!(
-                "{driver_path}: supportsReusableLeases={legacy} and sandboxCapabilities.reusableLeases={nested}; nested wins"
+                "{path}: supportsReusableLeases={legacy} and sandboxCapabilities.reusableLeases={nested}; nested wins"
             ));
         }
-        let (sync_in, sync_out) =
-            (declared[Capability::NativeSyncIn as usize], declared[Capability::NativeSyncOut as usize]);
-        if sync_in != sync_out {
+        if declared(Capability::NativeSyncIn) != declared(Capability::NativeSyncOut) {
             self.warn(format!(
-                "{driver_path}: nativeSyncIn and nativeSyncOut differ; the worker verifies them only as a pair"
+                "{path}: nativeSyncIn and nativeSyncOut differ; the worker verifies them only as a pair"
             ));
-        }
-        if !is_sandbox_provider {
-            self.warn(format!("{driver_path}: sandboxCapabilities is never read unless kind is sandbox_provider"));
         }
     }
 
     // ---- SandboxLease -----------------------------------------------------------------------
 
-    fn lease(&mut self, root: &Map<String, Value>, old: Option<&Value>) {
-        let Some(spec) = self.spec(root) else { return };
+    fn lease(&mut self, spec: &Map<String, Value>) {
         self.known_fields(spec, "spec", LEASE_SPEC_FIELDS);
-        if let Some(r) = self.required(spec, "spec", "providerRef")
-            && let Some(r) = self.object(r, "spec.providerRef")
-        {
-            self.known_fields(r, "spec.providerRef", PROVIDER_REF_FIELDS);
-            if let Some(name) = self.required_string(r, "spec.providerRef", "name") {
-                self.dns_subdomain(name, "spec.providerRef.name");
-            }
-            if let Some(key) = self.required_string(r, "spec.providerRef", "driverKey") {
-                self.key_pattern(key, "spec.providerRef.driverKey");
-            }
-        }
-        let policy = self.optional_string(spec, "spec", "policy");
-        if let Some(p) = policy
-            && !POLICIES.contains(&p)
-        {
-            self.problem("spec.policy", format!("{p:?} is not a policy: use Ephemeral or ReuseByEnvironment"));
-        }
-        let environment = self.optional_string(spec, "spec", "environment");
-        if policy == Some("ReuseByEnvironment") && environment.is_none_or(str::is_empty) {
-            self.problem("spec.environment", "required when policy is ReuseByEnvironment");
-        }
-        self.optional_string(spec, "spec", "backend");
-        if let Some(w) = field(spec, "workloadRef")
-            && let Some(w) = self.object(w, "spec.workloadRef")
-        {
-            self.known_fields(w, "spec.workloadRef", WORKLOAD_REF_FIELDS);
-            for key in WORKLOAD_REF_FIELDS {
-                self.required_string(w, "spec.workloadRef", key);
-            }
-        }
-        if let Some(v) = field(spec, "nativeFileSyncUnsupported") {
-            self.boolean(v, "spec.nativeFileSyncUnsupported");
-        }
-        if let Some(config) = field(spec, "config") {
-            self.object(config, "spec.config");
-        }
-        if let Some(sources) = field(spec, "configFrom") {
-            self.config_from(sources);
-        }
-        self.immutable(
-            field(spec, "providerRef"),
-            old.and_then(|o| o.pointer("/spec/providerRef")),
-            "spec.providerRef",
-            "to use another provider or driver, create a new SandboxLease",
-        );
-    }
-
-    fn config_from(&mut self, sources: &Value) {
-        let Some(list) = sources.as_array() else {
-            self.problem("spec.configFrom", format!("must be a list, got {}", type_name(sources)));
-            return;
-        };
-        for (i, source) in list.iter().enumerate() {
+        self.child(spec, "providerRef", "spec.providerRef", PROVIDER_REF_FIELDS);
+        self.child(spec, "workloadRef", "spec.workloadRef", WORKLOAD_REF_FIELDS);
+        let sources = field(spec, "configFrom").and_then(Value::as_array).into_iter().flatten();
+        for (i, source) in sources.enumerate() {
             let path = format!("spec.configFrom[{i}]");
-            let Some(s) = self.object(source, &path) else {
-                continue;
-            };
-            self.known_fields(s, &path, CONFIG_SOURCE_FIELDS);
-            let Some(r) = self.required(s, &path, "secretKeyRef") else {
-                continue;
-            };
-            let path = format!("{path}.secretKeyRef");
-            let Some(r) = self.object(r, &path) else {
-                continue;
-            };
-            self.known_fields(r, &path, SECRET_KEY_REF_FIELDS);
-            if let Some(name) = self.required_string(r, &path, "name") {
-                self.dns_subdomain(name, format_args!("{path}.name"));
-            }
-            if let Some(key) = self.required_string(r, &path, "key")
-                && !is_secret_key(key)
-            {
-                self.problem(
-                    format_args!("{path}.key"),
-                    format!("{key:?} is not a valid Secret key ([-._a-zA-Z0-9]+)"),
-                );
+            if let Some(s) = source.as_object() {
+                self.known_fields(s, &path, CONFIG_SOURCE_FIELDS);
+                self.child(s, "secretKeyRef", &format!("{path}.secretKeyRef"), SECRET_KEY_REF_FIELDS);
             }
         }
     }
@@ -740,38 +409,6 @@ pub(crate) fn type_name(value: &Value) -> &'static str {
         Value::Array(_) => "a list",
         Value::Object(_) => "an object",
     }
-}
-
-/// A short rendering of a value for messages (never used for Secret data).
-fn compact(value: &Value) -> String {
-    let s = value.to_string();
-    if s.chars().count() > 80 { format!("{}...", s.chars().take(77).collect::<String>()) } else { s }
-}
-
-/// `^[a-z0-9][a-z0-9._-]*$`, at most 253 characters.
-fn is_key(s: &str) -> bool {
-    let mut bytes = s.bytes();
-    s.len() <= 253
-        && bytes.next().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'))
-}
-
-/// RFC 1123 label, as Service names and namespaces are.
-pub(crate) fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns_label)
-}
-
-fn is_secret_key(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 #[cfg(test)]

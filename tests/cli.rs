@@ -62,9 +62,7 @@ fn validate_examples_prints_one_verdict_per_object_and_exits_1_on_a_denial() {
     let expected = "\
 ALLOWED SandboxProvider/acme-kubernetes
 ALLOWED SandboxProvider/legacy-vm
-DENIED SandboxProvider/old-style: spec.environmentDrivers[0].sandboxCapabilities.concurrentSyncAndExec: unknown capability key: it was removed from the contract (concurrency is no longer declared), delete it
-WARNING SandboxProvider/old-style: spec.environmentDrivers[0]: supportsReusableLeases=true and sandboxCapabilities.reusableLeases=false; nested wins
-WARNING SandboxProvider/old-style: spec.environmentDrivers[0]: nativeSyncIn and nativeSyncOut differ; the worker verifies them only as a pair
+DENIED SandboxProvider/old-style: SandboxProvider.sandcap.dev \"old-style\" is invalid: spec.environmentDrivers[0].sandboxCapabilities: Invalid value: concurrentSyncAndExec was removed from the contract (concurrency is no longer declared): delete it
 ALLOWED SandboxLease/run-42
 ALLOWED SandboxLease/batch-7
 ";
@@ -82,7 +80,8 @@ fn validate_exits_0_when_everything_is_allowed_and_json_has_the_contract_shape()
     );
     assert_eq!(records[1]["allowed"], json!(false));
     assert!(records[1]["message"].as_str().unwrap().contains("concurrentSyncAndExec"));
-    assert_eq!(records[1]["warnings"].as_array().unwrap().len(), 2);
+    // The CRD rejects it, so the webhook (and its warnings) is never asked.
+    assert_eq!(records[1]["warnings"], json!([]));
 
     let o = sandcap(&["validate", "examples/provider-full.yaml", "examples/lease-job.yaml"]);
     assert_eq!(o.status.code(), Some(0));
@@ -257,7 +256,7 @@ fn bad_input_gets_a_one_line_error_naming_the_file() {
         (vec!["validate", "/nonexistent/p.yaml"], "/nonexistent/p.yaml: cannot read"),
         (
             vec!["resolve", "--provider", &no_drivers],
-            "nodrivers.yaml: SandboxProvider/empty: denied: spec.environmentDrivers: must declare at least one driver",
+            "nodrivers.yaml: SandboxProvider/empty: denied: SandboxProvider.sandcap.dev \"empty\" is invalid: spec.environmentDrivers: Invalid value: 0",
         ),
         (
             vec!["resolve", "--provider", "examples/lease-job.yaml"],
@@ -288,7 +287,10 @@ fn bad_input_gets_a_one_line_error_naming_the_file() {
     // A provider without drivers is a denial under validate.
     let o = sandcap(&["validate", &no_drivers]);
     assert_eq!(o.status.code(), Some(1));
-    assert_eq!(stdout(&o), "DENIED SandboxProvider/empty: spec.environmentDrivers: must declare at least one driver\n");
+    assert_eq!(
+        stdout(&o),
+        "DENIED SandboxProvider/empty: SandboxProvider.sandcap.dev \"empty\" is invalid: spec.environmentDrivers: Invalid value: 0: spec.environmentDrivers in body should have at least 1 items\n"
+    );
 }
 
 #[test]

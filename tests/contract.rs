@@ -368,7 +368,7 @@ fn identity_failures_turn_everything_off_whatever_the_worker_says() {
     ];
     for (p, why) in table {
         let r = resolve_lease(&base, p, &all_verified(), no_secrets);
-        assert!(r.identity.as_ref().is_err_and(|e| e.contains(why)), "{why}: {:?}", r.identity);
+        assert!(r.identity.as_ref().is_err_and(|e| e.to_string().contains(why)), "{why}: {:?}", r.identity);
         assert_eq!(r.effective_policy, LeasePolicy::Ephemeral);
         for e in &r.resolution.explanations {
             assert!(!e.granted);
@@ -454,8 +454,8 @@ fn every_config_resolution_failure_narrows_and_names_the_secret_never_the_value(
     ];
     for (l, store, expect) in table {
         let err = contract::resolve_config(&l, &schema_driver(schema.clone()), secrets(store)).unwrap_err();
-        assert!(err.contains(expect), "{err} should contain {expect}");
-        assert!(!err.contains(SECRET), "secret leaked: {err}");
+        assert!(err.to_string().contains(expect), "{err} should contain {expect}");
+        assert!(!err.to_string().contains(SECRET), "secret leaked: {err}");
         let p = provider("p", "u", vec![schema_driver(schema.clone())]);
         let r = resolve_lease(&reuse(l), Some(&p), &all_verified(), secrets(store));
         assert_eq!(reason(&r.resolution, PersistentProcessSessions), Reason::NarrowedByConfigResolution);
@@ -469,7 +469,9 @@ fn every_config_resolution_failure_narrows_and_names_the_secret_never_the_value(
 fn inline_config_that_is_not_an_object_is_a_config_failure() {
     let mut l = lease("p", "kubernetes");
     l.spec.config = Some(json!(["not", "an", "object"]));
-    assert!(contract::resolve_config(&l, &full_driver(), no_secrets).unwrap_err().contains("not a JSON object"));
+    assert!(
+        contract::resolve_config(&l, &full_driver(), no_secrets).unwrap_err().to_string().contains("not a JSON object")
+    );
 }
 
 #[test]

@@ -65,14 +65,14 @@ pub fn lease_status(lease: &SandboxLease, r: &LeaseResolution, now: &Time) -> Sa
         (Ok(()), None) => {
             conditions.set("PluginIdentity", false, "PluginIdentityFailed", "the provider has no uid to pin".into())
         }
-        (Err(why), _) => conditions.set("PluginIdentity", false, "PluginIdentityFailed", why.clone()),
+        (Err(why), _) => conditions.set("PluginIdentity", false, why.reason(), why.to_string()),
     };
     let config = match &r.config {
         Some(Ok(())) => {
             let message = format!("config and {} configFrom entries resolved and valid", lease.spec.config_from.len());
             conditions.set_tri("ConfigResolved", "True", "ConfigResolved", message)
         }
-        Some(Err(why)) => conditions.set_tri("ConfigResolved", "False", "ConfigResolutionFailed", why.clone()),
+        Some(Err(why)) => conditions.set_tri("ConfigResolved", "False", why.reason(), why.to_string()),
         None => {
             let message = "config is resolved once the plugin identity check passes".to_string();
             conditions.set_tri("ConfigResolved", "Unknown", "PluginIdentityFailed", message)

@@ -186,7 +186,8 @@ pub async fn status_narrowing_and_recovery_with_the_charts_rbac(c: Arc<Cluster>)
     install::apply(&c, &[provider("e2e-acme", &worker.url, json!({"reusableLeases": true, "nativeSyncIn": false}))]);
     lease_reason(&admin, NS, "reuse", "nativeSyncIn", "DeclaredFalse").await;
     let event = eventually("a CapabilitiesRevoked Event", WAIT, || async {
-        let events = ok("get events", c.kubectl(&["get", "events.events.k8s.io", "-A", "-o", "json"]));
+        let events =
+            ok("get events", c.kubectl(&["get", "events.events.k8s.io", "-A", "-o", "json", "--show-managed-fields"]));
         let events: Value = serde_json::from_str(&events).expect("JSON");
         events["items"]
             .as_array()?

@@ -40,14 +40,15 @@ pub async fn crds_are_served_with_their_names_columns_and_descriptions(c: Arc<Cl
     }
 }
 
-/// What `sandcap validate -o json --allow-worker-urls` says of every object in `file`.
-fn validate(file: &std::path::Path) -> Vec<Value> {
-    validate_with(file, &["--allow-worker-urls"])
+/// What `sandcap validate -o json --allow-worker-urls` says of every object in `file`, for the
+/// cluster's minor (the apiserver's message forms differ a little between minors).
+fn validate(c: &Cluster, file: &std::path::Path) -> Vec<Value> {
+    validate_with(c, file, &["--allow-worker-urls"])
 }
 
-fn validate_with(file: &std::path::Path, flags: &[&str]) -> Vec<Value> {
+fn validate_with(c: &Cluster, file: &std::path::Path, flags: &[&str]) -> Vec<Value> {
     let output = Command::new(env!("CARGO_BIN_EXE_sandcap"))
-        .args(["validate", "-o", "json"])
+        .args(["validate", "-o", "json", "--kubernetes-version", &c.bin.minor])
         .args(flags)
         .arg(file)
         .output()
@@ -130,7 +131,7 @@ pub async fn denials_warnings_and_dry_run_through_the_apiserver(c: Arc<Cluster>)
     let mut compared = 0;
     let mut disagreements = Vec::new();
     for file in &files {
-        let verdicts = validate(file);
+        let verdicts = validate(&c, file);
         let objects = objects(file);
         assert_eq!(verdicts.len(), objects.len(), "{}: one verdict per object", file.display());
         for (object, verdict) in objects.iter().zip(&verdicts) {
@@ -160,7 +161,7 @@ pub async fn denials_warnings_and_dry_run_through_the_apiserver(c: Arc<Cluster>)
     let legacy = root.join("examples/provider-legacy.yaml");
     let applied = c.kubectl(&["apply", "--dry-run=server", "-f", install::path_str(&legacy)]);
     let stderr = String::from_utf8_lossy(&applied.stderr);
-    let expected_warnings = validate(&legacy)[0]["warnings"].as_array().expect("warnings").clone();
+    let expected_warnings = validate(&c, &legacy)[0]["warnings"].as_array().expect("warnings").clone();
     assert!(!expected_warnings.is_empty());
     for warning in expected_warnings {
         let warning = warning.as_str().expect("string");
@@ -206,7 +207,7 @@ pub async fn denials_warnings_and_dry_run_through_the_apiserver(c: Arc<Cluster>)
     strict.ready().await;
     let _registration = install.register_webhook(&c, strict.webhook_port, &c.ca.pem);
     let corpus = root.join("tests/e2e/corpus/providers.yaml");
-    let offline = validate_with(&corpus, &[]).remove(0);
+    let offline = validate_with(&c, &corpus, &[]).remove(0);
     assert_eq!(offline["allowed"], false, "{offline}");
     assert!(offline["message"].as_str().unwrap().contains("--allow-worker-urls"), "{offline}");
     let server = apiserver_verdict(&admin, &objects(&corpus)[0]).await;

@@ -1,0 +1,350 @@
+//! Layer 1 (API.md section 5): one test per rule the CRD carries, through the offline evaluator
+//! and through `sandcap validate`'s verdict. The expected texts are what kube-apiserver 1.37.2
+//! answered for the same objects (and 1.33.13 where its forms differ).
+
+mod common;
+
+use common::*;
+use sandcap::cli::judge;
+use sandcap::schema::{Server, check};
+use sandcap::validation::Options;
+use serde_json::{Value, json};
+
+const D0: &str = "/spec/environmentDrivers/0";
+const SEMVER: &str = r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-((0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(\+([0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*))?$";
+const SKIPPED: &str = "<nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation";
+
+fn errors(object: &Value, old: Option<&Value>, server: Server) -> Vec<String> {
+    check(object, old, server).expect_err("layer 1 rejects").errors
+}
+
+/// The denial `sandcap validate` prints for the object.
+fn denial(object: &Value) -> String {
+    judge(object, &Options::default(), Server::default()).expect_err("denied").0
+}
+
+fn provider_case(pointer: &str, value: Value) -> Value {
+    set(provider_json(), pointer, value)
+}
+
+#[test]
+fn the_examples_pass_layer_1() {
+    assert_eq!(check(&provider_json(), None, Server::default()), Ok(()));
+    assert_eq!(check(&lease_json(), None, Server::default()), Ok(()));
+}
+
+#[test]
+fn one_error_has_no_brackets_several_do_as_the_apiserver_writes_them() {
+    let one = provider_case("/spec/version", json!("1.4"));
+    assert_eq!(
+        denial(&one),
+        format!(
+            "SandboxProvider.sandcap.dev \"acme-kubernetes\" is invalid: spec.version: Invalid value: \"1.4\": spec.version in body should match '{SEMVER}'"
+        )
+    );
+    let two = remove(provider_case("/spec/pluginKey", json!("Acme.Provider")), "/spec/version");
+    assert_eq!(
+        denial(&two),
+        format!(
+            "SandboxProvider.sandcap.dev \"acme-kubernetes\" is invalid: [spec.pluginKey: Invalid value: \"Acme.Provider\": spec.pluginKey in body should match '^[a-z0-9][a-z0-9._-]*$', spec.version: Required value, {SKIPPED}]"
+        )
+    );
+}
+
+#[test]
+fn provider_schema_rules() {
+    let cases: Vec<(Value, Vec<&str>)> = vec![
+        (
+            provider_case("/spec/pluginKey", json!(7)),
+            vec![
+                "spec.pluginKey: Invalid value: \"integer\": spec.pluginKey in body must be of type string: \"integer\"",
+                SKIPPED,
+            ],
+        ),
+        (
+            provider_case("/spec/pluginKey", json!("a".repeat(254))),
+            vec!["spec.pluginKey: Too long: may not be more than 253 bytes", SKIPPED],
+        ),
+        (
+            provider_case("/spec/worker/service/port", json!(0)),
+            vec![
+                "spec.worker.service.port: Invalid value: 0: spec.worker.service.port in body should be greater than or equal to 1",
+            ],
+        ),
+        (
+            provider_case("/spec/worker/service/port", json!(70000)),
+            vec![
+                "spec.worker.service.port: Invalid value: 70000: spec.worker.service.port in body should be less than or equal to 65535",
+            ],
+        ),
+        (
+            provider_case("/spec/worker/service/namespace", json!("Sandbox_System")),
+            vec![
+                "spec.worker.service.namespace: Invalid value: \"Sandbox_System\": spec.worker.service.namespace in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'",
+            ],
+        ),
+        (
+            provider_case("/spec/worker/service/path", json!("rpc")),
+            vec![
+                "spec.worker.service.path: Invalid value: \"rpc\": spec.worker.service.path in body should match '^/'",
+            ],
+        ),
+        (
+            provider_case("/spec/environmentDrivers", json!([])),
+            vec![
+                "spec.environmentDrivers: Invalid value: 0: spec.environmentDrivers in body should have at least 1 items",
+            ],
+        ),
+        (
+            provider_case("/spec/environmentDrivers", json!({})),
+            vec![
+                "spec.environmentDrivers: Invalid value: \"object\": spec.environmentDrivers in body must be of type array: \"object\"",
+                SKIPPED,
+            ],
+        ),
+        (
+            provider_case(
+                "/spec/environmentDrivers",
+                Value::Array((0..65).map(|i| json!({"driverKey": format!("d{i}")})).collect()),
+            ),
+            vec!["spec.environmentDrivers: Too many: 65: must have at most 64 items", SKIPPED],
+        ),
+        (
+            provider_case(&format!("{D0}/kind"), json!("sandbox-provider")),
+            vec![
+                "spec.environmentDrivers[0].kind: Unsupported value: \"sandbox-provider\": supported values: \"sandbox_provider\", \"environment_driver\"",
+                SKIPPED,
+            ],
+        ),
+        (
+            provider_case(&format!("{D0}/displayName"), json!("")),
+            vec![
+                "spec.environmentDrivers[0].displayName: Invalid value: \"\": spec.environmentDrivers[0].displayName in body should be at least 1 chars long",
+            ],
+        ),
+        (
+            provider_case(&format!("{D0}/description"), json!("é".repeat(501))),
+            vec!["spec.environmentDrivers[0].description: Too long: may not be more than 500 bytes", SKIPPED],
+        ),
+        (
+            provider_case(&format!("{D0}/configSchema"), json!("object")),
+            vec![
+                "spec.environmentDrivers[0].configSchema: Invalid value: \"string\": spec.environmentDrivers[0].configSchema in body must be of type object: \"string\"",
+                SKIPPED,
+            ],
+        ),
+        (
+            provider_case(&format!("{D0}/supportsReusableLeases"), json!("yes")),
+            vec![
+                "spec.environmentDrivers[0].supportsReusableLeases: Invalid value: \"string\": spec.environmentDrivers[0].supportsReusableLeases in body must be of type boolean: \"string\"",
+                SKIPPED,
+            ],
+        ),
+        (
+            remove(provider_json(), "/spec/worker/service/name"),
+            vec!["spec.worker.service.name: Required value", SKIPPED],
+        ),
+        (remove(provider_json(), "/spec"), vec!["spec: Required value", SKIPPED]),
+        (
+            provider_case("/metadata/name", json!("Acme_1")),
+            vec![
+                "metadata.name: Invalid value: \"Acme_1\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+            ],
+        ),
+    ];
+    for (object, expected) in cases {
+        assert_eq!(errors(&object, None, Server::V1_37), expected);
+        assert!(denial(&object).contains(expected[0]), "{}", denial(&object));
+    }
+}
+
+#[test]
+fn driver_keys_are_unique_as_a_list_map() {
+    let mut p = provider_json();
+    let first = p.pointer(D0).unwrap().clone();
+    p["spec"]["environmentDrivers"].as_array_mut().unwrap().push(first);
+    assert_eq!(
+        errors(&p, None, Server::V1_37),
+        ["spec.environmentDrivers[1]: Duplicate value: {\"driverKey\":\"kubernetes\"}"]
+    );
+    assert_eq!(
+        errors(&p, None, Server::V1_33),
+        ["spec.environmentDrivers[1]: Duplicate value: map[string]interface {}{\"driverKey\":\"kubernetes\"}"]
+    );
+}
+
+#[test]
+fn exactly_one_of_service_or_url() {
+    for worker in
+        [json!({}), json!({"service": {"namespace": "n", "name": "w", "port": 1}, "url": "https://w.example"})]
+    {
+        let p = provider_case("/spec/worker", worker);
+        assert_eq!(errors(&p, None, Server::V1_37), ["spec.worker: Invalid value: set exactly one of service or url"]);
+        assert_eq!(
+            errors(&p, None, Server::V1_33),
+            ["spec.worker: Invalid value: \"object\": set exactly one of service or url"]
+        );
+    }
+    let url = provider_case("/spec/worker", json!({"url": "ftp://x/rpc"}));
+    assert_eq!(
+        errors(&url, None, Server::V1_37),
+        ["spec.worker.url: Invalid value: \"ftp://x/rpc\": must be an absolute http:// or https:// URL"]
+    );
+    assert_eq!(
+        check(&provider_case("/spec/worker", json!({"url": "https://w.example/rpc"})), None, Server::V1_37),
+        Ok(())
+    );
+}
+
+#[test]
+fn sandbox_capabilities_are_six_boolean_keys_and_removed_keys_say_so() {
+    let caps = format!("{D0}/sandboxCapabilities");
+    assert_eq!(
+        errors(&provider_case(&format!("{caps}/nativeSyncIn"), json!("true")), None, Server::V1_37),
+        [
+            "spec.environmentDrivers[0].sandboxCapabilities.nativeSyncIn: Invalid value: \"string\": spec.environmentDrivers[0].sandboxCapabilities.nativeSyncIn in body must be of type boolean: \"string\"",
+            SKIPPED
+        ]
+    );
+    assert_eq!(
+        errors(&provider_case(&format!("{caps}/reusableLease"), json!(true)), None, Server::V1_37),
+        [
+            "spec.environmentDrivers[0].sandboxCapabilities: Invalid value: unknown capability key: the keys are reusableLeases, nativeSyncIn, nativeSyncOut, persistentProcessSessions, independentControlCommands, incrementalSessionOutput"
+        ]
+    );
+    for key in ["concurrentSyncAndExec", "concurrentSyncOperations"] {
+        for value in [json!(true), json!(false)] {
+            assert_eq!(
+                errors(&provider_case(&format!("{caps}/{key}"), value), None, Server::V1_37),
+                [format!(
+                    "spec.environmentDrivers[0].sandboxCapabilities: Invalid value: {key} was removed from the contract (concurrency is no longer declared): delete it"
+                )]
+            );
+        }
+    }
+    let many: serde_json::Map<String, Value> = (0..17).map(|i| (format!("k{i}"), json!(true))).collect();
+    assert_eq!(
+        errors(&provider_case(&caps, Value::Object(many)), None, Server::V1_37),
+        ["spec.environmentDrivers[0].sandboxCapabilities: Too many: 17: must have at most 16 items", SKIPPED]
+    );
+}
+
+#[test]
+fn schema_errors_come_before_cel_errors_and_skip_them_when_blocking() {
+    let p = provider_case("/spec/version", json!("one"));
+    let p = set(p, &format!("{D0}/sandboxCapabilities/concurrentSyncAndExec"), json!(true));
+    let e = errors(&p, None, Server::V1_37);
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(e[0].starts_with("spec.version: Invalid value: \"one\""));
+    assert!(e[1].contains("concurrentSyncAndExec was removed"));
+    let blocked = provider_case("/spec/version", json!(7));
+    let blocked = set(blocked, "/spec/worker", json!({}));
+    assert_eq!(errors(&blocked, None, Server::V1_33)[1], SKIPPED.replace("null:", "\"null\":"));
+}
+
+#[test]
+fn lease_schema_rules() {
+    let cases: Vec<(Value, Vec<&str>)> = vec![
+        (
+            set(lease_json(), "/spec/policy", json!("Reuse")),
+            vec![
+                "spec.policy: Unsupported value: \"Reuse\": supported values: \"Ephemeral\", \"ReuseByEnvironment\"",
+                SKIPPED,
+            ],
+        ),
+        (
+            remove(lease_json(), "/spec/environment"),
+            vec!["spec.environment: Invalid value: environment is required when policy is ReuseByEnvironment"],
+        ),
+        (
+            set(lease_json(), "/spec/environment", json!("")),
+            vec!["spec.environment: Invalid value: environment is required when policy is ReuseByEnvironment"],
+        ),
+        // One problem per field: a wrong type is only a wrong type.
+        (
+            set(lease_json(), "/spec/environment", json!(7)),
+            vec![
+                "spec.environment: Invalid value: \"integer\": spec.environment in body must be of type string: \"integer\"",
+                SKIPPED,
+            ],
+        ),
+        (
+            set(lease_json(), "/spec/providerRef/name", json!("Acme_K8s")),
+            vec![
+                "spec.providerRef.name: Invalid value: \"Acme_K8s\": spec.providerRef.name in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'",
+            ],
+        ),
+        (
+            set(
+                lease_json(),
+                "/spec/configFrom",
+                Value::Array((0..17).map(|i| json!({"secretKeyRef": {"name": format!("s{i}"), "key": "k"}})).collect()),
+            ),
+            vec!["spec.configFrom: Too many: 17: must have at most 16 items", SKIPPED],
+        ),
+        (
+            set(lease_json(), "/spec/configFrom/0/secretKeyRef/key", json!("a/b")),
+            vec![
+                "spec.configFrom[0].secretKeyRef.key: Invalid value: \"a/b\": spec.configFrom[0].secretKeyRef.key in body should match '^[-._a-zA-Z0-9]+$'",
+            ],
+        ),
+        (remove(lease_json(), "/spec/workloadRef/kind"), vec!["spec.workloadRef.kind: Required value", SKIPPED]),
+        (
+            set(lease_json(), "/spec/config", json!("backend=job")),
+            vec![
+                "spec.config: Invalid value: \"string\": spec.config in body must be of type object: \"string\"",
+                SKIPPED,
+            ],
+        ),
+        (
+            set(lease_json(), "/spec/nativeFileSyncUnsupported", json!("no")),
+            vec![
+                "spec.nativeFileSyncUnsupported: Invalid value: \"string\": spec.nativeFileSyncUnsupported in body must be of type boolean: \"string\"",
+                SKIPPED,
+            ],
+        ),
+    ];
+    for (object, expected) in cases {
+        assert_eq!(errors(&object, None, Server::V1_37), expected);
+        assert!(denial(&object).starts_with("SandboxLease.sandcap.dev \"run-42\" is invalid: "));
+    }
+    assert_eq!(check(&remove(remove(lease_json(), "/spec/policy"), "/spec/environment"), None, Server::V1_37), Ok(()));
+}
+
+#[test]
+fn immutable_fields_are_transition_rules_checked_only_on_update() {
+    let old = provider_json();
+    let new = provider_case("/spec/pluginKey", json!("acme.other"));
+    assert_eq!(check(&new, None, Server::V1_37), Ok(()), "a create has no old object");
+    assert_eq!(
+        errors(&new, Some(&old), Server::V1_37),
+        [
+            "spec.pluginKey: Invalid value: \"acme.other\": pluginKey is immutable: to register another plugin, create a new SandboxProvider"
+        ]
+    );
+    assert_eq!(
+        errors(&new, Some(&old), Server::V1_33),
+        [
+            "spec.pluginKey: Invalid value: \"string\": pluginKey is immutable: to register another plugin, create a new SandboxProvider"
+        ]
+    );
+    assert_eq!(check(&provider_case("/spec/version", json!("1.5.0")), Some(&old), Server::V1_37), Ok(()));
+    let old = lease_json();
+    let new = set(old.clone(), "/spec/providerRef/driverKey", json!("docker"));
+    assert_eq!(
+        errors(&new, Some(&old), Server::V1_37),
+        [
+            "spec.providerRef: Invalid value: providerRef is immutable: to use another provider or driver, create a new SandboxLease"
+        ]
+    );
+}
+
+#[test]
+fn null_optional_fields_count_as_absent() {
+    assert_eq!(check(&set(lease_json(), "/spec/workloadRef", Value::Null), None, Server::V1_37), Ok(()));
+    // A null service is no service: the one-of rule names the worker.
+    assert_eq!(
+        errors(&provider_case("/spec/worker/service", Value::Null), None, Server::V1_37),
+        ["spec.worker: Invalid value: set exactly one of service or url"]
+    );
+}
