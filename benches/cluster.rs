@@ -22,7 +22,6 @@ mod controllers;
 #[allow(dead_code)]
 mod install;
 #[path = "../tests/support/mod.rs"]
-#[allow(dead_code)]
 mod support;
 
 use std::sync::Arc;
