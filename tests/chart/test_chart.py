@@ -26,9 +26,10 @@ from cloudcoil.models.cert_manager import v1 as cert_manager
 from cloudcoil.models.prometheus_operator import v1 as prometheus_operator
 
 CHART = pathlib.Path(__file__).resolve().parents[2] / "charts" / "sandcap"
-KUBE_VERSION = "1.32"
-# The oldest and newest Kubernetes schemas kubernetes-validate ships: the chart must fit both.
-KUBE_VERSION_RANGE = ("1.25", "1.37")
+KUBE_VERSION = "1.33"
+# The oldest Kubernetes sandcap supports and the newest schemas kubernetes-validate ships: the chart
+# must fit both.
+KUBE_VERSION_RANGE = ("1.33", "1.37")
 RELEASE = "sandcap"
 NAMESPACE = "sandcap-system"
 NONROOT = 65532
@@ -455,7 +456,7 @@ def test_secret_access_is_opt_in_per_namespace() -> None:
     sa = one(objects, "ServiceAccount")["metadata"]["name"]
     for binding in of_kind(objects, "RoleBinding"):
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
-    assert secret_readers(render(SCENARIOS["secretsClusterWide"])) == {("ClusterRole", None): ["get", "list", "watch"]}
+    assert secret_readers(render(SCENARIOS["secretsClusterWide"])) == {("ClusterRole", None): ["list", "watch"]}
 
 
 def test_sandcap_reads_secrets_exactly_where_rbac_allows() -> None:
