@@ -152,7 +152,8 @@ async fn baseline(
     started.elapsed()
 }
 
-/// A lease status as sandcap writes it: six capabilities, their explanations, three conditions.
+/// A lease status as sandcap writes it: six capabilities, their explanations, three conditions
+/// (no `pinned`: sandcap keeps a pin it finds, and this one would pin no real provider).
 fn typical_status() -> Value {
     let capabilities = [
         "reusableLeases",
@@ -168,7 +169,6 @@ fn typical_status() -> Value {
         "status": {
             "observedGeneration": 1,
             "effectivePolicy": "Ephemeral",
-            "pinned": {"providerUID": "00000000-0000-0000-0000-000000000000", "pluginKey": "acme.kubernetes-sandbox-provider", "driverKey": "kubernetes"},
             "capabilities": capabilities.iter().map(|c| (c.to_string(), json!(false))).collect::<serde_json::Map<_, _>>(),
             "explanations": capabilities.iter().map(|c| json!({"capability": c, "granted": false, "reason": "NarrowedByLeasePolicy", "message": "the lease policy is Ephemeral, not ReuseByEnvironment"})).collect::<Vec<_>>(),
             "conditions": [condition("Resolved"), condition("ConfigResolved"), condition("PluginIdentity")],
