@@ -43,7 +43,7 @@ async fn reconcile(lease: &SandboxLease, ctx: &Context) -> Result<Action, Error>
     Ok(Action::requeue(RESYNC))
 }
 
-/// The status a lease should have after this resolution: pure, so tests can check it.
+/// The status a lease should have after this resolution: pure, everything it reads is passed in.
 /// `pinned` is set once, from the first resolution whose identity check passed, and kept.
 pub fn lease_status(lease: &SandboxLease, r: &LeaseResolution, now: &Time) -> SandboxLeaseStatus {
     let previous = lease.status.as_ref();

@@ -36,8 +36,8 @@ use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 pub use cache::Caches;
-pub use lease::{lease_status, leases_for_provider, leases_for_secret, reconcile_lease};
-pub use provider::{provider_status, reconcile_provider};
+use lease::{leases_for_provider, leases_for_secret, reconcile_lease};
+use provider::reconcile_provider;
 
 use crate::metrics::{FailureLabels, KindLabels, Metrics};
 use crate::probe::Prober;

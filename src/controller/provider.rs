@@ -78,7 +78,7 @@ fn worker_status(outcome: ProbeOutcome, now: &Time) -> WorkerStatus {
     WorkerStatus { supported_methods, probe, last_probe_time: Some(now.clone()), message }
 }
 
-/// The status the provider should have with this worker status: pure, so tests can check it.
+/// The status the provider should have with this worker status: pure, everything it reads is passed in.
 pub fn provider_status(provider: &SandboxProvider, worker: WorkerStatus, now: &Time) -> SandboxProviderStatus {
     let generation = provider.metadata.generation;
     let previous = provider.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();

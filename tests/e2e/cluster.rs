@@ -408,15 +408,18 @@ fn kubeconfig_yaml(port: u16, ca_pem: &str, token: &str) -> String {
 /// route set with [`Proxy::route`] (a Service's DNS name -> a loopback port), or else to
 /// `host:port` itself when that is a loopback address; anything else is refused, so no traffic
 /// ever leaves the machine.
+/// `host:port` -> loopback port, shared by the proxy's connections.
+type Routes = std::sync::Arc<Mutex<std::collections::HashMap<String, u16>>>;
+
 pub struct Proxy {
-    routes: std::sync::Arc<Mutex<std::collections::HashMap<String, u16>>>,
+    routes: Routes,
 }
 
 impl Proxy {
     fn start(socket: &Path) -> Proxy {
         let listener = std::os::unix::net::UnixListener::bind(socket).expect("proxy socket");
         listener.set_nonblocking(true).expect("nonblocking");
-        let routes: std::sync::Arc<Mutex<std::collections::HashMap<String, u16>>> = Default::default();
+        let routes = Routes::default();
         let table = routes.clone();
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
@@ -437,10 +440,7 @@ impl Proxy {
     }
 }
 
-async fn tunnel(
-    mut client: tokio::net::UnixStream,
-    routes: std::sync::Arc<Mutex<std::collections::HashMap<String, u16>>>,
-) {
+async fn tunnel(mut client: tokio::net::UnixStream, routes: Routes) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
