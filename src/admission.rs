@@ -11,7 +11,8 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::validation::{self, Kind, Options, REVIEWED, Shape, prefix};
+use crate::text;
+use crate::validation::{self, Kind, Options, REVIEWED, Shape};
 use crate::vocabulary::words;
 
 pub const API_VERSION: &str = "admission.k8s.io/v1";
@@ -55,6 +56,8 @@ pub enum Verdict {
     Denied,
     /// The body was not a usable AdmissionReview, or the object could not be read.
     Invalid,
+    /// Not reviewed: too many reviews were in flight (answered 429).
+    Overloaded,
 }
 
 impl Verdict {
@@ -63,6 +66,7 @@ impl Verdict {
             Verdict::Allowed => "allowed",
             Verdict::Denied => "denied",
             Verdict::Invalid => "invalid",
+            Verdict::Overloaded => "overloaded",
         }
     }
 }
@@ -81,9 +85,18 @@ pub struct Outcome {
     pub operation: Option<Operation>,
     pub dry_run: bool,
     pub verdict: Option<Verdict>,
-    /// The denial message (already sent to the client; it names fields, not values of Secrets).
+    /// The denial message (already sent to the client; it names fields, not values of Secrets),
+    /// at most [`MAX_MESSAGE`] bytes.
     pub message: String,
+    /// Problems found in the object, listed in `message` or counted there.
+    pub problems: usize,
 }
+
+/// The longest denial message. A denial lists a bounded number of problems of each kind
+/// ([`validation::MAX_PER_KIND`]), which stays well below it; this is the last bound.
+pub const MAX_MESSAGE: usize = 16 * 1024;
+/// The longest `uid` answered: an apiserver's is a UUID (36 bytes).
+const MAX_UID: usize = 128;
 
 impl Outcome {
     pub fn allowed(&self) -> bool {
@@ -117,8 +130,8 @@ pub fn handle(body: &[u8], options: &Options) -> Answer {
         Ok(request) => answer(request, options, &mut outcome),
         Err(message) => {
             outcome.verdict = Some(Verdict::Invalid);
-            outcome.message = message.clone();
-            let response = Response::deny(&outcome.uid, Status::bad_request(message));
+            outcome.message = text::clip(&message, MAX_MESSAGE);
+            let response = Response::deny(&outcome.uid, Status::bad_request(outcome.message.clone()));
             return finish(400, &response, outcome);
         }
     };
@@ -161,6 +174,10 @@ fn decode(body: &[u8], outcome: &mut Outcome) -> Result<Request, String> {
         return Err("request: required, an object".into());
     };
     outcome.uid = match request.get("uid") {
+        Some(Value::String(uid)) if uid.len() > MAX_UID => {
+            outcome.uid = text::clip(uid, MAX_UID);
+            return Err(format!("request.uid: longer than {MAX_UID} bytes"));
+        }
         Some(Value::String(uid)) if !uid.is_empty() => uid.clone(),
         _ => return Err("request.uid: required, a non-empty string".into()),
     };
@@ -206,7 +223,8 @@ fn answer(request: Request, options: &Options, outcome: &mut Outcome) -> Respons
         Response::allow(&outcome.uid, verdict.warnings)
     } else {
         outcome.verdict = Some(Verdict::Denied);
-        outcome.message = verdict.message();
+        outcome.problems = verdict.problem_count();
+        outcome.message = text::clip(&verdict.message(), MAX_MESSAGE);
         let status = Status::forbidden(outcome.message.clone());
         Response { warnings: verdict.warnings, ..Response::deny(&outcome.uid, status) }
     }
@@ -222,7 +240,7 @@ fn string<'a>(map: &'a Map<String, Value>, key: &str) -> &'a str {
 
 /// A client-chosen string echoed in answers and logs, cut to the longest name Kubernetes allows.
 fn clip(s: &str) -> &str {
-    prefix(s, 253)
+    text::prefix(s, 253)
 }
 
 #[derive(Serialize)]

@@ -3,14 +3,13 @@
 //! Pure functions only. The webhook, the controllers and `sandcap resolve` all call these, so there
 //! is exactly one place where a capability is granted or removed.
 
-use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::rc::Rc;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::api::{Capabilities, DriverDeclaration, Explanation, Pinned, SandboxLease, SandboxProvider, SecretKeyRef};
+use crate::config_schema::{self, Deadline, SchemaError};
 pub use crate::vocabulary::{
     Capability, LeasePolicy, METHOD_DESTROY_LEASE, METHOD_EXECUTE, METHOD_RELEASE_LEASE, METHOD_RESUME_LEASE,
     METHOD_SYNC_IN, METHOD_SYNC_OUT, REMOVED_KEYS, Reason,
@@ -249,8 +248,11 @@ pub enum ConfigFailure {
     SecretNotJson { name: String, key: String, line: usize, column: usize },
     #[error("configFrom Secret {name} key {key} does not hold a JSON object")]
     SecretNotAnObject { name: String, key: String },
-    #[error("the driver's configSchema does not compile: {0}")]
-    SchemaDoesNotCompile(String),
+    #[error("the driver's {0}")]
+    SchemaDoesNotCompile(SchemaError),
+    /// The schema is not compiled: see [`crate::config_schema::BUDGET`].
+    #[error("the driver's {0}")]
+    SchemaOverBudget(SchemaError),
     /// Where and which keyword failed (`/limits/cpu (maximum)`), at most five.
     #[error("the resolved config fails the driver's configSchema at {}", .0.join(", "))]
     SchemaViolated(Vec<String>),
@@ -266,6 +268,7 @@ impl ConfigFailure {
             ConfigFailure::SecretNotJson { .. } => "SecretNotJson",
             ConfigFailure::SecretNotAnObject { .. } => "SecretNotAnObject",
             ConfigFailure::SchemaDoesNotCompile(_) => "SchemaDoesNotCompile",
+            ConfigFailure::SchemaOverBudget(_) => "SchemaOverBudget",
             ConfigFailure::SchemaViolated(_) => "SchemaViolated",
         }
     }
@@ -396,51 +399,11 @@ fn merge(base: &mut Value, overlay: Value) {
     }
 }
 
-/// Compiles a `configSchema` with the validator crate that both the webhook (to accept it) and
-/// the lease controller (to check config against it) use, remembered: the apiserver sends the same
-/// provider again and again (every update, dry run and `kubectl diff`), every lease of a driver
-/// checks its config against the same schema, and compiling costs more than all the admission rules
-/// together. The memo is per thread, so nobody takes a lock, and is searched by comparing schemas,
-/// which costs less than writing one out as a key. Bounded: the last 32 schemas of at most 64 KiB
-/// each (see [`size_within`]) per thread.
-pub fn compile_schema(schema: &Value) -> Result<Rc<jsonschema::Validator>, String> {
-    const MAX_SIZE: usize = 64 * 1024;
-    const MAX_ENTRIES: usize = 32;
-    type Compiled = Result<Rc<jsonschema::Validator>, String>;
-    thread_local! {
-        static MEMO: RefCell<VecDeque<(Value, Compiled)>> = const { RefCell::new(VecDeque::new()) };
-    }
-    let compile = || jsonschema::options().build(schema).map(Rc::new).map_err(|e| e.to_string());
-    let mut budget = MAX_SIZE;
-    if !size_within(schema, &mut budget) {
-        return compile();
-    }
-    if let Some(known) = MEMO.with_borrow(|memo| memo.iter().find(|(s, _)| s == schema).map(|(_, r)| r.clone())) {
-        return known;
-    }
-    let result = compile();
-    MEMO.with_borrow_mut(|memo| {
-        memo.truncate(MAX_ENTRIES - 1);
-        memo.push_front((schema.clone(), result.clone()));
-    });
-    result
-}
-
-/// Whether `value` weighs at most `budget`: a unit per node plus the bytes of its strings and keys
-/// (about its size as JSON). Stops as soon as the budget is spent.
-fn size_within(value: &Value, budget: &mut usize) -> bool {
-    let spend = |budget: &mut usize, n: usize| budget.checked_sub(n).map(|left| *budget = left).is_some();
-    spend(budget, 1)
-        && match value {
-            Value::String(s) => spend(budget, s.len()),
-            Value::Array(items) => items.iter().all(|item| size_within(item, budget)),
-            Value::Object(map) => map.iter().all(|(k, v)| spend(budget, k.len()) && size_within(v, budget)),
-            _ => true,
-        }
-}
-
 fn check_config(schema: &Value, config: &Value) -> Result<(), ConfigFailure> {
-    let validator = compile_schema(schema).map_err(ConfigFailure::SchemaDoesNotCompile)?;
+    let validator = config_schema::compile(schema, Deadline::Own).map_err(|e| match e {
+        SchemaError::OverBudget { .. } => ConfigFailure::SchemaOverBudget(e),
+        SchemaError::Invalid { .. } => ConfigFailure::SchemaDoesNotCompile(e),
+    })?;
     // Report where and which keyword failed, never the offending value (it may be a secret).
     let problems: Vec<String> = validator
         .iter_errors(config)

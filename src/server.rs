@@ -7,29 +7,28 @@
 //! that tests and the benchmark's trivial server run exactly this stack.
 
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use prometheus_client::registry::Registry;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tower::limit::GlobalConcurrencyLimitLayer;
+use tower::ServiceExt;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::admission::{self, Answer, Verdict};
@@ -37,6 +36,7 @@ use crate::certs::{self, CertOptions};
 use crate::cli::{LogFormat, RunArgs};
 use crate::controller::{self, ControllerOptions};
 use crate::metrics::{self, AdmissionLabels, ApiLabels, KindLabels, Metrics};
+use crate::text;
 use crate::tls::{self, CertError, CertResolver, CertSource};
 use crate::validation::Options;
 
@@ -58,8 +58,18 @@ pub struct Limits {
     /// `header_timeout`.
     pub idle_timeout: Duration,
     pub max_body: usize,
-    /// Requests buffered and reviewed at once: bounds memory (`max_body` each) and CPU.
+    /// Requests whose bodies are buffered at once: with `max_body`, what bodies may take in memory
+    /// (docs/webhook.md, "Memory").
     pub max_in_flight: usize,
+    /// How long a request waits for one of the `max_in_flight` places before it is refused with
+    /// 429, well within the apiserver's webhook timeout.
+    pub queue_timeout: Duration,
+    /// Reviews decoded and judged at once, each on a thread of its own off the async runtime, so a
+    /// costly review never delays another connection (or `/healthz`). With the cost of decoding
+    /// one body, what reviews may take in memory.
+    pub review_threads: usize,
+    /// Open connections; past it, new connections wait in the listen backlog.
+    pub max_connections: usize,
     /// After shutdown starts, how long in-flight requests may still take.
     pub drain_timeout: Duration,
 }
@@ -72,9 +82,20 @@ impl Default for Limits {
             request_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(120),
             max_body: MAX_BODY,
-            max_in_flight: 64,
+            max_in_flight: 16,
+            queue_timeout: Duration::from_secs(5),
+            review_threads: std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8)),
+            max_connections: 256,
             drain_timeout: Duration::from_secs(15),
         }
+    }
+}
+
+impl Limits {
+    /// The admin port's: the webhook's timeouts, fewer connections (a kubelet and a scraper or
+    /// two), no review pool.
+    pub fn admin() -> Limits {
+        Limits { max_connections: 32, max_in_flight: 32, max_body: 0, ..Limits::default() }
     }
 }
 
@@ -328,7 +349,7 @@ pub async fn serve_webhook(
     if let Ok(addr) = webhook.listener.local_addr() {
         tracing::info!(%addr, "admission webhook listening (POST /validate)");
     }
-    let app = webhook_router(webhook.options, metrics);
+    let app = webhook_router(webhook.options, metrics, &webhook.limits);
     serve_https(webhook.listener, tls::server_config(resolver), app, &webhook.limits, shutdown).await;
     if let Some(watcher) = watcher {
         // It ends with the same shutdown token.
@@ -337,35 +358,73 @@ pub async fn serve_webhook(
     Ok(())
 }
 
-#[derive(Clone)]
 struct WebhookState {
     options: Options,
     metrics: Metrics,
+    /// One place per buffered body ([`Limits::max_in_flight`]).
+    in_flight: Arc<Semaphore>,
+    queue_timeout: Duration,
+    /// One place per review being decoded and judged ([`Limits::review_threads`]).
+    reviews: Arc<Semaphore>,
 }
 
 /// `POST /validate`; other paths are 404 and other methods 405.
-fn webhook_router(options: Options, metrics: Metrics) -> Router {
-    Router::new().route("/validate", post(validate)).with_state(Arc::new(WebhookState { options, metrics }))
+fn webhook_router(options: Options, metrics: Metrics, limits: &Limits) -> Router {
+    let state = WebhookState {
+        options,
+        metrics,
+        in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
+        queue_timeout: limits.queue_timeout,
+        reviews: Arc::new(Semaphore::new(limits.review_threads)),
+    };
+    Router::new().route("/validate", post(validate)).with_state(Arc::new(state))
 }
 
-async fn validate(State(state): State<Arc<WebhookState>>, body: Result<Bytes, BytesRejection>) -> Response {
+/// Takes a place before reading the body, so that waiting requests hold no body in memory, then
+/// reviews on a blocking thread. Past the request timeout the client gets 408 and the review
+/// still finishes on its thread, holding its places: its cost is bounded by the review's own
+/// budgets (the body limit, [`crate::config_schema::BUDGET`]), not by the timeout.
+async fn validate(State(state): State<Arc<WebhookState>>, request: Request) -> Response {
     let started = Instant::now();
-    let answer = match body {
-        Ok(body) => admission::handle(&body, &state.options),
+    let refused =
+        |why: &str| admission::Outcome { verdict: Some(Verdict::Invalid), message: why.into(), ..Default::default() };
+    let Ok(Ok(place)) = tokio::time::timeout(state.queue_timeout, state.in_flight.clone().acquire_owned()).await else {
+        let outcome = admission::Outcome { verdict: Some(Verdict::Overloaded), ..Default::default() };
+        count(&state.metrics, &outcome, started);
+        tracing::warn!(
+            in_flight = state.in_flight.available_permits(),
+            "refused an admission review: too many in flight"
+        );
+        let message = "too many admission reviews in flight; retry shortly\n";
+        return (StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, "1")], message).into_response();
+    };
+    let body = match Bytes::from_request(request, &()).await {
+        Ok(body) => body,
         // Too large (413) or cut off: a client error, answered by axum's own rejection.
         Err(rejection) => {
             let status = rejection.status();
-            tracing::info_span!("review")
-                .in_scope(|| tracing::info!(%status, error = %rejection.body_text(), "unreadable request body"));
-            count(
-                &state.metrics,
-                &admission::Outcome { verdict: Some(Verdict::Invalid), ..Default::default() },
-                started,
-            );
+            tracing::info_span!("review").in_scope(|| tracing::info!(%status, "unreadable request body"));
+            count(&state.metrics, &refused("unreadable request body"), started);
             return rejection.into_response();
         }
     };
-    let Answer { status, body, outcome } = answer;
+    let Ok(thread) = state.reviews.clone().acquire_owned().await else {
+        // Only a closed semaphore fails, and nothing closes it.
+        count(&state.metrics, &refused("no review thread"), started);
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    };
+    let options = state.options;
+    let review = tokio::task::spawn_blocking(move || {
+        let _places = (place, thread);
+        admission::handle(&body, &options)
+    });
+    let Ok(Answer { status, body, outcome }) = review.await else {
+        // handle() does not panic (the fuzz target holds it to that); if it ever did, the client
+        // still gets an answer and the process keeps serving.
+        count(&state.metrics, &refused("internal error"), started);
+        tracing::error!("an admission review panicked");
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
     log(&outcome);
     count(&state.metrics, &outcome, started);
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
@@ -394,12 +453,18 @@ fn log(outcome: &admission::Outcome) {
         dry_run = outcome.dry_run,
         allowed,
     );
+    // The answer carried the whole message; a log line carries its count and its start, quoted
+    // (control characters escaped), so a client cannot flood the log or forge lines in it.
+    let reason = text::prefix(&outcome.message, LOGGED_REASON);
     span.in_scope(|| match outcome.verdict {
         Some(Verdict::Allowed) => tracing::debug!("allowed"),
-        Some(Verdict::Denied) => tracing::info!(reason = %outcome.message, "denied"),
-        _ => tracing::info!(reason = %outcome.message, "invalid admission review"),
+        Some(Verdict::Denied) => tracing::info!(problems = outcome.problems, reason, "denied"),
+        _ => tracing::info!(reason, "invalid admission review"),
     });
 }
+
+/// How much of a denial message a log line shows.
+const LOGGED_REASON: usize = 256;
 
 fn count(metrics: &Metrics, outcome: &admission::Outcome, started: Instant) {
     let kind = outcome.kind_label();
@@ -421,16 +486,51 @@ pub async fn serve_https(
     limits: &Limits,
     shutdown: CancellationToken,
 ) {
+    serve_connections(listener, Some(TlsAcceptor::from(tls)), app, limits, shutdown).await;
+}
+
+/// Serves the admin port over plain HTTP until `shutdown`, with the webhook's timeouts and
+/// [`Limits::admin`]'s connection cap.
+pub async fn serve_admin(listener: TcpListener, app: Router, shutdown: CancellationToken) -> Result<(), ServerError> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "admin listening (/healthz, /readyz, /metrics)");
+    }
+    serve_connections(listener, None, app, &Limits::admin(), shutdown).await;
+    Ok(())
+}
+
+/// What one connection may hold unread in HTTP/2 flow-control windows (hyper's default is 1 MiB
+/// a connection): with the connection cap, what idle uploads may take in memory.
+const H2_WINDOW: u32 = 256 * 1024;
+
+async fn serve_connections(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    app: Router,
+    limits: &Limits,
+    shutdown: CancellationToken,
+) {
     let app = app
-        .layer(GlobalConcurrencyLimitLayer::new(limits.max_in_flight))
         .layer(DefaultBodyLimit::max(limits.max_body))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, limits.request_timeout));
     let mut http = auto::Builder::new(TokioExecutor::new());
-    http.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_timeout);
-    http.http2().timer(TokioTimer::new());
-    let acceptor = TlsAcceptor::from(tls);
+    http.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).max_buf_size(64 * 1024);
+    http.http2()
+        .timer(TokioTimer::new())
+        .initial_connection_window_size(H2_WINDOW)
+        .initial_stream_window_size(H2_WINDOW);
+    let places = Arc::new(Semaphore::new(limits.max_connections));
     let connections = TaskTracker::new();
     loop {
+        // A place first: past the cap, connections wait in the kernel's listen backlog and cost
+        // this process nothing.
+        let place = tokio::select! {
+            place = places.clone().acquire_owned() => match place {
+                Ok(place) => place,
+                Err(_) => break,
+            },
+            () = shutdown.cancelled() => break,
+        };
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -444,14 +544,18 @@ pub async fn serve_https(
             () = shutdown.cancelled() => break,
         };
         let connection = Connection {
-            acceptor: acceptor.clone(),
+            tls: tls.clone(),
             http: http.clone(),
             app: app.clone(),
             handshake_timeout: limits.handshake_timeout,
             first_request_timeout: limits.header_timeout,
             idle_timeout: limits.idle_timeout,
         };
-        connections.spawn(connection.serve(tcp, peer, shutdown.clone()));
+        let shutdown = shutdown.clone();
+        connections.spawn(async move {
+            connection.serve(tcp, peer, shutdown).await;
+            drop(place);
+        });
     }
     drop(listener);
     connections.close();
@@ -461,7 +565,7 @@ pub async fn serve_https(
 }
 
 struct Connection {
-    acceptor: TlsAcceptor,
+    tls: Option<TlsAcceptor>,
     http: auto::Builder<TokioExecutor>,
     app: Router,
     handshake_timeout: Duration,
@@ -472,18 +576,38 @@ struct Connection {
 impl Connection {
     async fn serve(self, tcp: TcpStream, peer: SocketAddr, shutdown: CancellationToken) {
         let _ = tcp.set_nodelay(true);
-        let stream = match tokio::time::timeout(self.handshake_timeout, self.acceptor.accept(tcp)).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-            Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+        let Some(acceptor) = self.tls.clone() else {
+            return self.serve_io(tcp, peer, shutdown).await;
         };
-        let last_read = LastRead::new();
-        let stream = Watched { inner: stream, last_read: last_read.clone() };
-        let connection = self.http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(self.app));
+        match tokio::time::timeout(self.handshake_timeout, acceptor.accept(tcp)).await {
+            Ok(Ok(stream)) => self.serve_io(stream, peer, shutdown).await,
+            Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+            Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+        }
+    }
+
+    async fn serve_io<S>(self, io: S, peer: SocketAddr, shutdown: CancellationToken)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let activity = Activity::new();
+        let service = {
+            let (activity, app) = (activity.clone(), self.app);
+            tower::service_fn(move |request: axum::extract::Request<Incoming>| {
+                let busy = activity.begin();
+                let answer = app.clone().oneshot(request);
+                async move {
+                    let answer = answer.await;
+                    drop(busy);
+                    answer
+                }
+            })
+        };
+        let connection = self.http.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
         tokio::pin!(connection);
         let result = tokio::select! {
             result = connection.as_mut() => result,
-            () = last_read.quiet(self.first_request_timeout, self.idle_timeout) => {
+            () = activity.quiet(self.first_request_timeout, self.idle_timeout) => {
                 return tracing::debug!(%peer, "closing a quiet connection");
             }
             () = shutdown.cancelled() => {
@@ -497,80 +621,52 @@ impl Connection {
     }
 }
 
-/// When a connection last received bytes. hyper's header timeout covers neither a client that
-/// never sends a first byte nor an idle keep-alive connection, so this watches for both.
+/// The requests of one connection: how many are open and when the last one ended. A connection
+/// is idle when no request is open, whatever bytes it sends: HTTP/2 pings, window updates or a
+/// trickle of headers keep none alive.
 #[derive(Clone)]
-struct LastRead {
+struct Activity {
     origin: Instant,
-    /// Milliseconds after `origin`, plus one; 0 while nothing has been read.
-    at: Arc<AtomicU64>,
+    open: Arc<AtomicUsize>,
+    /// Milliseconds after `origin` at which the last request ended, plus one; 0 before any.
+    ended: Arc<AtomicU64>,
 }
 
-impl LastRead {
-    fn new() -> LastRead {
-        LastRead { origin: Instant::now(), at: Arc::new(AtomicU64::new(0)) }
+/// An open request of an [`Activity`]; it ends when dropped (answered, or its connection gone).
+struct Busy(Activity);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let millis = u64::try_from(self.0.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.0.ended.store(millis.saturating_add(1), Ordering::Relaxed);
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity { origin: Instant::now(), open: Arc::default(), ended: Arc::default() }
     }
 
-    fn touch(&self) {
-        let millis = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.at.store(millis.saturating_add(1), Ordering::Relaxed);
+    fn begin(&self) -> Busy {
+        self.open.fetch_add(1, Ordering::Relaxed);
+        Busy(self.clone())
     }
 
-    /// Returns once nothing was read for `first` (before any read) or `idle` (after one).
+    /// Returns once no request was open for `first` (before any request) or `idle` (after one).
     async fn quiet(&self, first: Duration, idle: Duration) {
         loop {
-            let deadline = match self.at.load(Ordering::Relaxed) {
-                0 => self.origin + first,
-                at => self.origin + Duration::from_millis(at - 1) + idle,
+            let deadline = match (self.open.load(Ordering::Relaxed), self.ended.load(Ordering::Relaxed)) {
+                // A request is bounded by the request timeout; look again after it.
+                (open, _) if open > 0 => Instant::now() + idle,
+                (_, 0) => self.origin + first,
+                (_, ended) => self.origin + Duration::from_millis(ended - 1) + idle,
             };
-            if Instant::now() >= deadline {
+            if Instant::now() >= deadline && self.open.load(Ordering::Relaxed) == 0 {
                 return;
             }
             tokio::time::sleep_until(deadline.into()).await;
         }
-    }
-}
-
-/// A stream that records its reads in a [`LastRead`].
-struct Watched<S> {
-    inner: S,
-    last_read: LastRead,
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let result = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            self.last_read.touch();
-        }
-        result
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -595,12 +691,4 @@ pub fn admin_router(registry: Arc<Registry>, readiness: Readiness) -> Router {
                 ([(header::CONTENT_TYPE, content_type)], metrics::encode(&registry))
             }),
         )
-}
-
-/// Serves the admin port over plain HTTP until `shutdown`.
-pub async fn serve_admin(listener: TcpListener, app: Router, shutdown: CancellationToken) -> Result<(), ServerError> {
-    if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, "admin listening (/healthz, /readyz, /metrics)");
-    }
-    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await.map_err(ServerError::Admin)
 }

@@ -7,13 +7,15 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::time::Instant;
 
 use serde::Deserialize;
 use serde::de::value::SeqAccessDeserializer;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use crate::contract::compile_schema;
+use crate::config_schema::{self, Deadline};
+use crate::text;
 use crate::vocabulary::{Capability, DriverKind, REMOVED_KEYS, words};
 
 /// Kubernetes refuses admission warnings longer than this, so ours stay below it.
@@ -33,11 +35,13 @@ words! {
     }
 }
 
-/// One problem: `<field path>: <problem>`.
+/// One problem: `<field path>: <problem>`. `kind` names the rule, in the plural form the
+/// summary of omitted problems uses ("unknown fields").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {
     pub path: String,
     pub message: String,
+    pub kind: &'static str,
 }
 
 impl fmt::Display for Problem {
@@ -47,20 +51,60 @@ impl fmt::Display for Problem {
 }
 
 /// The answer for one object: allowed when there are no problems.
+///
+/// Bounded whatever the object holds: at most [`MAX_PER_KIND`] problems of each kind are kept
+/// (every kind found is shown), the others only counted in `omitted`; at most [`MAX_WARNINGS`]
+/// warnings. A denial of an object of 300,000 unknown keys is a few kilobytes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Verdict {
     pub problems: Vec<Problem>,
+    /// Problems found beyond [`MAX_PER_KIND`], by kind, in the order the kinds were first found.
+    pub omitted: Vec<(&'static str, usize)>,
     pub warnings: Vec<String>,
 }
 
+/// Problems of one kind that a denial lists; more are counted.
+pub const MAX_PER_KIND: usize = 8;
+/// Warnings an answer carries; more are counted in a last warning.
+pub const MAX_WARNINGS: usize = 16;
+/// The longest problem text (a `configSchema`'s compile error can quote the schema).
+const MAX_PROBLEM: usize = 512;
+
 impl Verdict {
     pub fn allowed(&self) -> bool {
-        self.problems.is_empty()
+        self.problems.is_empty() && self.omitted.is_empty()
     }
 
-    /// The denial message of API.md section 5: one `<path>: <problem>` per problem, joined by `; `.
+    /// Problems found, listed or counted.
+    pub fn problem_count(&self) -> usize {
+        self.problems.len() + self.omitted.iter().map(|(_, n)| n).sum::<usize>()
+    }
+
+    /// The denial message of docs/contract.md: one `<path>: <problem>` per problem, joined by
+    /// `; `, then `and <n> more <kind>` for each kind with problems omitted.
     pub fn message(&self) -> String {
-        self.problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+        let listed = self.problems.iter().map(ToString::to_string);
+        let omitted = self.omitted.iter().map(|(kind, n)| format!("and {n} more {kind}"));
+        listed.chain(omitted).collect::<Vec<_>>().join("; ")
+    }
+
+    /// Whether another problem of `kind` would be listed rather than counted.
+    fn lists(&self, kind: &str) -> bool {
+        self.problems.iter().filter(|p| p.kind == kind).count() < MAX_PER_KIND
+    }
+
+    fn omit(&mut self, kind: &'static str) {
+        match self.omitted.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, n)) => *n += 1,
+            None => self.omitted.push((kind, 1)),
+        }
+    }
+
+    /// Keeps one warning more than is shown, to know that some did not fit.
+    fn warn(&mut self, warning: String) {
+        if self.warnings.len() <= MAX_WARNINGS {
+            self.warnings.push(truncate_warning(warning));
+        }
     }
 }
 
@@ -77,26 +121,45 @@ pub const ALREADY_STORED: &str = "already stored, not blocking this update: ";
 /// refusing it now would block every update of the object, a label included, until someone fixes
 /// it. It becomes a warning starting with [`ALREADY_STORED`]; only problems this update brings in
 /// deny it.
+///
+/// Compiling the objects' `configSchema`s shares one deadline ([`config_schema::BUDGET`]), so a
+/// review's time is bounded whatever the object holds.
 pub fn review(object: &Value, old: Option<&Value>, options: &Options) -> Verdict {
-    let mut verdict = check(object, options);
+    let deadline = Instant::now() + config_schema::BUDGET.deadline;
+    let mut verdict = check(object, options, deadline);
     // Without a problem there is nothing to ratchet, and the stored object need not be reviewed.
     if let Some(old) = old.filter(|_| !verdict.allowed()) {
-        let stored = check(old, options).problems;
-        let (kept, introduced): (Vec<Problem>, _) = verdict.problems.into_iter().partition(|p| stored.contains(p));
+        let stored = check(old, options, deadline);
+        let (kept, introduced): (Vec<Problem>, _) =
+            verdict.problems.into_iter().partition(|p| stored.problems.contains(p));
         verdict.problems = introduced;
-        verdict.warnings.extend(kept.iter().map(|p| truncate_warning(format!("{ALREADY_STORED}{p}"))));
+        // Omitted problems cannot be paired one by one: as many as the stored object has are
+        // taken to be its own.
+        let stored_omitted = |kind| stored.omitted.iter().find(|(k, _)| *k == kind).map_or(0, |(_, n)| *n);
+        let (mut still, mut already) = (Vec::new(), Vec::new());
+        for (kind, n) in verdict.omitted {
+            match n.checked_sub(stored_omitted(kind)) {
+                Some(0) | None => already.push(format!("and {n} more {kind}")),
+                Some(_) => still.push((kind, n)),
+            }
+        }
+        verdict.omitted = still;
+        for p in kept.iter().map(ToString::to_string).chain(already) {
+            verdict.warn(format!("{ALREADY_STORED}{p}"));
+        }
     }
+    verdict.finish_warnings();
     verdict
 }
 
-fn check(object: &Value, options: &Options) -> Verdict {
-    let mut c = Checker::default();
+fn check(object: &Value, options: &Options, deadline: Instant) -> Verdict {
+    let mut c = Checker { verdict: Verdict::default(), deadline };
     let spec = object.get("spec").and_then(Value::as_object);
     match (object.get("kind").and_then(Value::as_str).and_then(Kind::from_kind), spec) {
         (Some(Kind::SandboxProvider), Some(spec)) => c.provider(spec, options),
         (Some(Kind::SandboxLease), Some(spec)) => c.lease(spec),
         (Some(_), None) => {}
-        (None, _) => c.problem("kind", "must be SandboxProvider or SandboxLease"),
+        (None, _) => c.problem(KIND_PROBLEMS, "kind", "must be SandboxProvider or SandboxLease"),
     }
     c.finish()
 }
@@ -258,9 +321,25 @@ const WORKLOAD_REF_FIELDS: &[&str] = &["apiVersion", "kind", "name"];
 const CONFIG_SOURCE_FIELDS: &[&str] = &["secretKeyRef"];
 const SECRET_KEY_REF_FIELDS: &[&str] = &["name", "key"];
 
-#[derive(Default)]
+impl Verdict {
+    /// Counts the warnings that did not fit in a last one.
+    fn finish_warnings(&mut self) {
+        if self.warnings.len() > MAX_WARNINGS {
+            self.warnings.truncate(MAX_WARNINGS - 1);
+            self.warnings.push(format!("and more warnings (at most {MAX_WARNINGS} are shown)"));
+        }
+    }
+}
+
+const UNKNOWN_FIELDS: &str = "unknown fields";
+const SCHEMA_PROBLEMS: &str = "configSchema problems";
+const WORKER_URL_PROBLEMS: &str = "worker URL problems";
+const KIND_PROBLEMS: &str = "kind problems";
+
 struct Checker {
     verdict: Verdict,
+    /// When compiling `configSchema`s must have finished.
+    deadline: Instant,
 }
 
 impl Checker {
@@ -269,28 +348,36 @@ impl Checker {
     }
 
     /// Paths arrive as `Display` (often `format_args!`) and are written out only here: a review
-    /// that finds nothing formats no path at all.
-    fn problem(&mut self, path: impl fmt::Display, message: impl Into<String>) {
-        self.verdict.problems.push(Problem { path: path.to_string(), message: message.into() });
+    /// that finds nothing formats no path at all, and one that finds many formats only those it
+    /// lists.
+    fn problem(&mut self, kind: &'static str, path: impl fmt::Display, message: impl AsRef<str>) {
+        if !self.verdict.lists(kind) {
+            return self.verdict.omit(kind);
+        }
+        let message = text::clip(message.as_ref(), MAX_PROBLEM);
+        self.verdict.problems.push(Problem { path: path.to_string(), message, kind });
     }
 
     fn warn(&mut self, warning: String) {
-        self.verdict.warnings.push(truncate_warning(warning));
+        self.verdict.warn(warning);
     }
 
     /// Rejects keys not in `allowed`; the CRD keeps such keys (it does not prune them) exactly so
     /// that a typo is refused here rather than silently dropped.
     fn known_fields(&mut self, map: &Map<String, Value>, path: &str, allowed: &[&str]) {
         for key in map.keys().filter(|k| !allowed.contains(&k.as_str())) {
+            if !self.verdict.lists(UNKNOWN_FIELDS) {
+                self.verdict.omit(UNKNOWN_FIELDS);
+                continue;
+            }
             let hint = if Capability::from_key(key).is_some() || REMOVED_KEYS.contains(&key.as_str()) {
                 format!(" (capability keys belong under {path}.sandboxCapabilities)")
             } else {
                 String::new()
             };
-            self.problem(
-                format_args!("{path}.{key}"),
-                format!("unknown field (allowed fields: {}){hint}", allowed.join(", ")),
-            );
+            let mut at = path.to_string();
+            text::push_key(&mut at, key);
+            self.problem(UNKNOWN_FIELDS, at, format!("unknown field (allowed fields: {}){hint}", allowed.join(", ")));
         }
     }
 
@@ -315,6 +402,7 @@ impl Checker {
             self.child(worker, "service", "spec.worker.service", SERVICE_FIELDS);
             if field(worker, "url").is_some() && !options.allow_worker_urls {
                 self.problem(
+                    WORKER_URL_PROBLEMS,
                     "spec.worker.url",
                     "worker URLs are refused because the operator runs without --allow-worker-urls: use spec.worker.service instead",
                 );
@@ -331,9 +419,9 @@ impl Checker {
     fn driver(&mut self, d: &Map<String, Value>, path: &str) {
         self.known_fields(d, path, DRIVER_FIELDS);
         if let Some(schema) = field(d, "configSchema")
-            && let Err(e) = compile_schema(schema)
+            && let Err(e) = config_schema::compile(schema, Deadline::Shared(self.deadline))
         {
-            self.problem(format_args!("{path}.configSchema"), format!("is not a valid JSON Schema: {e}"));
+            self.problem(SCHEMA_PROBLEMS, format_args!("{path}.configSchema{}", e.at()), e.problem());
         }
         let Some(caps) = field(d, "sandboxCapabilities").and_then(Value::as_object) else {
             return;
@@ -383,16 +471,7 @@ pub fn truncate_warning(warning: String) -> String {
     if warning.len() < MAX_WARNING_LEN {
         return warning;
     }
-    format!("{}{ELLIPSIS}", prefix(&warning, MAX_WARNING_LEN - 1 - ELLIPSIS.len()))
-}
-
-/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
-pub fn prefix(s: &str, max: usize) -> &str {
-    let mut end = s.len().min(max);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
+    format!("{}{ELLIPSIS}", text::prefix(&warning, MAX_WARNING_LEN - 1 - ELLIPSIS.len()))
 }
 
 /// A field's value; `null` counts as absent, as the CRD schema (nullable) lets it through.

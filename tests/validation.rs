@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use sandcap::validation::{ALREADY_STORED, MAX_WARNING_LEN, Options, REVIEWED, review};
+use sandcap::validation::{ALREADY_STORED, MAX_PER_KIND, MAX_WARNING_LEN, MAX_WARNINGS, Options, REVIEWED, review};
 use serde_json::{Value, json};
 
 fn deny(object: &Value) -> String {
@@ -171,7 +171,9 @@ fn warnings_stay_under_the_kubernetes_limit_even_for_large_indexes() {
         drivers.push(d);
     }
     let warnings = allow(&p);
-    assert_eq!(warnings.len(), 1200 * 2);
+    // 2,400 warnings are found; an answer carries a bounded number of them.
+    assert_eq!(warnings.len(), MAX_WARNINGS);
+    assert_eq!(warnings.last().unwrap(), &format!("and more warnings (at most {MAX_WARNINGS} are shown)"));
     assert!(warnings.iter().all(|w| w.len() < MAX_WARNING_LEN), "{:?}", warnings.iter().max_by_key(|w| w.len()));
 }
 
@@ -297,4 +299,65 @@ fn updates_deny_only_the_problems_they_bring_in() {
     assert!(v.allowed());
     assert_eq!(ratcheted(&v.warnings), 1, "{:?}", v.warnings);
     assert!(!review(&fixed, None, &options).allowed());
+}
+
+// ---- bounded answers ------------------------------------------------------------------------
+
+/// A spec flooded with unknown keys: the verdict lists a few, counts the rest, and stays small.
+#[test]
+fn a_flood_of_unknown_fields_is_listed_in_part_and_counted() {
+    let mut p = provider_json();
+    let spec = p["spec"].as_object_mut().unwrap();
+    for i in 0..300_000 {
+        spec.insert(format!("k{i}"), json!(0));
+    }
+    let v = review(&p, None, &Options::default());
+    assert_eq!(v.problems.len(), MAX_PER_KIND);
+    assert_eq!(v.problem_count(), 300_000);
+    let message = v.message();
+    assert!(message.ends_with(&format!("; and {} more unknown fields", 300_000 - MAX_PER_KIND)), "{message}");
+    assert!(message.len() < 4096, "{} bytes", message.len());
+}
+
+/// Every kind of problem is shown however many problems of another kind there are.
+#[test]
+fn every_kind_of_problem_is_shown_next_to_a_flood() {
+    let mut p = set(provider_json(), "/spec/worker/url", json!("http://worker.example/rpc"));
+    p = set(p, &format!("{D0}/configSchema"), json!({"type": "strin"}));
+    let spec = p["spec"].as_object_mut().unwrap();
+    for i in 0..1000 {
+        spec.insert(format!("k{i}"), json!(0));
+    }
+    let message = deny(&p);
+    assert!(message.contains("spec.worker.url: worker URLs are refused"), "{message}");
+    assert!(message.contains("spec.environmentDrivers[0].configSchema: is not a valid JSON Schema"), "{message}");
+    assert!(message.contains(&format!("and {} more unknown fields", 1000 - MAX_PER_KIND)), "{message}");
+}
+
+/// A key of a megabyte is named by its start, quoted, and no problem text is longer than a line.
+#[test]
+fn huge_and_strange_keys_are_cut_and_quoted_in_paths() {
+    let key = format!("x\n{}", "y".repeat(1 << 20));
+    let message = deny(&set(provider_json(), &format!("/spec/{}", key.replace('/', "~1")), json!(1)));
+    assert!(message.starts_with("spec[\"x\\ny"), "{}", &message[..80]);
+    assert!(message.len() < 1024, "{} bytes", message.len());
+}
+
+/// Ratcheting counts omitted problems too: an update that keeps a stored flood is allowed with a
+/// warning; one that adds to it is denied.
+#[test]
+fn ratcheting_counts_omitted_problems() {
+    let flood = |n: usize| {
+        let mut p = provider_json();
+        for i in 0..n {
+            p["spec"].as_object_mut().unwrap().insert(format!("k{i}"), json!(0));
+        }
+        p
+    };
+    let stored = flood(100);
+    let same = review(&set(flood(100), "/metadata/labels", json!({"a": "b"})), Some(&stored), &Options::default());
+    assert!(same.allowed(), "{}", same.message());
+    assert!(same.warnings.iter().any(|w| w.contains(&format!("and {} more unknown fields", 100 - MAX_PER_KIND))));
+    let more = review(&flood(101), Some(&stored), &Options::default());
+    assert!(!more.allowed());
 }

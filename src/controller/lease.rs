@@ -29,12 +29,14 @@ async fn reconcile(lease: &SandboxLease, ctx: &Context) -> Result<Action, Error>
     let provider = ctx.caches.providers.get(&ObjectRef::new(&lease.spec.provider_ref.name));
     let provider = provider.as_deref();
     let namespace = lease.namespace().unwrap_or_default();
-    let resolution = {
+    // Checking the config compiles the driver's configSchema unless it is cached: CPU work
+    // (bounded by the compile budget), off the async workers.
+    let resolution = tokio::task::block_in_place(|| {
         let identity = contract::check_identity(lease, provider);
         let verified = provider.map_or_else(Verified::nothing, contract::verified_from_status);
         let secrets = |r: &_| ctx.caches.secrets.lookup(&namespace, r);
         contract::resolve_checked_lease(lease, provider, identity, &verified, secrets)
-    };
+    });
     let desired = lease_status(lease, &resolution, &now());
     if lease.status.as_ref() != Some(&desired) {
         let api = Api::<SandboxLease>::namespaced(ctx.client.clone(), &namespace);

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
@@ -17,9 +17,11 @@ use kube::{Resource, ResourceExt};
 
 use super::{Conditions, Context, Error, apply_status, now};
 use crate::api::{DriverStatus, ProbeResult, SandboxProvider, SandboxProviderStatus, WorkerStatus};
+use crate::config_schema::{self, Deadline, SchemaError};
 use crate::contract::{self, Capability, Declared};
 use crate::metrics::ResultLabels;
 use crate::probe::{self, ProbeOutcome};
+use crate::text;
 
 /// Reconciles one provider: probes its worker if a probe is due, then applies the status if it
 /// differs from the published one, and records an Event for every capability that turned on or off.
@@ -39,7 +41,9 @@ async fn reconcile(provider: &SandboxProvider, ctx: &Context) -> Result<Action, 
             (worker_status(outcome, &now), ctx.probe_interval)
         }
     };
-    let desired = provider_status(provider, worker, &now);
+    // Compiling the drivers' configSchemas is CPU work (bounded by the compile budget): off the
+    // async workers, so that it delays no other reconcile, watch or probe.
+    let desired = tokio::task::block_in_place(|| provider_status(provider, worker, &now));
     if provider.status.as_ref() != Some(&desired) {
         let api = Api::<SandboxProvider>::all(ctx.client.clone());
         apply_status(&api, &provider.name_any(), &desired).await?;
@@ -107,6 +111,7 @@ pub fn provider_status(provider: &SandboxProvider, worker: WorkerStatus, now: &T
     };
     let conditions = Conditions { generation, previous, now };
     let worker_verified = conditions.set("WorkerVerified", verified_ok, reason, message);
+    let schemas = config_schemas_condition(provider, &conditions);
     let ready = if verified_ok {
         let granted: Vec<String> = drivers
             .iter()
@@ -121,11 +126,38 @@ pub fn provider_status(provider: &SandboxProvider, worker: WorkerStatus, now: &T
     };
     SandboxProviderStatus {
         observed_generation: generation,
-        conditions: vec![worker_verified, ready],
+        conditions: vec![worker_verified, ready, schemas],
         worker: Some(worker),
         drivers,
     }
 }
+
+/// `ConfigSchemasCompiled`: whether every driver's `configSchema` compiles within the budget
+/// ([`crate::config_schema::BUDGET`]). A schema that does not leaves its leases without the
+/// capabilities that need a resolved config; this says so once, on the provider, with the limit
+/// it broke. Over budget wins the reason over a schema that is merely invalid.
+fn config_schemas_condition(provider: &SandboxProvider, conditions: &Conditions) -> Condition {
+    let drivers = &provider.spec.environment_drivers;
+    let failures: Vec<(&str, SchemaError)> = drivers
+        .iter()
+        .filter_map(|d| Some((d.driver_key.as_str(), d.config_schema.as_ref()?)))
+        .filter_map(|(key, schema)| Some((key, config_schema::compile(schema, Deadline::Own).err()?)))
+        .collect();
+    if failures.is_empty() {
+        let declared = drivers.iter().filter(|d| d.config_schema.is_some()).count();
+        let message =
+            format!("{declared} of {} drivers declare a configSchema; each compiles within the budget", drivers.len());
+        return conditions.set("ConfigSchemasCompiled", true, "Compiled", message);
+    }
+    let over = failures.iter().any(|(_, e)| matches!(e, SchemaError::OverBudget { .. }));
+    let reason = if over { "SchemaOverBudget" } else { "SchemaDoesNotCompile" };
+    let message: Vec<String> = failures.iter().map(|(key, e)| format!("driver {key}: {e}")).collect();
+    let message = text::clip(&message.join("; "), MAX_CONDITION_MESSAGE);
+    conditions.set("ConfigSchemasCompiled", false, reason, message)
+}
+
+/// The longest condition message sandcap writes (the apiserver allows 32,768 bytes).
+const MAX_CONDITION_MESSAGE: usize = 4096;
 
 /// One Event per driver and direction, compared with the status published before. A driver seen
 /// for the first time has nothing to turn on or off.
