@@ -83,7 +83,7 @@ impl Default for Limits {
             idle_timeout: Duration::from_secs(120),
             max_body: MAX_BODY,
             max_in_flight: 16,
-            queue_timeout: Duration::from_secs(5),
+            queue_timeout: Duration::from_secs(2),
             review_threads: std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8)),
             max_connections: 256,
             drain_timeout: Duration::from_secs(15),

@@ -1,4 +1,5 @@
-//! Shared by the probe and end-to-end tests: the reference worker as a real process, and test objects.
+//! Shared by the probe, budget and end-to-end tests and the benchmarks: the reference worker as a
+//! real process, and test objects (hostile ones in [`hostile`]).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
@@ -6,6 +7,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
 use serde_json::{Value, json};
+
+pub mod hostile;
 
 pub const ALL_METHODS: [&str; 6] = [
     "environmentDestroyLease",
