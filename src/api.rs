@@ -568,7 +568,7 @@ fn lease_config(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// A JSON Schema: any object, bounded in its keywords and in the `properties` it describes (a
-/// config has at most [`MAX_CONFIG_KEYS`] keys, so a schema describing more is refused).
+/// driver's settings are as many as an inline config may hold, [`MAX_CONFIG_KEYS`]).
 fn driver_config_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "object",
@@ -576,7 +576,7 @@ fn driver_config_schema(_: &mut SchemaGenerator) -> Schema {
         "maxProperties": MAX_SCHEMA_KEYWORDS,
         "properties": {
             "properties": {
-                "description": format!("The properties the schema describes, at most {MAX_CONFIG_KEYS} (a config's most keys)."),
+                "description": format!("The properties the schema describes, at most {MAX_CONFIG_KEYS} (as many as a lease's inline config may hold)."),
                 "type": "object",
                 "x-kubernetes-preserve-unknown-fields": true,
                 "maxProperties": MAX_CONFIG_KEYS,
