@@ -24,8 +24,9 @@ pub const VERSION: &str = "v1alpha1";
 pub const API_VERSION: &str = "sandcap.dev/v1alpha1";
 
 // The apiserver enforces these (the CRD carries them); `sandcap validate` evaluates the same CRD.
-// Every string has a maxLength and every list or map a maxItems or maxProperties, so the CEL
-// rules' worst-case cost stays within the apiserver's budget.
+// In `spec`, every string has a maxLength (or an enum), every list a maxItems and every object a
+// maxProperties, which counts the unknown keys it keeps too: the apiserver refuses an oversized
+// object before the webhook is called, and the CEL rules' worst-case cost stays within its budget.
 
 /// Plugin and driver keys.
 const KEY_PATTERN: &str = "^[a-z0-9][a-z0-9._-]*$";
@@ -42,6 +43,15 @@ const SECRET_KEY_PATTERN: &str = "^[-._a-zA-Z0-9]+$";
 const MAX_DRIVERS: u32 = 64;
 const MAX_CAPABILITY_KEYS: u32 = 16;
 const MAX_CONFIG_SOURCES: u32 = 16;
+/// Keys of any object in `spec` that has fields (at most eight): its fields plus room for the
+/// typos the schema keeps for the webhook to name. A flood of unknown keys (a request may carry
+/// 3 MiB of them) is the apiserver's to refuse, before the webhook is called.
+const MAX_OBJECT_KEYS: u32 = 16;
+/// Top-level keys of a lease's `config`, and so the `properties` a `configSchema` may describe.
+const MAX_CONFIG_KEYS: u32 = 128;
+/// Top-level keywords of a `configSchema`: JSON Schema 2020-12 defines about sixty, annotations
+/// and `x-` extensions included.
+const MAX_SCHEMA_KEYWORDS: u32 = 64;
 
 /// A sandbox-provider plugin: its driver declarations and where its live worker answers
 /// `initialize`. The controller probes the worker and writes, per driver, which of the six
@@ -69,7 +79,7 @@ const MAX_CONFIG_SOURCES: u32 = 16;
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
 pub struct SandboxProviderSpec {
     /// Plugin identity: lowercase letters, digits, '.', '_' and '-', starting with a letter or
     /// digit. Immutable: to register another plugin, create a new SandboxProvider.
@@ -98,7 +108,7 @@ pub struct SandboxProviderSpec {
 /// Where the worker answers: exactly one of `service` or `url`.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
 #[schemars(extend("x-kubernetes-validations" = [{
     "rule": "has(self.service) != has(self.url)",
     "message": "set exactly one of service or url"
@@ -124,7 +134,7 @@ pub struct WorkerRef {
 /// A Service port that serves the worker's JSON-RPC endpoint over HTTP.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
 pub struct ServiceRef {
     /// Namespace of the Service (an RFC 1123 label).
     #[schemars(extend("pattern" = DNS_LABEL_PATTERN, "maxLength" = 63))]
@@ -147,7 +157,7 @@ pub struct ServiceRef {
 /// One driver the plugin declares.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
 pub struct DriverDeclaration {
     /// The driver's key, unique within the provider; leases name it in `providerRef.driverKey`.
     /// Lowercase letters, digits, '.', '_' and '-', starting with a letter or digit.
@@ -167,9 +177,9 @@ pub struct DriverDeclaration {
     #[schemars(extend("maxLength" = 500))]
     pub description: Option<String>,
     /// JSON Schema (draft 2020-12 unless its `$schema` names another) that a lease's resolved
-    /// config must pass; the webhook refuses one that does not compile.
+    /// config must pass; the webhook refuses one that does not compile. At most 64 keywords.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "free_form_object")]
+    #[schemars(schema_with = "driver_config_schema")]
     pub config_schema: Option<Value>,
     /// Legacy spelling of `sandboxCapabilities.reusableLeases`, read only when the nested key is
     /// absent; when both are set the nested key wins.
@@ -263,7 +273,7 @@ impl DeclaredCapabilities {
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
 #[schemars(extend("x-kubernetes-validations" = [{
     "rule": "!has(self.policy) || self.policy != 'ReuseByEnvironment' || (has(self.environment) && self.environment != '')",
     "message": "environment is required when policy is ReuseByEnvironment",
@@ -299,10 +309,10 @@ pub struct SandboxLeaseSpec {
     /// Set true when the run cannot use native file sync: turns nativeSyncIn and nativeSyncOut off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub native_file_sync_unsupported: Option<bool>,
-    /// Inline, non-secret provider config (a JSON object); merged with `configFrom` and checked
-    /// against the driver's configSchema.
+    /// Inline, non-secret provider config (a JSON object of at most 128 keys); merged with
+    /// `configFrom` and checked against the driver's configSchema.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "free_form_object")]
+    #[schemars(schema_with = "lease_config")]
     pub config: Option<Value>,
     /// Up to 16 Secret keys, each holding a JSON object, merged over `config` in order. The Secret
     /// must carry the label `sandcap.dev/config-source: "true"`.
@@ -323,7 +333,7 @@ impl SandboxLeaseSpec {
 /// A provider's driver.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Hash)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
 pub struct ProviderRef {
     /// Name of the SandboxProvider.
     #[schemars(extend("pattern" = DNS_SUBDOMAIN_PATTERN, "maxLength" = 253))]
@@ -339,7 +349,7 @@ pub struct ProviderRef {
 /// The object that runs the lease's workload.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
 pub struct WorkloadRef {
     /// API version of the workload, such as batch/v1.
     #[schemars(extend("maxLength" = 253))]
@@ -364,7 +374,7 @@ impl WorkloadRef {
 /// One source of provider config.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
 pub struct ConfigSource {
     /// A key of a Secret in the lease's namespace whose value is a JSON object.
     pub secret_key_ref: SecretKeyRef,
@@ -376,7 +386,7 @@ pub struct ConfigSource {
 /// A key of a Secret in the lease's namespace.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
 pub struct SecretKeyRef {
     /// Name of the Secret.
     #[schemars(extend("pattern" = DNS_SUBDOMAIN_PATTERN, "maxLength" = 253))]
@@ -551,8 +561,28 @@ pub struct Pinned {
     pub driver_key: String,
 }
 
-fn free_form_object(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+/// A lease's inline config: any JSON object, bounded in its top-level keys only (the apiserver
+/// cannot bound what has no schema; the request size bounds the rest).
+fn lease_config(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true, "maxProperties": MAX_CONFIG_KEYS})
+}
+
+/// A JSON Schema: any object, bounded in its keywords and in the `properties` it describes (a
+/// driver's settings are as many as an inline config may hold, [`MAX_CONFIG_KEYS`]).
+fn driver_config_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+        "maxProperties": MAX_SCHEMA_KEYWORDS,
+        "properties": {
+            "properties": {
+                "description": format!("The properties the schema describes, at most {MAX_CONFIG_KEYS} (as many as a lease's inline config may hold)."),
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": true,
+                "maxProperties": MAX_CONFIG_KEYS,
+            },
+        },
+    })
 }
 
 /// A hand-written enum schema: the derived one of an `Option` lists `null` among the values,

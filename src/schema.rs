@@ -19,7 +19,7 @@
 //! | enum | `spec.policy: Unsupported value: "Reuse": supported values: "Ephemeral", "ReuseByEnvironment"` |
 //! | minimum, maximum | `...: Invalid value: 0: ... in body should be greater than or equal to 1` / `less than or equal to` |
 //! | minItems | `...: Invalid value: 0: ... in body should have at least 1 items` |
-//! | maxItems, maxProperties | `...: Too many: 65: must have at most 64 items` |
+//! | maxItems, maxProperties | `...: Too many: 65: must have at most 64 items` (maxProperties counts the unknown keys an object keeps, and its defaulted fields) |
 //! | list-map key | `spec.environmentDrivers[2]: Duplicate value: {"driverKey":"kubernetes"}` |
 //! | CEL on a string | `spec.worker.url: Invalid value: "ftp://x/rpc": <message>` |
 //! | CEL on an object | `spec.worker: Invalid value: <message>` (no value shown) |
@@ -426,13 +426,28 @@ impl Walk<'_> {
     }
 
     fn object(&mut self, schema: &Value, map: &Map<String, Value>, path: &mut String) {
-        if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64)
-            && map.len() as u64 > max
-        {
-            self.error(path, format!("Too many: {}: must have at most {max} items", map.len()), true);
+        let properties = schema.get("properties").and_then(Value::as_object);
+        if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64) {
+            // The apiserver counts the keys after pruning and defaulting, unknown ones included:
+            // it drops the nulls of the fields that are neither nullable nor defaulted (an unknown
+            // key has no schema to say so, and keeps its null), and adds each absent defaulted one.
+            let dropped = |(key, value): &(&String, &Value)| {
+                let field = properties.and_then(|p| p.get(key.as_str()));
+                value.is_null()
+                    && field
+                        .is_some_and(|f| f.get("nullable") != Some(&Value::Bool(true)) && f.get("default").is_none())
+            };
+            let defaulted = properties
+                .into_iter()
+                .flatten()
+                .filter(|(key, field)| field.get("default").is_some() && !map.contains_key(key.as_str()))
+                .count();
+            let keys = map.iter().filter(|entry| !dropped(entry)).count() + defaulted;
+            if keys as u64 > max {
+                self.error(path, format!("Too many: {keys}: must have at most {max} items"), true);
+            }
         }
         let len = path.len();
-        let properties = schema.get("properties").and_then(Value::as_object);
         for (key, child) in map {
             let child_schema = match (properties.and_then(|p| p.get(key.as_str())), schema.get("additionalProperties"))
             {

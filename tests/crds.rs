@@ -6,6 +6,8 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
 
+use serde_json::Value;
+
 const CRD_DIRS: [&str; 2] = ["crds", "charts/sandcap/crds"];
 
 fn yaml_files(dir: &Path) -> BTreeSet<String> {
@@ -58,4 +60,42 @@ fn crd_directories_match_sandcap_crds() {
         "stale CRD files:\n  {}\nregenerate with: SANDCAP_UPDATE_CRDS=1 cargo test --test crds",
         stale.join("\n  ")
     );
+}
+
+/// The nodes under `node` that nothing bounds: a string without maxLength or enum, a list without
+/// maxItems, an object (or map) without maxProperties.
+fn unbounded(node: &Value, path: &str, found: &mut Vec<String>) {
+    let has = |key: &str| node.get(key).is_some();
+    let bounded = match node.get("type").and_then(Value::as_str) {
+        Some("string") => has("maxLength") || has("enum"),
+        Some("array") => has("maxItems"),
+        Some("object") => has("maxProperties"),
+        _ => true,
+    };
+    if !bounded {
+        found.push(path.to_string());
+    }
+    for (key, child) in node.get("properties").and_then(Value::as_object).into_iter().flatten() {
+        unbounded(child, &format!("{path}.{key}"), found);
+    }
+    for (key, suffix) in [("items", "[]"), ("additionalProperties", ".*")] {
+        if let Some(child) = node.get(key).filter(|c| c.is_object()) {
+            unbounded(child, &format!("{path}{suffix}"), found);
+        }
+    }
+}
+
+/// Every string, list and object in `spec` is bounded, unknown keys included: the apiserver
+/// refuses an oversized object before the webhook is called, and the CEL rules' estimated cost
+/// stays within its budget (docs/contract.md, "Limits").
+#[test]
+fn every_spec_node_is_bounded() {
+    let mut found = Vec::new();
+    for (file, yaml) in sandcap::cli::crds() {
+        let crd: Value = serde_yaml_ng::from_str(&yaml).unwrap();
+        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        assert!(spec.is_object(), "{file} has a spec schema");
+        unbounded(spec, &format!("{file}: spec"), &mut found);
+    }
+    assert!(found.is_empty(), "unbounded in the CRDs:\n  {}", found.join("\n  "));
 }
