@@ -164,7 +164,8 @@ async fn serve(args: &RunArgs, shutdown: CancellationToken) -> Result<(), Server
     let readiness = if args.controllers_only { Readiness::without_webhook() } else { Readiness::default() };
 
     let admin = bind(args.admin_addr).await?;
-    let admin = serve_admin(admin, admin_router(Arc::new(registry), readiness.clone()), shutdown.clone());
+    let admin =
+        serve_admin(admin, admin_router(Arc::new(registry), readiness.clone()), Limits::admin(), shutdown.clone());
     let needs_cluster = !args.webhook_only || args.self_managed_certs;
     let client = if needs_cluster { Some(kube_client(&metrics).await.map_err(ServerError::Kube)?) } else { None };
 
@@ -489,13 +490,18 @@ pub async fn serve_https(
     serve_connections(listener, Some(TlsAcceptor::from(tls)), app, limits, shutdown).await;
 }
 
-/// Serves the admin port over plain HTTP until `shutdown`, with the webhook's timeouts and
-/// [`Limits::admin`]'s connection cap.
-pub async fn serve_admin(listener: TcpListener, app: Router, shutdown: CancellationToken) -> Result<(), ServerError> {
+/// Serves the admin port over plain HTTP until `shutdown`, with the same timeouts and caps as
+/// the webhook port ([`Limits::admin`] in `sandcap run`).
+pub async fn serve_admin(
+    listener: TcpListener,
+    app: Router,
+    limits: Limits,
+    shutdown: CancellationToken,
+) -> Result<(), ServerError> {
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "admin listening (/healthz, /readyz, /metrics)");
     }
-    serve_connections(listener, None, app, &Limits::admin(), shutdown).await;
+    serve_connections(listener, None, app, &limits, shutdown).await;
     Ok(())
 }
 

@@ -6,101 +6,21 @@
 
 mod support;
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use support::hostile;
+use support::hostile::{self, Reviewed, Sandcap, client};
 
 /// The budgets, in bytes (docs/webhook.md).
 const ONE_REVIEW_PEAK: u64 = 128 * 1024 * 1024;
 const CONCURRENT_PEAK: u64 = 224 * 1024 * 1024;
 const MAX_ANSWER: usize = 64 * 1024;
 
-/// `sandcap run --webhook-only --tls-self-signed` on free loopback ports; killed on drop.
-struct Sandcap {
-    child: Child,
-    webhook: String,
-    admin: String,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-impl Sandcap {
-    async fn start() -> Sandcap {
-        let (webhook, admin) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
-        let child = Command::new(env!("CARGO_BIN_EXE_sandcap"))
-            .args(["run", "--webhook-only", "--tls-self-signed", "--webhook-addr", &webhook, "--admin-addr", &admin])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("sandcap starts");
-        let sandcap = Sandcap { child, webhook: format!("https://{webhook}/validate"), admin: format!("http://{admin}") };
-        for _ in 0..200 {
-            if reqwest::get(format!("{}/readyz", sandcap.admin)).await.is_ok_and(|r| r.status() == 200) {
-                return sandcap;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("sandcap did not get ready");
-    }
-
-    /// Peak resident memory since the start, from /proc.
-    fn peak(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let kib: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmHWM in /proc/<pid>/status");
-        kib * 1024
-    }
-}
-
-impl Drop for Sandcap {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .danger_accept_invalid_certs(true)
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap()
-}
-
-/// Sends `body` while polling `/healthz`; returns the answer's status and length and the
-/// slowest `/healthz` answer seen meanwhile.
-async fn send(sandcap: &Sandcap, body: Vec<u8>) -> (u16, usize, Duration) {
-    let review = client().post(&sandcap.webhook).header("content-type", "application/json").body(body).send();
-    let review = tokio::spawn(async move {
-        let response = review.await.expect("an answer");
-        let status = response.status().as_u16();
-        (status, response.bytes().await.expect("a body").len())
-    });
-    let mut slowest = Duration::ZERO;
-    while !review.is_finished() {
-        let started = Instant::now();
-        let healthz = reqwest::get(format!("{}/healthz", sandcap.admin)).await.expect("/healthz answers");
-        assert_eq!(healthz.status(), 200);
-        slowest = slowest.max(started.elapsed());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let (status, len) = review.await.unwrap();
-    (status, len, slowest)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_hostile_review_alone_stays_within_the_single_review_budget() {
     for (class, body) in hostile::reviews() {
         assert!(body.len() <= hostile::MAX_BODY, "{class}: {} bytes", body.len());
         let sandcap = Sandcap::start().await;
-        let (status, len, slowest) = send(&sandcap, body).await;
+        let Reviewed { status, len, slowest_healthz: slowest, .. } = sandcap.review_polling_healthz(body).await;
         assert!(matches!(status, 200 | 400), "{class}: status {status}");
         assert!(len <= MAX_ANSWER, "{class}: a {len}-byte answer");
         assert!(slowest < Duration::from_secs(5), "{class}: /healthz took {slowest:?}");

@@ -154,7 +154,8 @@ async fn start(certificate: CertSource) -> Harness {
     let readiness = Readiness::default();
     let shutdown = CancellationToken::new();
     let admin_app = server::admin_router(Arc::new(registry), readiness.clone());
-    tokio::spawn(server::serve_admin(admin, admin_app, shutdown.clone()));
+    let admin_limits = Limits { max_connections: 4, ..test_limits() };
+    tokio::spawn(server::serve_admin(admin, admin_app, admin_limits, shutdown.clone()));
     let webhook = Webhook { listener, certificate, options: Options::default(), limits: test_limits() };
     let stopped = tokio::spawn(server::serve_webhook(webhook, metrics, readiness, shutdown.clone()));
     Harness { webhook: webhook_addr, admin: admin_addr, shutdown, stopped }
@@ -536,6 +537,60 @@ async fn slow_clients_are_cut_off_without_holding_up_others() {
     assert!(answered.starts_with("HTTP/1.1 408"), "{answered}");
     read_until_closed(&mut silent).await;
     read_until_closed(&mut idle).await;
+}
+
+#[tokio::test]
+async fn the_admin_port_cuts_off_slow_and_idle_clients_too() {
+    let (harness, _client, _ca, _volume) = serving().await;
+    let mut stalled = TcpStream::connect(harness.admin).await.unwrap();
+    stalled.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nAcc").await.unwrap();
+    let mut silent = TcpStream::connect(harness.admin).await.unwrap();
+    let mut idle = TcpStream::connect(harness.admin).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await.unwrap();
+    assert!(!String::from_utf8_lossy(&read_until_closed(&mut stalled).await).contains("200 OK"));
+    read_until_closed(&mut silent).await;
+    // Answered, then closed once idle (test limits: 3 s).
+    assert!(String::from_utf8_lossy(&read_until_closed(&mut idle).await).starts_with("HTTP/1.1 200"));
+}
+
+/// Past the connection cap, a new connection waits (in the listen backlog) until one closes;
+/// idle connections close on their own, so it is served.
+#[tokio::test]
+async fn connections_past_the_cap_wait_for_a_place() {
+    let (harness, _client, _ca, _volume) = serving().await;
+    // The admin port's cap in this harness is 4: four silent connections fill it.
+    let mut silent = Vec::new();
+    for _ in 0..4 {
+        silent.push(TcpStream::connect(harness.admin).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = std::time::Instant::now();
+    let answer = reqwest::get(harness.admin_url("/healthz")).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    // The silent ones were closed after the first-request timeout (1 s here), not before.
+    assert!(started.elapsed() >= Duration::from_millis(800), "{:?}", started.elapsed());
+}
+
+/// HTTP/2 pings are bytes, not requests: a connection that only pings is closed once idle.
+#[tokio::test]
+async fn an_http2_connection_that_only_pings_is_closed_when_idle() {
+    let (harness, _client, ca, _volume) = serving().await;
+    let tls = tls_connect(&ca, harness.webhook, &[b"h2"]).await;
+    let (mut sender, connection) = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive_interval(Duration::from_millis(200))
+        .keep_alive_timeout(Duration::from_secs(10))
+        .keep_alive_while_idle(true)
+        .handshake(hyper_util::rt::TokioIo::new(tls))
+        .await
+        .unwrap();
+    let connection = tokio::spawn(connection);
+    let body = serde_json::to_vec(&review("CREATE", &webhook_denied(), None)).unwrap();
+    let request = http::Request::post(harness.url("/validate")).body(axum::body::Body::from(body)).unwrap();
+    assert_eq!(sender.send_request(request).await.unwrap().status(), 200);
+    // Idle timeout 3 s in the test limits; pings every 200 ms meanwhile.
+    let closed = tokio::time::timeout(Duration::from_secs(8), connection).await;
+    assert!(closed.is_ok(), "the server kept a connection that only pinged");
 }
 
 #[tokio::test]

@@ -1,11 +1,14 @@
 //! Arbitrary bytes as an AdmissionReview body: the decode and review path the webhook runs.
-//! Whatever comes in, the answer is a 200 or a 400 carrying an AdmissionReview, never a panic; and
-//! building only the parts of an object that the rules read never changes the verdict.
+//! Whatever comes in, the answer is a 200 or a 400 carrying an AdmissionReview of at most 64 KiB,
+//! never a panic; and building only the parts of an object that the rules read never changes the
+//! verdict. libFuzzer's memory limits are set to the single-review budget (docs/testing.md), so
+//! a review that allocates past it is a finding.
 //!
 //! From the repository root (the corpus folder must exist):
 //!
 //!     mkdir -p fuzz/corpus/admission_review
-//!     cargo +nightly fuzz run admission_review fuzz/corpus/admission_review fuzz/seeds -- -dict=fuzz/admission.dict
+//!     RUSTC_BOOTSTRAP=1 cargo fuzz run --sanitizer none admission_review fuzz/corpus/admission_review fuzz/seeds -- \
+//!         -dict=fuzz/admission.dict -rss_limit_mb=128 -malloc_limit_mb=64 -max_len=65536
 
 #![no_main]
 
@@ -19,6 +22,7 @@ fuzz_target!(|data: &[u8]| {
     let options = Options { allow_worker_urls };
     let answer = admission::handle(data, &options);
     assert!(matches!(answer.status, 200 | 400), "status {}", answer.status);
+    assert!(answer.body.len() <= 64 * 1024, "a {}-byte answer", answer.body.len());
     let body: Value = serde_json::from_slice(&answer.body).expect("the answer is JSON");
     let response = &body["response"];
     assert_eq!(response["allowed"].as_bool(), Some(answer.outcome.allowed()));

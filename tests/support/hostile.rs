@@ -2,6 +2,10 @@
 //! against the real binary (tests/budgets.rs), the benchmark that prints what each class costs
 //! (benches/hostile.rs) and the end-to-end suite (a hostile provider stored without the webhook).
 
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
 use serde_json::{Map, Value, json};
 
 /// The apiserver's request body limit, which the webhook's own limit follows.
@@ -111,8 +115,11 @@ pub fn reviews() -> Vec<(&'static str, Vec<u8>)> {
         ("configSchema regexes", review(&provider_with_schema("regexes", costly_schema()))),
         ("unknown keys, provider", review(&flooded(provider_with_schema("flood", json!({})), near_limit))),
         ("unknown keys, lease", review(&flooded(lease("flood"), near_limit))),
-        ("deep nesting", review(&json!({"apiVersion": "sandcap.dev/v1alpha1", "kind": "SandboxLease",
-            "metadata": {"name": "deep"}, "spec": {"config": deep}}))),
+        (
+            "deep nesting",
+            review(&json!({"apiVersion": "sandcap.dev/v1alpha1", "kind": "SandboxLease",
+            "metadata": {"name": "deep"}, "spec": {"config": deep}})),
+        ),
     ]
 }
 
@@ -120,4 +127,89 @@ pub fn reviews() -> Vec<(&'static str, Vec<u8>)> {
 pub fn honest_review() -> Vec<u8> {
     let schema = json!({"type": "object", "properties": {"image": {"type": "string", "pattern": "^[a-z0-9./:-]+$"}}});
     review(&provider_with_schema("honest", schema))
+}
+
+/// `sandcap run --webhook-only --tls-self-signed` on free loopback ports; killed on drop.
+pub struct Sandcap {
+    child: Child,
+    pub webhook: String,
+    pub admin: String,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Sandcap {
+    pub async fn start() -> Sandcap {
+        let (webhook, admin) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+        let child = Command::new(env!("CARGO_BIN_EXE_sandcap"))
+            .args(["run", "--webhook-only", "--tls-self-signed", "--webhook-addr", &webhook, "--admin-addr", &admin])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sandcap starts");
+        let sandcap =
+            Sandcap { child, webhook: format!("https://{webhook}/validate"), admin: format!("http://{admin}") };
+        for _ in 0..200 {
+            if reqwest::get(format!("{}/readyz", sandcap.admin)).await.is_ok_and(|r| r.status() == 200) {
+                return sandcap;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("sandcap did not get ready");
+    }
+
+    /// Peak resident memory since the start, from /proc.
+    pub fn peak(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM in /proc/<pid>/status");
+        kib * 1024
+    }
+}
+
+impl Drop for Sandcap {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder().danger_accept_invalid_certs(true).timeout(Duration::from_secs(60)).build().unwrap()
+}
+
+/// What one review got, and how `/healthz` answered meanwhile.
+pub struct Reviewed {
+    pub status: u16,
+    pub len: usize,
+    pub elapsed: Duration,
+    pub slowest_healthz: Duration,
+}
+
+impl Sandcap {
+    /// Sends `body` to `/validate` while polling `/healthz` every 20 ms.
+    pub async fn review_polling_healthz(&self, body: Vec<u8>) -> Reviewed {
+        let started = Instant::now();
+        let review = client().post(&self.webhook).header("content-type", "application/json").body(body).send();
+        let review = tokio::spawn(async move {
+            let response = review.await.expect("an answer");
+            let status = response.status().as_u16();
+            (status, response.bytes().await.expect("a body").len(), started.elapsed())
+        });
+        let mut slowest_healthz = Duration::ZERO;
+        while !review.is_finished() {
+            let asked = Instant::now();
+            let healthz = reqwest::get(format!("{}/healthz", self.admin)).await.expect("/healthz answers");
+            assert_eq!(healthz.status(), 200);
+            slowest_healthz = slowest_healthz.max(asked.elapsed());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let (status, len, elapsed) = review.await.expect("the review task");
+        Reviewed { status, len, elapsed, slowest_healthz }
+    }
 }

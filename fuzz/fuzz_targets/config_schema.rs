@@ -1,0 +1,55 @@
+//! Arbitrary bytes as a driver's `configSchema` and a lease's config: the compile and the config
+//! check the lease controller runs for every lease, through the same budget
+//! (`sandcap::config_schema::BUDGET`). Whatever the schema, compiling it ends within the budget's
+//! deadline and never panics; libFuzzer's `-rss_limit_mb`/`-malloc_limit_mb` (docs/testing.md)
+//! make any allocation beyond the budget a finding.
+//!
+//! The input is `<schema JSON>\n<config JSON>`; the seeds are in fuzz/seeds/config_schema.
+//!
+//!     mkdir -p fuzz/corpus/config_schema
+//!     RUSTC_BOOTSTRAP=1 cargo fuzz run config_schema fuzz/corpus/config_schema fuzz/seeds/config_schema -- \
+//!         -rss_limit_mb=192 -malloc_limit_mb=64 -dict=fuzz/config_schema.dict
+
+#![no_main]
+
+use std::time::{Duration, Instant};
+
+use libfuzzer_sys::fuzz_target;
+use sandcap::api::{DriverDeclaration, SandboxLease, SandboxLeaseSpec, ProviderRef};
+use sandcap::config_schema::{BUDGET, Deadline, SchemaError};
+use sandcap::contract::{self, ConfigFailure, SecretLookup};
+use serde_json::Value;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let (schema, config) = text.split_once('\n').unwrap_or((text, "{}"));
+    let (Ok(schema), Ok(config)) = (serde_json::from_str::<Value>(schema), serde_json::from_str::<Value>(config)) else {
+        return;
+    };
+    let started = Instant::now();
+    let compiled = sandcap::config_schema::compile(&schema, Deadline::Own);
+    // The deadline is checked between patterns and around the final build, so one step may run
+    // past it; a step is bounded by the per-pattern limits.
+    assert!(started.elapsed() < BUDGET.deadline + Duration::from_secs(2), "compiling took {:?}", started.elapsed());
+    if let Err(e) = &compiled {
+        assert!(e.to_string().len() < 4096, "an unbounded message: {} bytes", e.to_string().len());
+        assert!(matches!(e, SchemaError::OverBudget { .. } | SchemaError::Invalid { .. }));
+    }
+
+    let driver: DriverDeclaration =
+        serde_json::from_value(serde_json::json!({"driverKey": "k", "kind": "sandbox_provider", "displayName": "K", "configSchema": schema}))
+            .expect("a driver with any schema value deserializes");
+    let lease = SandboxLease::new(
+        "l",
+        SandboxLeaseSpec {
+            provider_ref: ProviderRef { name: "p".into(), driver_key: "k".into() },
+            config: Some(config),
+            ..Default::default()
+        },
+    );
+    match contract::resolve_config(&lease, &driver, |_| SecretLookup::MissingSecret) {
+        Ok(_) => assert!(compiled.is_ok(), "a config passed a schema that did not compile"),
+        Err(ConfigFailure::SchemaOverBudget(_) | ConfigFailure::SchemaDoesNotCompile(_)) => assert!(compiled.is_err()),
+        Err(_) => {}
+    }
+});
