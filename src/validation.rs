@@ -14,15 +14,18 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 use serde_json::{Map, Value};
 
 use crate::contract::compile_schema;
+use crate::probe::AllowedCidrs;
 use crate::vocabulary::{Capability, DriverKind, REMOVED_KEYS, words};
 
 /// Kubernetes refuses admission warnings longer than this, so ours stay below it.
 pub const MAX_WARNING_LEN: usize = 120;
 
 /// Operator settings that change what is admitted.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Options {
     pub allow_worker_urls: bool,
+    /// Refused addresses that worker URLs may reach nonetheless ([`crate::probe`]).
+    pub worker_url_allowed_cidrs: AllowedCidrs,
 }
 
 words! {
@@ -313,11 +316,8 @@ impl Checker {
         self.known_fields(spec, "spec", PROVIDER_SPEC_FIELDS);
         if let Some(worker) = self.child(spec, "worker", "spec.worker", WORKER_FIELDS) {
             self.child(worker, "service", "spec.worker.service", SERVICE_FIELDS);
-            if field(worker, "url").is_some() && !options.allow_worker_urls {
-                self.problem(
-                    "spec.worker.url",
-                    "worker URLs are refused because the operator runs without --allow-worker-urls: use spec.worker.service instead",
-                );
+            if let Some(url) = field(worker, "url") {
+                self.worker_url(url, options);
             }
         }
         let drivers = field(spec, "environmentDrivers").and_then(Value::as_array).into_iter().flatten();
@@ -325,6 +325,29 @@ impl Checker {
             if let Some(d) = driver.as_object() {
                 self.driver(d, &format!("spec.environmentDrivers[{i}]"));
             }
+        }
+    }
+
+    /// Only the host as written can be judged here (the webhook resolves nothing); the probe checks
+    /// every address a name resolves to. A URL that does not parse is the CRD's to report.
+    fn worker_url(&mut self, url: &Value, options: &Options) {
+        if !options.allow_worker_urls {
+            self.problem(
+                "spec.worker.url",
+                "worker URLs are refused because the operator runs without --allow-worker-urls: use spec.worker.service instead",
+            );
+        } else if let Some(url) = url.as_str().and_then(|u| reqwest::Url::parse(u).ok())
+            && let Some(class) = options.worker_url_allowed_cidrs.refuses_host(&url)
+        {
+            let host = url.host_str().unwrap_or_default();
+            self.problem(
+                "spec.worker.url",
+                format!(
+                    "host {host} is a refused address ({class}): worker URLs may not reach loopback, \
+                     link-local, cloud metadata or unspecified addresses unless the operator allows them with \
+                     --worker-url-allowed-cidrs; use spec.worker.service or another address"
+                ),
+            );
         }
     }
 

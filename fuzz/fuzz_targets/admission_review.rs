@@ -16,7 +16,7 @@ use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {
     let allow_worker_urls = data.first().is_some_and(|b| b & 1 == 1);
-    let options = Options { allow_worker_urls };
+    let options = Options { allow_worker_urls, ..Options::default() };
     let answer = admission::handle(data, &options);
     assert!(matches!(answer.status, 200 | 400), "status {}", answer.status);
     let body: Value = serde_json::from_slice(&answer.body).expect("the answer is JSON");
