@@ -408,24 +408,22 @@ impl Prober {
         let mut kind = None;
         let mut cause = std::error::Error::source(e);
         while let Some(c) = cause {
-            // An io::Error's source() skips the error it wraps, so that one is looked at here.
-            let io = c.downcast_ref::<io::Error>();
-            let inner = io.and_then(io::Error::get_ref).map(|i| i as &(dyn std::error::Error + 'static));
-            for c in std::iter::once(c).chain(inner) {
-                match c.downcast_ref::<ResolveError>() {
-                    Some(ResolveError::Refused(class)) => return ProbeError::RefusedAddress(*class),
-                    Some(ResolveError::Lookup) => return ProbeError::Dns,
-                    None if c.is::<rustls::Error>() => return ProbeError::Tls,
-                    None => {}
-                }
+            match c.downcast_ref::<ResolveError>() {
+                Some(ResolveError::Refused(class)) => return ProbeError::RefusedAddress(*class),
+                Some(ResolveError::Lookup) => return ProbeError::Dns,
+                None if c.is::<rustls::Error>() => return ProbeError::Tls,
+                None => {}
             }
-            if let Some(io) = io {
-                if io.kind() == io::ErrorKind::ConnectionRefused {
-                    return ProbeError::ConnectionRefused;
+            cause = match c.downcast_ref::<io::Error>() {
+                Some(io) if io.kind() == io::ErrorKind::ConnectionRefused => return ProbeError::ConnectionRefused,
+                Some(io) => {
+                    // The innermost kind is the most precise. An io::Error's source() skips the
+                    // error it wraps (a TLS error, another io::Error), so the walk goes through it.
+                    kind = Some(io.kind());
+                    io.get_ref().map(|inner| inner as &(dyn std::error::Error + 'static))
                 }
-                kind = Some(io.kind());
-            }
-            cause = c.source();
+                None => c.source(),
+            };
         }
         if e.is_connect() { ProbeError::Connect(kind) } else { ProbeError::Transport(kind) }
     }
@@ -530,8 +528,8 @@ struct InitializeResult {
 /// provider's author what answered at its address.
 fn parse_answer(body: &[u8], expected_id: u64) -> Result<Vec<String>, ProbeError> {
     let malformed = |message: &str| ProbeError::Malformed(message.into());
-    let answer: Answer = serde_json::from_slice(body)
-        .map_err(|e| ProbeError::NotJson { line: e.line(), column: e.column() })?;
+    let answer: Answer =
+        serde_json::from_slice(body).map_err(|e| ProbeError::NotJson { line: e.line(), column: e.column() })?;
     if answer.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
         return Err(malformed("the answer is not JSON-RPC 2.0 (jsonrpc is not \"2.0\")"));
     }
@@ -542,8 +540,8 @@ fn parse_answer(body: &[u8], expected_id: u64) -> Result<Vec<String>, ProbeError
         return Err(ProbeError::RpcError(error.code));
     }
     let result = answer.result.ok_or_else(|| malformed("the answer has neither result nor error"))?;
-    let result: InitializeResult =
-        serde_json::from_value(result).map_err(|_| malformed("the answer's result is not an InitializeResult object"))?;
+    let result: InitializeResult = serde_json::from_value(result)
+        .map_err(|_| malformed("the answer's result is not an InitializeResult object"))?;
     match result.ok {
         Some(true) => {}
         Some(false) => return Err(ProbeError::NotOk),
@@ -671,7 +669,8 @@ mod tests {
         for (ip, class) in cases {
             assert_eq!(classify(ip.parse().unwrap()), Some(class), "{ip}");
         }
-        for ip in ["10.96.0.10", "192.168.1.1", "8.8.8.8", "100.100.100.201", "fd00:ec2::253", "fec0::1", "2001:db8::1"] {
+        for ip in ["10.96.0.10", "192.168.1.1", "8.8.8.8", "100.100.100.201", "fd00:ec2::253", "fec0::1", "2001:db8::1"]
+        {
             assert_eq!(classify(ip.parse().unwrap()), None, "{ip}");
         }
     }

@@ -124,9 +124,11 @@ fn validate_denies_worker_urls_to_refused_addresses_unless_the_cidrs_allow_them(
         "{}",
         stdout(&o)
     );
-    let o = sandcap(&["validate", "--allow-worker-urls", "--worker-url-allowed-cidrs", "127.0.0.0/8,::1/128", &metadata]);
+    let o =
+        sandcap(&["validate", "--allow-worker-urls", "--worker-url-allowed-cidrs", "127.0.0.0/8,::1/128", &metadata]);
     assert_eq!(o.status.code(), Some(1), "loopback allowed, metadata still refused");
-    let o = sandcap(&["validate", "--allow-worker-urls", "--worker-url-allowed-cidrs", "169.254.169.254/32", &metadata]);
+    let o =
+        sandcap(&["validate", "--allow-worker-urls", "--worker-url-allowed-cidrs", "169.254.169.254/32", &metadata]);
     assert_eq!(stdout(&o), "ALLOWED SandboxProvider/legacy-vm\n");
     let o = sandcap(&["validate", "--allow-worker-urls", "--worker-url-allowed-cidrs", "localhost", &metadata]);
     assert_eq!(o.status.code(), Some(2), "a bad CIDR is a usage error: {o:?}");

@@ -6,7 +6,9 @@ mod support;
 use std::time::Duration;
 
 use sandcap::api::{SandboxProvider, SandboxProviderSpec};
-use sandcap::probe::{AddressClass, AllowedCidrs, MAX_ANSWER_BYTES, ProbeError, ProbeOutcome, Prober, parse_worker_url};
+use sandcap::probe::{
+    AddressClass, AllowedCidrs, MAX_ANSWER_BYTES, ProbeError, ProbeOutcome, Prober, parse_worker_url,
+};
 use serde_json::Value;
 use support::{ALL_METHODS, Worker, all_true, provider};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -96,7 +98,8 @@ async fn a_json_rpc_error_fails_with_its_code_only() {
 async fn whatever_answers_at_the_address_is_not_quoted() {
     // What a metadata service or another internal endpoint might say, if a worker URL reached it.
     let secret = format!("AccessKeyId ASIAXXXXSECRET {}", "SecretAccessKey/".repeat(40));
-    let answer = serde_json::json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32000, "message": secret, "data": secret}});
+    let answer =
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32000, "message": secret, "data": secret}});
     let (url, _) = serve_once(http("200 OK", "content-type: application/json\r\n", &answer.to_string())).await;
     let outcome = probe(&url).await;
     assert_eq!(failed_with(&outcome), &ProbeError::RpcError(Some(-32000)));
@@ -146,7 +149,11 @@ async fn a_host_name_resolving_to_loopback_is_refused_unless_allowed() {
 async fn refused_ip_literals_are_not_connected_to() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    for url in [format!("http://127.0.0.1:{port}/rpc"), format!("http://2130706433:{port}/"), format!("http://[::ffff:127.0.0.1]:{port}/")] {
+    for url in [
+        format!("http://127.0.0.1:{port}/rpc"),
+        format!("http://2130706433:{port}/"),
+        format!("http://[::ffff:127.0.0.1]:{port}/"),
+    ] {
         let outcome = probe_allowing(&url, Duration::from_secs(5), AllowedCidrs::default()).await;
         assert_eq!(failed_with(&outcome), &ProbeError::RefusedAddress(AddressClass::Loopback), "{url}");
     }
@@ -260,7 +267,8 @@ async fn a_worker_url_is_not_probed_without_the_flag() {
     let refused = Prober::new(Duration::from_secs(5), false, loopback(), "test").probe(&provider).await;
     assert_eq!(refused.reason(), "endpoint");
     assert!(failure(refused).contains("without --allow-worker-urls"));
-    let loopback_refused = Prober::new(Duration::from_secs(5), true, AllowedCidrs::default(), "test").probe(&provider).await;
+    let loopback_refused =
+        Prober::new(Duration::from_secs(5), true, AllowedCidrs::default(), "test").probe(&provider).await;
     assert_eq!(failed_with(&loopback_refused), &ProbeError::RefusedAddress(AddressClass::Loopback));
     assert!(!failure(loopback_refused).starts_with("probe of"), "refused before any probe");
     let allowed = Prober::new(Duration::from_secs(5), true, loopback(), "test").probe(&provider).await;

@@ -148,7 +148,11 @@ fn worker_url_allowed_cidrs_admit_exactly_what_they_cover() {
     assert!(denied.message().contains("(cloud metadata)"), "{}", denied.message());
     // Without --allow-worker-urls the allow list changes nothing.
     let off = Options { allow_worker_urls: false, ..loopback };
-    assert!(review(&with_worker_url("http://127.0.0.1:9/rpc"), None, &off).message().contains("without --allow-worker-urls"));
+    assert!(
+        review(&with_worker_url("http://127.0.0.1:9/rpc"), None, &off)
+            .message()
+            .contains("without --allow-worker-urls")
+    );
 }
 
 #[test]

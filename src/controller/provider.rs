@@ -57,9 +57,7 @@ fn probe_not_due<'p>(provider: &'p SandboxProvider, ctx: &Context, now: &Time) -
     }
     let worker = status.worker.as_ref()?;
     // A success through a URL the operator no longer allows must not outlive the setting.
-    if worker.probe == ProbeResult::Succeeded
-        && ctx.prober.endpoint(&provider.spec.worker).is_err()
-    {
+    if worker.probe == ProbeResult::Succeeded && ctx.prober.endpoint(&provider.spec.worker).is_err() {
         return None;
     }
     let last = worker.last_probe_time.as_ref()?;
