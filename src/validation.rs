@@ -1,6 +1,6 @@
 //! The webhook's rules (API.md section 5, layer 2): only what the apiserver cannot check from the
-//! CRD — `configSchema` compiles, worker URLs without `--allow-worker-urls`, unknown fields the
-//! schema keeps (so none is pruned silently) — and the warnings. Everything the CRD can state is
+//! CRD — `configSchema` compiles, worker URLs without `--allow-worker-urls` or to refused
+//! addresses, unknown fields the schema keeps (so none is pruned silently) — and the warnings. Everything the CRD can state is
 //! stated there ([`crate::api`]) and nowhere here. One pure function over the raw JSON object:
 //! the webhook and `sandcap validate` both call [`review`], so they can never disagree, and every
 //! problem is reported at once with its Kubernetes field path.
