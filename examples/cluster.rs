@@ -58,7 +58,8 @@ fn main() {
     let (cert, key) = cluster.ca.write_serving(&state.join("tls"));
     let mut sandcap = Command::new(profile.join("sandcap"));
     sandcap
-        .args(["run", "--allow-worker-urls", "--secret-namespaces", "team-a", "--leader-elect=false"])
+        .args(["run", "--allow-worker-urls", "--worker-url-allowed-cidrs", "127.0.0.0/8"])
+        .args(["--secret-namespaces", "team-a", "--leader-elect=false"])
         .args([
             "--webhook-addr",
             &format!("127.0.0.1:{webhook_port}"),

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use clap::{ArgAction, Parser, Subcommand, ValueEnum};
+use ipnet::IpNet;
 use kube::CustomResourceExt;
 use serde::Serialize;
 use serde_json::Value;
@@ -17,7 +18,7 @@ use serde_json::Value;
 use crate::api::{Capabilities, Explanation, LeasePolicy, SandboxLease, SandboxProvider, SecretKeyRef};
 use crate::contract::{self, SecretLookup, Verified};
 use crate::controller::SecretScope;
-use crate::probe::{self, ProbeOutcome, Prober};
+use crate::probe::{self, AllowedCidrs, ProbeOutcome, Prober};
 use crate::schema;
 use crate::validation::{self, Options};
 
@@ -93,6 +94,11 @@ pub struct RunArgs {
     /// Accept and probe `spec.worker.url` in providers.
     #[arg(long, env = "SANDCAP_ALLOW_WORKER_URLS")]
     pub allow_worker_urls: bool,
+    /// Loopback, link-local, cloud metadata and unspecified addresses that worker URLs may reach
+    /// nonetheless, as CIDRs, comma-separated (e.g. `127.0.0.0/8,::1/128` for a worker beside
+    /// sandcap). Every other address is allowed with --allow-worker-urls.
+    #[arg(long, env = "SANDCAP_WORKER_URL_ALLOWED_CIDRS", value_delimiter = ',', value_name = "CIDRS")]
+    pub worker_url_allowed_cidrs: Vec<IpNet>,
     /// How often every provider's worker is probed again.
     #[arg(long, env = "SANDCAP_PROBE_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
     pub probe_interval: Duration,
@@ -154,6 +160,10 @@ impl RunArgs {
         self.leader_election_namespace.as_deref().unwrap_or(&self.pod_namespace)
     }
 
+    pub fn worker_url_allowed_cidrs(&self) -> AllowedCidrs {
+        AllowedCidrs::new(self.worker_url_allowed_cidrs.iter().copied())
+    }
+
     /// The leader-election identity: --pod-name, else the hostname.
     pub fn identity(&self) -> String {
         self.pod_name.clone().unwrap_or_else(|| {
@@ -174,6 +184,9 @@ pub struct ValidateArgs {
     /// Judge as an operator started with --allow-worker-urls would.
     #[arg(long, env = "SANDCAP_ALLOW_WORKER_URLS")]
     pub allow_worker_urls: bool,
+    /// Judge as an operator started with this --worker-url-allowed-cidrs would.
+    #[arg(long, env = "SANDCAP_WORKER_URL_ALLOWED_CIDRS", value_delimiter = ',', value_name = "CIDRS")]
+    pub worker_url_allowed_cidrs: Vec<IpNet>,
     /// Write the apiserver's messages as this Kubernetes minor does: 1.33 or 1.37 (their forms
     /// differ slightly).
     #[arg(long, default_value = "1.37", value_parser = parse_server)]
@@ -329,7 +342,10 @@ pub fn judge(object: &Value, options: &Options, server: schema::Server) -> Resul
 }
 
 fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
-    let options = Options { allow_worker_urls: args.allow_worker_urls };
+    let options = Options {
+        allow_worker_urls: args.allow_worker_urls,
+        worker_url_allowed_cidrs: AllowedCidrs::new(args.worker_url_allowed_cidrs.iter().copied()),
+    };
     let mut records = Vec::new();
     for path in &args.files {
         for object in load_objects(path)? {
@@ -448,10 +464,10 @@ fn probe_live(url: &str, provider: &SandboxProvider) -> Result<Verified, CliErro
         .enable_all()
         .build()
         .map_err(|e| CliError::Usage(format!("cannot start the probe: {e}")))?;
-    let prober = Prober::new(probe::DEFAULT_TIMEOUT, true, "sandcap-resolve");
+    let prober = Prober::new(probe::DEFAULT_TIMEOUT, true, AllowedCidrs::any(), "sandcap-resolve");
     let outcome = runtime.block_on(prober.probe_url(&url, &provider.spec));
-    if let ProbeOutcome::Failed { message } = &outcome {
-        eprintln!("sandcap: {message}; nothing is verified");
+    if let ProbeOutcome::Failed(failure) = &outcome {
+        eprintln!("sandcap: {failure}; nothing is verified");
     }
     Ok(outcome.verified())
 }
@@ -480,7 +496,9 @@ fn load_one<T: serde::de::DeserializeOwned>(path: &Path, kind: validation::Kind)
     if found != kind.as_str() {
         return Err(CliError::Object { path: shown, kind: found, name, message: format!("expected a {kind}") });
     }
-    if let Err((message, _)) = judge(&object, &Options { allow_worker_urls: true }, schema::Server::default()) {
+    // The worker URL is the caller's own to probe (or not: --worker-url replaces it).
+    let options = Options { allow_worker_urls: true, worker_url_allowed_cidrs: AllowedCidrs::any() };
+    if let Err((message, _)) = judge(&object, &options, schema::Server::default()) {
         return Err(CliError::Object { path: shown, kind: found, name, message: format!("denied: {message}") });
     }
     serde_json::from_value(object).map_err(|e| CliError::Object {

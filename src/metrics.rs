@@ -32,6 +32,15 @@ pub struct ResultLabels {
     pub result: &'static str,
 }
 
+/// One worker probe.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeLabels {
+    /// `succeeded` or `failed`.
+    pub result: &'static str,
+    /// A failure's class ([`crate::probe::ProbeError::reason`]), empty on success.
+    pub reason: &'static str,
+}
+
 /// One request sandcap made to the apiserver.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ApiLabels {
@@ -89,7 +98,7 @@ pub struct Metrics {
     pub reconciles: Family<KindLabels, Counter>,
     pub reconcile_failures: Family<FailureLabels, Counter>,
     pub reconcile_duration: Family<KindLabels, Histogram>,
-    pub probes: Family<ResultLabels, Counter>,
+    pub probes: Family<ProbeLabels, Counter>,
     pub leader: Gauge,
     pub api_requests: Family<ApiLabels, Counter>,
     pub reconcile_queue: Family<KindLabels, Gauge>,
@@ -137,7 +146,7 @@ impl Metrics {
                 "Time for one reconcile",
                 Family::new_with_constructor(|| Histogram::new(RECONCILE_BUCKETS)),
             ),
-            probes: registered(r, "worker_probes", "Worker probes by result", Family::default()),
+            probes: registered(r, "worker_probes", "Worker probes by result and failure reason", Family::default()),
             leader: registered(r, "leader", "1 while this replica holds the controller leader lease", Gauge::default()),
             api_requests: registered(
                 r,

@@ -176,6 +176,7 @@ async fn serve(args: &RunArgs, shutdown: CancellationToken) -> Result<(), Server
                     probe_interval: args.probe_interval,
                     probe_timeout: args.probe_timeout,
                     allow_worker_urls: args.allow_worker_urls,
+                    worker_url_allowed_cidrs: args.worker_url_allowed_cidrs(),
                     leader_elect: args.leader_elect,
                     lease_name: args.leader_election_name.clone(),
                     lease_namespace: args.leader_election_namespace().to_string(),
@@ -209,7 +210,10 @@ async fn serve(args: &RunArgs, shutdown: CancellationToken) -> Result<(), Server
         let webhook = Webhook {
             listener: bind(args.webhook_addr).await?,
             certificate: cert_source(args)?,
-            options: Options { allow_worker_urls: args.allow_worker_urls },
+            options: Options {
+                allow_worker_urls: args.allow_worker_urls,
+                worker_url_allowed_cidrs: args.worker_url_allowed_cidrs(),
+            },
             limits: Limits::default(),
         };
         serve_webhook(webhook, metrics.clone(), readiness, shutdown.clone()).await

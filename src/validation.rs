@@ -1,6 +1,6 @@
 //! The webhook's rules (API.md section 5, layer 2): only what the apiserver cannot check from the
-//! CRD — `configSchema` compiles, worker URLs without `--allow-worker-urls`, unknown fields the
-//! schema keeps (so none is pruned silently) — and the warnings. Everything the CRD can state is
+//! CRD — `configSchema` compiles, worker URLs without `--allow-worker-urls` or to refused
+//! addresses, unknown fields the schema keeps (so none is pruned silently) — and the warnings. Everything the CRD can state is
 //! stated there ([`crate::api`]) and nowhere here. One pure function over the raw JSON object:
 //! the webhook and `sandcap validate` both call [`review`], so they can never disagree, and every
 //! problem is reported at once with its Kubernetes field path.
@@ -15,6 +15,7 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 use serde_json::{Map, Value};
 
 use crate::config_schema::{self, Deadline};
+use crate::probe::AllowedCidrs;
 use crate::text;
 use crate::vocabulary::{Capability, DriverKind, REMOVED_KEYS, words};
 
@@ -22,9 +23,11 @@ use crate::vocabulary::{Capability, DriverKind, REMOVED_KEYS, words};
 pub const MAX_WARNING_LEN: usize = 120;
 
 /// Operator settings that change what is admitted.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Options {
     pub allow_worker_urls: bool,
+    /// Refused addresses that worker URLs may reach nonetheless ([`crate::probe`]).
+    pub worker_url_allowed_cidrs: AllowedCidrs,
 }
 
 words! {
@@ -400,12 +403,8 @@ impl Checker {
         self.known_fields(spec, "spec", PROVIDER_SPEC_FIELDS);
         if let Some(worker) = self.child(spec, "worker", "spec.worker", WORKER_FIELDS) {
             self.child(worker, "service", "spec.worker.service", SERVICE_FIELDS);
-            if field(worker, "url").is_some() && !options.allow_worker_urls {
-                self.problem(
-                    WORKER_URL_PROBLEMS,
-                    "spec.worker.url",
-                    "worker URLs are refused because the operator runs without --allow-worker-urls: use spec.worker.service instead",
-                );
+            if let Some(url) = field(worker, "url") {
+                self.worker_url(url, options);
             }
         }
         let drivers = field(spec, "environmentDrivers").and_then(Value::as_array).into_iter().flatten();
@@ -413,6 +412,31 @@ impl Checker {
             if let Some(d) = driver.as_object() {
                 self.driver(d, &format!("spec.environmentDrivers[{i}]"));
             }
+        }
+    }
+
+    /// Only the host as written can be judged here (the webhook resolves nothing); the probe checks
+    /// every address a name resolves to. A URL that does not parse is the CRD's to report.
+    fn worker_url(&mut self, url: &Value, options: &Options) {
+        if !options.allow_worker_urls {
+            self.problem(
+                WORKER_URL_PROBLEMS,
+                "spec.worker.url",
+                "worker URLs are refused because the operator runs without --allow-worker-urls: use spec.worker.service instead",
+            );
+        } else if let Some(url) = url.as_str().and_then(|u| reqwest::Url::parse(u).ok())
+            && let Some(class) = options.worker_url_allowed_cidrs.refuses_host(&url)
+        {
+            let host = text::clip(url.host_str().unwrap_or_default(), 253);
+            self.problem(
+                WORKER_URL_PROBLEMS,
+                "spec.worker.url",
+                format!(
+                    "host {host} is a refused address ({class}): worker URLs may not reach loopback, \
+                     link-local, cloud metadata or unspecified addresses unless the operator allows them with \
+                     --worker-url-allowed-cidrs; use spec.worker.service or another address"
+                ),
+            );
         }
     }
 

@@ -109,6 +109,33 @@ fn validate_reads_multi_document_yaml_json_and_lists() {
 }
 
 #[test]
+fn validate_denies_worker_urls_to_refused_addresses_unless_the_cidrs_allow_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let provider = std::fs::read_to_string("examples/provider-legacy.yaml").unwrap();
+    let mut object: Value = serde_yaml_ng::from_str(&provider).unwrap();
+    object["spec"]["worker"] = json!({"url": "http://169.254.169.254/latest/meta-data/"});
+    let metadata = write(dir.path(), "metadata.json", &object.to_string());
+    let o = sandcap(&["validate", "--allow-worker-urls", &metadata]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(
+        stdout(&o).starts_with(
+            "DENIED SandboxProvider/legacy-vm: spec.worker.url: host 169.254.169.254 is a refused address (cloud metadata)"
+        ),
+        "{}",
+        stdout(&o)
+    );
+    let o =
+        sandcap(&["validate", "--allow-worker-urls", "--worker-url-allowed-cidrs", "127.0.0.0/8,::1/128", &metadata]);
+    assert_eq!(o.status.code(), Some(1), "loopback allowed, metadata still refused");
+    let o =
+        sandcap(&["validate", "--allow-worker-urls", "--worker-url-allowed-cidrs", "169.254.169.254/32", &metadata]);
+    assert_eq!(stdout(&o), "ALLOWED SandboxProvider/legacy-vm\n");
+    let o = sandcap(&["validate", "--allow-worker-urls", "--worker-url-allowed-cidrs", "localhost", &metadata]);
+    assert_eq!(o.status.code(), Some(2), "a bad CIDR is a usage error: {o:?}");
+    assert!(stderr(&o).contains("--worker-url-allowed-cidrs"), "{}", stderr(&o));
+}
+
+#[test]
 fn resolve_provider_level_table_and_json() {
     let o = sandcap(&[
         "resolve",

@@ -6,7 +6,9 @@ mod support;
 use std::time::Duration;
 
 use sandcap::api::{SandboxProvider, SandboxProviderSpec};
-use sandcap::probe::{MAX_ANSWER_BYTES, ProbeOutcome, Prober, parse_worker_url};
+use sandcap::probe::{
+    AddressClass, AllowedCidrs, MAX_ANSWER_BYTES, ProbeError, ProbeOutcome, Prober, parse_worker_url,
+};
 use serde_json::Value;
 use support::{ALL_METHODS, Worker, all_true, provider};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -16,9 +18,18 @@ fn spec() -> SandboxProviderSpec {
     serde_json::from_value::<SandboxProvider>(provider("acme", "http://unused.example", all_true())).unwrap().spec
 }
 
-async fn probe_with(url: &str, timeout: Duration) -> ProbeOutcome {
+/// The test workers listen on loopback, which worker URLs reach only where allowed.
+fn loopback() -> AllowedCidrs {
+    AllowedCidrs::new(["127.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()])
+}
+
+async fn probe_allowing(url: &str, timeout: Duration, allowed: AllowedCidrs) -> ProbeOutcome {
     let url = parse_worker_url(url).expect("a valid URL");
-    Prober::new(timeout, true, "test-instance").probe_url(&url, &spec()).await
+    Prober::new(timeout, true, allowed, "test-instance").probe_url(&url, &spec()).await
+}
+
+async fn probe_with(url: &str, timeout: Duration) -> ProbeOutcome {
+    probe_allowing(url, timeout, loopback()).await
 }
 
 async fn probe(url: &str) -> ProbeOutcome {
@@ -27,7 +38,14 @@ async fn probe(url: &str) -> ProbeOutcome {
 
 fn failure(outcome: ProbeOutcome) -> String {
     match outcome {
-        ProbeOutcome::Failed { message } => message,
+        ProbeOutcome::Failed(failure) => failure.to_string(),
+        other => panic!("expected a failed probe, got {other:?}"),
+    }
+}
+
+fn failed_with(outcome: &ProbeOutcome) -> &ProbeError {
+    match outcome {
+        ProbeOutcome::Failed(failure) => &failure.error,
         other => panic!("expected a failed probe, got {other:?}"),
     }
 }
@@ -70,9 +88,79 @@ async fn a_malformed_answer_fails() {
 }
 
 #[tokio::test]
-async fn a_json_rpc_error_fails_and_says_which() {
+async fn a_json_rpc_error_fails_with_its_code_only() {
     let message = failure_in_mode("rpc-error").await;
-    assert!(message.contains("JSON-RPC error -32603: this worker fails on purpose"), "{message}");
+    assert!(message.ends_with("failed: the worker answered JSON-RPC error -32603"), "{message}");
+    assert!(!message.contains("fails on purpose"), "the worker's text is not quoted: {message}");
+}
+
+#[tokio::test]
+async fn whatever_answers_at_the_address_is_not_quoted() {
+    // What a metadata service or another internal endpoint might say, if a worker URL reached it.
+    let secret = format!("AccessKeyId ASIAXXXXSECRET {}", "SecretAccessKey/".repeat(40));
+    let answer =
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32000, "message": secret, "data": secret}});
+    let (url, _) = serve_once(http("200 OK", "content-type: application/json\r\n", &answer.to_string())).await;
+    let outcome = probe(&url).await;
+    assert_eq!(failed_with(&outcome), &ProbeError::RpcError(Some(-32000)));
+    assert_eq!(outcome.reason(), "rpc_error");
+    let message = failure(outcome);
+    assert!(message.ends_with("failed: the worker answered JSON-RPC error -32000"), "{message}");
+    assert!(!message.contains("Secret") && !message.contains("ASIA"), "{message}");
+
+    let (url, _) = serve_once(http("500 Internal Server Error", "", &secret)).await;
+    let message = failure(probe(&url).await);
+    assert!(message.ends_with("the worker answered HTTP 500 Internal Server Error"), "{message}");
+}
+
+#[tokio::test]
+async fn a_tls_failure_is_named_without_the_peers_words() {
+    // A server that answers a ClientHello in plain text: the handshake fails.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://{}/rpc", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let _ = socket.write_all(http("400 Bad Request", "", "secret-internal-banner").as_bytes()).await;
+        let _ = socket.shutdown().await;
+    });
+    let outcome = probe(&url).await;
+    server.await.unwrap();
+    assert_eq!(failed_with(&outcome), &ProbeError::Tls);
+    let message = failure(outcome);
+    assert!(message.ends_with("failed: the TLS handshake failed") && !message.contains("banner"), "{message}");
+}
+
+#[tokio::test]
+async fn a_host_name_resolving_to_loopback_is_refused_unless_allowed() {
+    let worker = Worker::with_methods(&ALL_METHODS);
+    // `localhost` is not checked by name here: only the addresses it resolves to are.
+    let by_name = worker.url.replace("127.0.0.1", "localhost");
+    let refused = probe_allowing(&by_name, Duration::from_secs(5), AllowedCidrs::default()).await;
+    assert_eq!(failed_with(&refused), &ProbeError::RefusedAddress(AddressClass::Loopback));
+    assert_eq!(refused.reason(), "refused_address");
+    let message = failure(refused);
+    assert!(message.contains("failed: the worker's host is a refused address (loopback)"), "{message}");
+    // Allowing only 127.0.0.0/8 drops localhost's ::1 and connects to 127.0.0.1.
+    let allowed = probe_allowing(&by_name, Duration::from_secs(5), AllowedCidrs::new(["127.0.0.0/8".parse().unwrap()]));
+    assert!(matches!(allowed.await, ProbeOutcome::Succeeded { .. }));
+}
+
+#[tokio::test]
+async fn refused_ip_literals_are_not_connected_to() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    for url in [
+        format!("http://127.0.0.1:{port}/rpc"),
+        format!("http://2130706433:{port}/"),
+        format!("http://[::ffff:127.0.0.1]:{port}/"),
+    ] {
+        let outcome = probe_allowing(&url, Duration::from_secs(5), AllowedCidrs::default()).await;
+        assert_eq!(failed_with(&outcome), &ProbeError::RefusedAddress(AddressClass::Loopback), "{url}");
+    }
+    let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+    assert!(accepted.is_err(), "nothing connected");
+    let metadata = probe_allowing("http://169.254.169.254/latest/meta-data/", Duration::from_secs(5), loopback()).await;
+    assert_eq!(failed_with(&metadata), &ProbeError::RefusedAddress(AddressClass::Metadata));
 }
 
 #[tokio::test]
@@ -94,8 +182,9 @@ async fn an_answer_to_another_request_fails() {
 #[tokio::test]
 async fn connection_refused_fails() {
     let port = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
-    let message = failure(probe(&format!("http://127.0.0.1:{port}/rpc")).await);
-    assert!(message.contains("cannot connect"), "{message}");
+    let outcome = probe(&format!("http://127.0.0.1:{port}/rpc")).await;
+    assert_eq!(failed_with(&outcome), &ProbeError::ConnectionRefused);
+    assert!(failure(outcome).ends_with("failed: cannot connect: connection refused"));
 }
 
 #[tokio::test]
@@ -175,9 +264,14 @@ async fn http_errors_fail_and_redirects_are_not_followed() {
 async fn a_worker_url_is_not_probed_without_the_flag() {
     let worker = Worker::with_methods(&ALL_METHODS);
     let provider: SandboxProvider = serde_json::from_value(provider("acme", &worker.url, all_true())).unwrap();
-    let refused = Prober::new(Duration::from_secs(5), false, "test").probe(&provider).await;
+    let refused = Prober::new(Duration::from_secs(5), false, loopback(), "test").probe(&provider).await;
+    assert_eq!(refused.reason(), "endpoint");
     assert!(failure(refused).contains("without --allow-worker-urls"));
-    let allowed = Prober::new(Duration::from_secs(5), true, "test").probe(&provider).await;
+    let loopback_refused =
+        Prober::new(Duration::from_secs(5), true, AllowedCidrs::default(), "test").probe(&provider).await;
+    assert_eq!(failed_with(&loopback_refused), &ProbeError::RefusedAddress(AddressClass::Loopback));
+    assert!(!failure(loopback_refused).starts_with("probe of"), "refused before any probe");
+    let allowed = Prober::new(Duration::from_secs(5), true, loopback(), "test").probe(&provider).await;
     assert!(matches!(allowed, ProbeOutcome::Succeeded { .. }));
 }
 

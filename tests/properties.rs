@@ -159,7 +159,7 @@ proptest! {
         allow_worker_urls in any::<bool>(),
     ) {
         let parts = |shape: Shape, v: &Value| shape.decode(&v.to_string()).unwrap();
-        let options = Options { allow_worker_urls };
+        let options = Options { allow_worker_urls, ..Options::default() };
         prop_assert_eq!(
             review(&parts(REVIEWED, &object), Some(&parts(REVIEWED, &old)), &options),
             review(&object, Some(&old), &options)
@@ -183,7 +183,7 @@ proptest! {
             }
             None => updated["status"] = json!({"changed": true}),
         }
-        let options = Options { allow_worker_urls };
+        let options = Options { allow_worker_urls, ..Options::default() };
         let update = review(&updated, Some(&stored), &options);
         prop_assert!(update.allowed(), "{}", update.message());
         let create = review(&updated, None, &options);

@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use sandcap::probe::AllowedCidrs;
 use sandcap::validation::{ALREADY_STORED, MAX_PER_KIND, MAX_WARNING_LEN, MAX_WARNINGS, Options, REVIEWED, review};
 use serde_json::{Value, json};
 
@@ -89,7 +90,78 @@ fn worker_urls_are_refused_without_allow_worker_urls() {
         review(&p, None, &Options::default()).message(),
         "spec.worker.url: worker URLs are refused because the operator runs without --allow-worker-urls: use spec.worker.service instead"
     );
-    assert!(review(&p, None, &Options { allow_worker_urls: true }).allowed());
+    assert!(review(&p, None, &Options { allow_worker_urls: true, ..Options::default() }).allowed());
+}
+
+fn with_worker_url(url: &str) -> Value {
+    set(remove(provider_json(), "/spec/worker/service"), "/spec/worker/url", json!(url))
+}
+
+fn allowing(cidrs: &[&str]) -> Options {
+    Options {
+        allow_worker_urls: true,
+        worker_url_allowed_cidrs: AllowedCidrs::new(cidrs.iter().map(|c| c.parse().unwrap())),
+    }
+}
+
+#[test]
+fn worker_urls_to_refused_addresses_are_denied_even_with_allow_worker_urls() {
+    let cases = [
+        ("http://169.254.169.254/latest/meta-data/", "169.254.169.254", "cloud metadata"),
+        ("http://metadata.google.internal/computeMetadata/v1/", "metadata.google.internal", "cloud metadata"),
+        ("http://[fd00:ec2::254]/", "[fd00:ec2::254]", "cloud metadata"),
+        ("http://100.100.100.200/", "100.100.100.200", "cloud metadata"),
+        ("http://169.254.10.1:8080/rpc", "169.254.10.1", "link-local"),
+        ("http://[fe80::1]/rpc", "[fe80::1]", "link-local"),
+        ("http://127.0.0.1:9/rpc", "127.0.0.1", "loopback"),
+        ("http://2130706433/rpc", "127.0.0.1", "loopback"),
+        ("http://[::ffff:127.0.0.1]/rpc", "[::ffff:7f00:1]", "loopback"),
+        ("https://localhost:8443/rpc", "localhost", "loopback"),
+        ("http://[::1]/rpc", "[::1]", "loopback"),
+        ("http://0.0.0.0:80/rpc", "0.0.0.0", "unspecified"),
+        ("http://[::]/rpc", "[::]", "unspecified"),
+    ];
+    for (url, host, class) in cases {
+        let message = review(&with_worker_url(url), None, &allowing(&[])).message();
+        assert_eq!(
+            message,
+            format!(
+                "spec.worker.url: host {host} is a refused address ({class}): worker URLs may not reach loopback, \
+                 link-local, cloud metadata or unspecified addresses unless the operator allows them with \
+                 --worker-url-allowed-cidrs; use spec.worker.service or another address"
+            ),
+            "{url}"
+        );
+    }
+    for url in ["https://worker.example:8443/rpc", "http://10.96.0.12:8080/rpc", "http://[2001:db8::7]/"] {
+        assert!(review(&with_worker_url(url), None, &allowing(&[])).allowed(), "{url}");
+    }
+}
+
+#[test]
+fn worker_url_allowed_cidrs_admit_exactly_what_they_cover() {
+    let loopback = allowing(&["127.0.0.0/8", "::1/128"]);
+    for url in ["http://127.0.0.1:9/rpc", "http://localhost:9/rpc", "http://[::1]/", "http://[::ffff:127.0.0.1]/"] {
+        assert!(review(&with_worker_url(url), None, &loopback).allowed(), "{url}");
+    }
+    let denied = review(&with_worker_url("http://169.254.169.254/"), None, &loopback);
+    assert!(denied.message().contains("(cloud metadata)"), "{}", denied.message());
+    // Without --allow-worker-urls the allow list changes nothing.
+    let off = Options { allow_worker_urls: false, ..loopback };
+    assert!(
+        review(&with_worker_url("http://127.0.0.1:9/rpc"), None, &off)
+            .message()
+            .contains("without --allow-worker-urls")
+    );
+}
+
+#[test]
+fn a_stored_refused_worker_url_does_not_block_updates() {
+    let stored = with_worker_url("http://169.254.169.254/");
+    let updated = set(stored.clone(), "/metadata/labels", json!({"team": "a"}));
+    let verdict = review(&updated, Some(&stored), &allowing(&[]));
+    assert!(verdict.allowed(), "{}", verdict.message());
+    assert!(verdict.warnings.iter().any(|w| w.starts_with(&format!("{ALREADY_STORED}spec.worker.url: host"))));
 }
 
 #[test]

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {
     let allow_worker_urls = data.first().is_some_and(|b| b & 1 == 1);
-    let options = Options { allow_worker_urls };
+    let options = Options { allow_worker_urls, ..Options::default() };
     let answer = admission::handle(data, &options);
     assert!(matches!(answer.status, 200 | 400), "status {}", answer.status);
     assert!(answer.body.len() <= 64 * 1024, "a {}-byte answer", answer.body.len());

@@ -40,7 +40,7 @@ use lease::{leases_for_provider, leases_for_secret, reconcile_lease};
 use provider::reconcile_provider;
 
 use crate::metrics::{FailureLabels, KindLabels, Metrics};
-use crate::probe::Prober;
+use crate::probe::{AllowedCidrs, Prober};
 use crate::validation::Kind;
 
 /// The field manager of every write: status, the certificate Secret, the webhook's caBundle.
@@ -61,6 +61,7 @@ pub struct ControllerOptions {
     pub probe_interval: Duration,
     pub probe_timeout: Duration,
     pub allow_worker_urls: bool,
+    pub worker_url_allowed_cidrs: AllowedCidrs,
     pub leader_elect: bool,
     pub lease_name: String,
     pub lease_namespace: String,
@@ -77,6 +78,7 @@ impl Default for ControllerOptions {
             probe_interval: Duration::from_secs(300),
             probe_timeout: crate::probe::DEFAULT_TIMEOUT,
             allow_worker_urls: false,
+            worker_url_allowed_cidrs: AllowedCidrs::default(),
             leader_elect: true,
             lease_name: "sandcap-controller".into(),
             lease_namespace: "default".into(),
@@ -244,7 +246,12 @@ async fn controllers(
     metrics: Metrics,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    let prober = Prober::new(options.probe_timeout, options.allow_worker_urls, &options.identity);
+    let prober = Prober::new(
+        options.probe_timeout,
+        options.allow_worker_urls,
+        options.worker_url_allowed_cidrs.clone(),
+        &options.identity,
+    );
     let failures: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
     let forget = {
         let failures = failures.clone();
@@ -409,7 +416,7 @@ mod tests {
         let (lines, _guard) = capture();
         // Never connected to: the failure below is made up.
         let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
-        let prober = Prober::new(Duration::from_secs(1), false, "test");
+        let prober = Prober::new(Duration::from_secs(1), false, AllowedCidrs::default(), "test");
         let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
         let caches = Caches {
             providers: kube::runtime::reflector::store().0,

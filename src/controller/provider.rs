@@ -19,7 +19,7 @@ use super::{Conditions, Context, Error, apply_status, now};
 use crate::api::{DriverStatus, ProbeResult, SandboxProvider, SandboxProviderStatus, WorkerStatus};
 use crate::config_schema::{self, Deadline, SchemaError};
 use crate::contract::{self, Capability, Declared};
-use crate::metrics::ResultLabels;
+use crate::metrics::ProbeLabels;
 use crate::probe::{self, ProbeOutcome};
 use crate::text;
 
@@ -36,8 +36,9 @@ async fn reconcile(provider: &SandboxProvider, ctx: &Context) -> Result<Action, 
         Some((worker, wait)) => (worker.clone(), wait),
         None => {
             let outcome = ctx.prober.probe(provider).await;
-            ctx.metrics.probes.get_or_create(&ResultLabels { result: outcome.label() }).inc();
-            tracing::info!(provider = %provider.name_any(), result = outcome.label(), "probed worker");
+            let labels = ProbeLabels { result: outcome.label(), reason: outcome.reason() };
+            ctx.metrics.probes.get_or_create(&labels).inc();
+            tracing::info!(provider = %provider.name_any(), result = labels.result, reason = labels.reason, "probed worker");
             (worker_status(outcome, &now), ctx.probe_interval)
         }
     };
@@ -60,9 +61,7 @@ fn probe_not_due<'p>(provider: &'p SandboxProvider, ctx: &Context, now: &Time) -
     }
     let worker = status.worker.as_ref()?;
     // A success through a URL the operator no longer allows must not outlive the setting.
-    if worker.probe == ProbeResult::Succeeded
-        && probe::endpoint(&provider.spec.worker, ctx.prober.allows_urls()).is_err()
-    {
+    if worker.probe == ProbeResult::Succeeded && ctx.prober.endpoint(&provider.spec.worker).is_err() {
         return None;
     }
     let last = worker.last_probe_time.as_ref()?;
@@ -77,7 +76,7 @@ fn worker_status(outcome: ProbeOutcome, now: &Time) -> WorkerStatus {
             let message = format!("initialize answered ok: true with {} supportedMethods", methods.len());
             (ProbeResult::Succeeded, methods, message)
         }
-        ProbeOutcome::Failed { message } => (ProbeResult::Failed, Vec::new(), message),
+        ProbeOutcome::Failed(failure) => (ProbeResult::Failed, Vec::new(), failure.to_string()),
     };
     WorkerStatus { supported_methods, probe, last_probe_time: Some(now.clone()), message }
 }

@@ -161,6 +161,8 @@ def test_lint_strict(scenario: str) -> None:
         {"image": {"digest": "latest"}},
         {"secretNamespaces": ["Team_A"]},
         {"controller": {"probeInterval": "often"}},
+        {"controller": {"workerUrlAllowedCidrs": ["127.0.0.1"]}},
+        {"controller": {"workerUrlAllowedCidrs": "127.0.0.0/8"}},
     ],
 )
 def test_schema_rejects_typos_and_bad_values(values: dict[str, Any]) -> None:
@@ -518,6 +520,15 @@ def test_probes_and_ports() -> None:
     assert variables["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     service_ports = {p["name"]: (p["port"], p["targetPort"]) for p in one(render({}), "Service")["spec"]["ports"]}
     assert service_ports == {"https": (443, "webhook"), "metrics": (8080, "admin")}
+
+
+def test_worker_urls_reach_refused_addresses_only_where_allowed() -> None:
+    defaults = env(render({}))
+    assert defaults["SANDCAP_ALLOW_WORKER_URLS"] == "false"
+    assert "SANDCAP_WORKER_URL_ALLOWED_CIDRS" not in defaults, "an empty list must not reach the flag parser"
+    allowed = env(render({"controller": {"allowWorkerUrls": True, "workerUrlAllowedCidrs": ["127.0.0.0/8", "::1/128"]}}))
+    assert allowed["SANDCAP_ALLOW_WORKER_URLS"] == "true"
+    assert allowed["SANDCAP_WORKER_URL_ALLOWED_CIDRS"] == "127.0.0.0/8,::1/128"
 
 
 @pytest.mark.parametrize("replicas", [1, 2, 3])

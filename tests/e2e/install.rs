@@ -204,8 +204,10 @@ impl Sandcap {
             ("SANDCAP_TLS_KEY", key.display().to_string()),
             // The Secret would be mounted by the kubelet; here the webhook serves the test CA's pair.
             ("SANDCAP_SELF_MANAGED_CERTS", "false".to_string()),
-            // Workers listen on loopback URLs; a Service would need cluster DNS.
+            // Workers listen on loopback URLs, which must be allowed explicitly; a Service would
+            // need cluster DNS.
             ("SANDCAP_ALLOW_WORKER_URLS", "true".to_string()),
+            ("SANDCAP_WORKER_URL_ALLOWED_CIDRS", "127.0.0.0/8".to_string()),
             ("SANDCAP_LOG_FORMAT", "text".to_string()),
         ];
         for (k, v) in loopback.iter().map(|(k, v)| (*k, v.as_str())).chain(overrides.iter().copied()) {

@@ -45,10 +45,11 @@ pub async fn crds_are_served_with_their_names_columns_and_descriptions(c: Arc<Cl
     }
 }
 
-/// What `sandcap validate -o json --allow-worker-urls` says of every object in `file`, for the
-/// cluster's minor (the apiserver's message forms differ a little between minors).
+/// What `sandcap validate -o json` says of every object in `file` with the settings of
+/// [`Sandcap::start`] (worker URLs on loopback allowed), for the cluster's minor (the apiserver's
+/// message forms differ a little between minors).
 fn validate(c: &Cluster, file: &std::path::Path) -> Vec<Value> {
-    validate_with(c, file, &["--allow-worker-urls"])
+    validate_with(c, file, &["--allow-worker-urls", "--worker-url-allowed-cidrs", "127.0.0.0/8"])
 }
 
 fn validate_with(c: &Cluster, file: &std::path::Path, flags: &[&str]) -> Vec<Value> {
