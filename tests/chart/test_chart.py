@@ -72,6 +72,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         }
     },
     "no-leader-election": {"replicaCount": 1, "leaderElection": {"enabled": False}},
+    "no-caBundle-policy": {"certificates": {"selfManaged": {"caBundleOnlyPolicy": False}}},
     "existing-serviceaccount": {"serviceAccount": {"create": False, "name": "platform-sa"}},
     "image-digest": {"image": {"repository": "registry.example/sandcap", "digest": "sha256:" + "a" * 64}},
 }
@@ -158,6 +159,7 @@ def test_lint_strict(scenario: str) -> None:
         {"webhook": {"timeoutSeconds": 31}},
         {"certificates": {"mode": "helmGenerated"}},
         {"certificates": {"selfManaged": {"secretNmae": "x"}}},
+        {"certificates": {"selfManaged": {"caBundleOnlyPolicy": "yes"}}},
         {"image": {"digest": "latest"}},
         {"secretNamespaces": ["Team_A"]},
         {"controller": {"probeInterval": "often"}},
@@ -263,7 +265,9 @@ def test_names_follow_the_release_name() -> None:
         variables["SANDCAP_SERVICE_NAME"] == one(objects, "Service")["metadata"]["name"] == "platform-sandcap-webhook"
     )
     assert variables["SANDCAP_CERT_SECRET_NAME"] == "platform-sandcap-webhook-tls"
-    assert {o["metadata"].get("namespace") for o in objects} == {"infra", None}
+    # "default" holds the Events about cluster-scoped SandboxProviders, and nothing else.
+    assert {o["metadata"].get("namespace") for o in objects} == {"infra", "default", None}
+    assert {o["kind"] for o in objects if o["metadata"].get("namespace") == "default"} == {"Role", "RoleBinding"}
 
 
 @pytest.mark.parametrize("mode", ["selfManaged", "certManager"])
@@ -392,6 +396,57 @@ def test_cert_manager_wiring(scenario: str) -> None:
         assert serving["spec"]["issuerRef"] == {"group": "cert-manager.io", "kind": "ClusterIssuer", "name": "corp-ca"}
 
 
+# ---- the caBundle-only policy ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", ["default", "selfManaged", "existing-serviceaccount"])
+def test_ca_bundle_only_policy_binds_sandcaps_account_to_its_configuration(scenario: str) -> None:
+    objects = render(SCENARIOS[scenario])
+    policy = one(objects, "ValidatingAdmissionPolicy")
+    binding = one(objects, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    config = one(objects, "ValidatingWebhookConfiguration")["metadata"]["name"]
+    assert spec["matchConstraints"]["resourceRules"] == [
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "apiVersions": ["v1"],
+            "operations": ["UPDATE", "DELETE"],
+            "resources": ["validatingwebhookconfigurations"],
+            "resourceNames": [config],
+        }
+    ]
+    # Only sandcap's own ServiceAccount: Helm, a different user, must still be able to upgrade.
+    sa = one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+    [condition] = spec["matchConditions"]
+    assert condition["expression"] == f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:{sa}"'
+    # The webhook configuration sandcap patches is the one the policy guards.
+    assert env(objects)["SANDCAP_WEBHOOK_CONFIG_NAME"] == config
+    assert [v["message"] for v in spec["validations"]] == [
+        "sandcap's ServiceAccount may not delete its webhook configuration",
+        f"sandcap's ServiceAccount may change only webhooks[*].clientConfig.caBundle of {config}",
+    ]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        SCENARIOS["no-caBundle-policy"],
+        # cert-manager's cainjector writes the caBundle; sandcap may not touch the configuration at all.
+        SCENARIOS["certManager"],
+    ],
+)
+def test_ca_bundle_only_policy_can_be_turned_off(values: dict[str, Any]) -> None:
+    objects = render(values)
+    assert not of_kind(objects, "ValidatingAdmissionPolicy")
+    assert not of_kind(objects, "ValidatingAdmissionPolicyBinding")
+
+
+def test_ca_bundle_only_policy_is_on_by_default() -> None:
+    assert merged({})["certificates"]["selfManaged"]["caBundleOnlyPolicy"] is True
+
+
 # ---- RBAC -----------------------------------------------------------------------------------
 
 
@@ -416,8 +471,21 @@ def test_cluster_role_grants_only_what_the_controllers_use() -> None:
             "resources": ["sandboxproviders/status", "sandboxleases/status"],
             "verbs": ["patch"],
         },
-        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_events_only_where_sandcap_writes_them(scenario: str) -> None:
+    """sandcap records Events only about SandboxProviders, which are cluster-scoped: kube's Recorder
+    writes those in "default" (kube-runtime's events.rs), so that is the one place it may."""
+    objects = render(SCENARIOS[scenario])
+    writers = [(role["kind"], role["metadata"].get("namespace"), rule) for role, rule in rbac_rules(objects)]
+    assert [w for w in writers if "events" in w[2]["resources"]] == [
+        ("Role", "default", {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]})
+    ]
+    binding = next(b for b in of_kind(objects, "RoleBinding") if b["metadata"]["namespace"] == "default")
+    sa = one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
 
 
 def test_leader_election_role() -> None:

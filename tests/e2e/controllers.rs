@@ -197,6 +197,9 @@ pub async fn status_narrowing_and_recovery_with_the_charts_rbac(c: Arc<Cluster>)
     })
     .await;
     assert!(event["note"].as_str().unwrap_or_default().contains("nativeSyncIn"), "{event:#}");
+    // Where kube's Recorder puts a cluster-scoped object's Events, and the one namespace in which
+    // the chart grants them.
+    assert_eq!(event["metadata"]["namespace"], "default", "{event:#}");
     let managers: Vec<&str> =
         event["metadata"]["managedFields"].as_array().unwrap().iter().filter_map(|m| m["manager"].as_str()).collect();
     assert_eq!(managers, ["sandcap"], "the Event's field managers");

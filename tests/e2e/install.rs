@@ -88,8 +88,9 @@ pub struct Install {
 }
 
 impl Install {
-    /// Renders the chart with `values`, applies its RBAC and ServiceAccount (and the namespaces
-    /// they live in) and returns a kubeconfig with a token of that ServiceAccount.
+    /// Renders the chart with `values`, applies its RBAC, ServiceAccount and admission policies
+    /// (and the namespaces they live in) and returns a kubeconfig with a token of that
+    /// ServiceAccount.
     pub async fn chart(cluster: &Cluster, values: Value) -> Install {
         let objects = render_chart(&values);
         let rbac: Vec<Value> = objects
@@ -97,7 +98,15 @@ impl Install {
             .filter(|o| {
                 matches!(
                     o["kind"].as_str(),
-                    Some("ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding")
+                    Some(
+                        "ServiceAccount"
+                            | "ClusterRole"
+                            | "ClusterRoleBinding"
+                            | "Role"
+                            | "RoleBinding"
+                            | "ValidatingAdmissionPolicy"
+                            | "ValidatingAdmissionPolicyBinding"
+                    )
                 )
             })
             .cloned()

@@ -43,6 +43,7 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         controllers::a_standby_takes_over_and_every_lease_follows,
         controllers::recovers_from_an_apiserver_outage,
         certs::self_managed_certificates_with_the_charts_rbac,
+        certs::only_the_ca_bundle_is_sandcaps_to_change,
     ]
 }
 
