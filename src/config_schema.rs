@@ -98,7 +98,7 @@ impl SchemaError {
     /// The problem without its path.
     pub fn problem(&self) -> String {
         match self {
-            SchemaError::OverBudget { limit, .. } => format!("exceeds the configSchema compile budget: {limit}"),
+            SchemaError::OverBudget { limit, .. } => format!("exceeds the compile budget: {limit}"),
             SchemaError::Invalid { message, .. } => format!("is not a valid JSON Schema: {message}"),
         }
     }

@@ -391,8 +391,7 @@ fn webhook_router(options: Options, metrics: Metrics, limits: &Limits) -> Router
 /// budgets (the body limit, [`crate::config_schema::BUDGET`]), not by the timeout.
 async fn validate(State(state): State<Arc<WebhookState>>, request: Request) -> Response {
     let started = Instant::now();
-    let refused =
-        |why: &str| admission::Outcome { verdict: Some(Verdict::Invalid), message: why.into(), ..Default::default() };
+    let invalid = || admission::Outcome { verdict: Some(Verdict::Invalid), ..Default::default() };
     let Ok(Ok(place)) = tokio::time::timeout(state.queue_timeout, state.in_flight.clone().acquire_owned()).await else {
         let outcome = admission::Outcome { verdict: Some(Verdict::Overloaded), ..Default::default() };
         count(&state.metrics, &outcome, started);
@@ -409,16 +408,16 @@ async fn validate(State(state): State<Arc<WebhookState>>, request: Request) -> R
         Err(rejection) => {
             let status = rejection.status();
             tracing::info_span!("review").in_scope(|| tracing::info!(%status, "unreadable request body"));
-            count(&state.metrics, &refused("unreadable request body"), started);
+            count(&state.metrics, &invalid(), started);
             return rejection.into_response();
         }
     };
     let Ok(thread) = state.reviews.clone().acquire_owned().await else {
         // Only a closed semaphore fails, and nothing closes it.
-        count(&state.metrics, &refused("no review thread"), started);
+        count(&state.metrics, &invalid(), started);
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     };
-    let options = state.options;
+    let options = state.options.clone();
     let review = tokio::task::spawn_blocking(move || {
         let _places = (place, thread);
         admission::handle(&body, &options)
@@ -426,7 +425,7 @@ async fn validate(State(state): State<Arc<WebhookState>>, request: Request) -> R
     let Ok(Answer { status, body, outcome }) = review.await else {
         // handle() does not panic (the fuzz target holds it to that); if it ever did, the client
         // still gets an answer and the process keeps serving.
-        count(&state.metrics, &refused("internal error"), started);
+        count(&state.metrics, &invalid(), started);
         tracing::error!("an admission review panicked");
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };

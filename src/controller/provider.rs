@@ -20,7 +20,7 @@ use crate::api::{DriverStatus, ProbeResult, SandboxProvider, SandboxProviderStat
 use crate::config_schema::{self, Deadline, SchemaError};
 use crate::contract::{self, Capability, Declared};
 use crate::metrics::ProbeLabels;
-use crate::probe::{self, ProbeOutcome};
+use crate::probe::ProbeOutcome;
 use crate::text;
 
 /// Reconciles one provider: probes its worker if a probe is due, then applies the status if it
