@@ -185,17 +185,6 @@ fn lease_reconciles(metrics: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn peak_rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib: f64 = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0);
-    kib / 1024.0
-}
-
 async fn resolved(admin: &Client, selector: &str, capability: &str, reason: &str) -> usize {
     let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource("SandboxLease"));
     let list = api.list(&ListParams::default().labels(selector)).await.expect("list");
@@ -307,7 +296,7 @@ async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client) {
         by_sandcap("patch", "sandboxleases") - writes,
         by_sandcap("get", "secrets") - gets
     );
-    println!("sandcap peak RSS: {:.1} MiB", peak_rss_mib(sandcap.pid()));
+    println!("sandcap peak RSS: {:.1} MiB", sandcap.peak_rss() as f64 / 1048576.0);
 }
 
 fn main() {

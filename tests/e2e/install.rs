@@ -255,10 +255,9 @@ impl Sandcap {
         reqwest::get(&url).await.expect("metrics answer").text().await.expect("metrics text")
     }
 
-    /// For benches/cluster.rs, which reads the process's peak RSS.
-    #[allow(dead_code)]
-    pub fn pid(&self) -> u32 {
-        self.child.id()
+    /// The process's peak resident memory so far, in bytes.
+    pub fn peak_rss(&self) -> u64 {
+        crate::support::peak_rss(self.child.id())
     }
 
     pub fn signal(&self, signal: i32) {

@@ -42,6 +42,7 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         controllers::leases_follow_their_provider_after_a_restart,
         controllers::a_standby_takes_over_and_every_lease_follows,
         controllers::recovers_from_an_apiserver_outage,
+        controllers::a_hostile_provider_stored_without_the_webhook,
         certs::self_managed_certificates_with_the_charts_rbac,
         certs::only_the_ca_bundle_is_sandcaps_to_change,
     ]

@@ -162,13 +162,7 @@ impl Sandcap {
 
     /// Peak resident memory since the start, from /proc.
     pub fn peak(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let kib: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmHWM in /proc/<pid>/status");
-        kib * 1024
+        super::peak_rss(self.child.id())
     }
 }
 

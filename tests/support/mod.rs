@@ -67,6 +67,17 @@ fn worker_binary() -> PathBuf {
     path
 }
 
+/// Peak resident memory of process `pid` so far (`VmHWM` in /proc), in bytes.
+pub fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/<pid>/status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/<pid>/status");
+    kib * 1024
+}
+
 /// A provider of one `sandbox_provider` driver `kubernetes` whose worker is at `url` (the tests
 /// run sandcap with worker URLs allowed), as JSON.
 pub fn provider(name: &str, url: &str, capabilities: Value) -> Value {
