@@ -119,7 +119,9 @@ fn resolve() {
     }
 }
 
-/// Runs `command` to its end; its stdout and peak resident memory in bytes (from `wait4`).
+/// Runs `command` to its end; its stdout and peak resident memory in bytes (from `wait4`, which
+/// reaps the child: `Child::wait` cannot report the memory).
+#[allow(clippy::zombie_processes)]
 fn run_measured(command: &mut Command) -> (Vec<u8>, u64) {
     let child = command.stdout(std::process::Stdio::piped()).spawn().expect("sandcap runs");
     let pid = child.id() as libc::pid_t;

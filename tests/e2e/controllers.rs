@@ -424,7 +424,7 @@ async fn schemas_compiled(client: &Client, name: &str, status: &str) -> Value {
     .await
 }
 
-/// Issue 14: a provider whose `configSchema` is over the compile budget, stored while the webhook
+/// A provider whose `configSchema` is over the compile budget, stored while the webhook
 /// is not registered (the CRD alone admits it), costs the controllers no more than the budget: it
 /// is told why, its leases narrow with that reason, sandcap stays up within 128 MiB, and every
 /// other provider and lease resolves as before. Registered again, the webhook refuses the schema.
@@ -463,7 +463,7 @@ pub async fn a_hostile_provider_stored_without_the_webhook(c: Arc<Cluster>) {
     let message = compiled["message"].as_str().unwrap_or_default();
     assert_eq!(compiled["reason"], "SchemaOverBudget", "{compiled:#}");
     // The first of the schema's patterns in compile order is over the per-pattern limit.
-    let over = format!("exceeds the configSchema compile budget: {}", Limit::PatternSize { max: BUDGET.pattern_bytes });
+    let over = format!("exceeds the compile budget: {}", Limit::PatternSize { max: BUDGET.pattern_bytes });
     assert!(
         message.starts_with("driver kubernetes: configSchema.patternProperties[") && message.ends_with(&over),
         "the message does not name the path and the limit: {compiled:#}"
