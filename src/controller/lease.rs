@@ -9,10 +9,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 
-use super::{Conditions, Context, Error, apply_status, now};
-use crate::api::{SandboxLease, SandboxLeaseStatus};
+use super::cache::SecretCache;
+use super::context::Context;
+use super::error::Error;
+use super::status::{Conditions, apply_status, now};
+use crate::api::{SandboxLease, SandboxLeaseStatus, SandboxProvider};
 use crate::contract::{self, Capability, LeaseResolution, Verified};
 
 /// The watches re-trigger a lease whenever something it reads changes; this periodic pass is a
@@ -21,28 +24,25 @@ const RESYNC: Duration = Duration::from_secs(3600);
 
 /// Resolves one lease and applies its status if it differs from the published one.
 pub async fn reconcile_lease(lease: Arc<SandboxLease>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.observe(lease.as_ref(), reconcile(&lease, &ctx)).await
-}
-
-async fn reconcile(lease: &SandboxLease, ctx: &Context) -> Result<Action, Error> {
-    ctx.queues.leases.started(&ObjectRef::from_obj(lease));
     let provider = ctx.caches.providers.get(&ObjectRef::new(&lease.spec.provider_ref.name));
-    let provider = provider.as_deref();
-    let namespace = lease.namespace().unwrap_or_default();
     // Checking the config compiles the driver's configSchema unless it is cached: CPU work
     // (bounded by the compile budget), off the async workers.
-    let resolution = tokio::task::block_in_place(|| {
-        let identity = contract::check_identity(lease, provider);
-        let verified = provider.map_or_else(Verified::nothing, contract::verified_from_status);
-        let secrets = |r: &_| ctx.caches.secrets.lookup(&namespace, r);
-        contract::resolve_checked_lease(lease, provider, identity, &verified, secrets)
-    });
-    let desired = lease_status(lease, &resolution, &now());
+    let resolution = tokio::task::block_in_place(|| resolve(&lease, provider.as_deref(), &ctx.caches.secrets));
+    let desired = lease_status(&lease, &resolution, &now());
     if lease.status.as_ref() != Some(&desired) {
+        let namespace = lease.namespace().unwrap_or_default();
         let api = Api::<SandboxLease>::namespaced(ctx.client.clone(), &namespace);
         apply_status(&api, &lease.name_any(), &desired).await?;
     }
     Ok(Action::requeue(RESYNC))
+}
+
+/// The lease against its provider's published status (if the provider exists) and the cached
+/// `configFrom` Secrets of its namespace.
+fn resolve(lease: &SandboxLease, provider: Option<&SandboxProvider>, secrets: &SecretCache) -> LeaseResolution {
+    let namespace = lease.namespace().unwrap_or_default();
+    let verified = provider.map_or_else(Verified::nothing, contract::verified_from_status);
+    contract::resolve_lease(lease, provider, &verified, |r| secrets.lookup(&namespace, r))
 }
 
 /// The status a lease should have after this resolution: pure, everything it reads is passed in.
@@ -100,21 +100,4 @@ pub fn lease_status(lease: &SandboxLease, r: &LeaseResolution, now: &Time) -> Sa
         capabilities: r.resolution.capabilities,
         explanations: r.resolution.explanations.clone(),
     }
-}
-
-/// The leases that resolve against provider `name` (its spec or status changed, or it was deleted).
-pub fn leases_for_provider(leases: &Store<SandboxLease>, name: &str) -> Vec<ObjectRef<SandboxLease>> {
-    leases.state_filter(|l| l.spec.provider_ref.name == name).iter().map(|l| ObjectRef::from_obj(l.as_ref())).collect()
-}
-
-/// The leases in `namespace` whose `configFrom` reads Secret `name`.
-pub fn leases_for_secret(leases: &Store<SandboxLease>, namespace: &str, name: &str) -> Vec<ObjectRef<SandboxLease>> {
-    leases
-        .state_filter(|l| {
-            l.metadata.namespace.as_deref() == Some(namespace)
-                && l.spec.config_from.iter().any(|c| c.secret_key_ref.name == name)
-        })
-        .iter()
-        .map(|l| ObjectRef::from_obj(l.as_ref()))
-        .collect()
 }

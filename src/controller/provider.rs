@@ -12,27 +12,24 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::{Conditions, Context, Error, apply_status, now};
+use super::context::Context;
+use super::error::Error;
+use super::status::{Conditions, apply_status, now};
 use crate::api::{DriverStatus, ProbeResult, SandboxProvider, SandboxProviderStatus, WorkerStatus};
 use crate::config_schema::{self, Deadline, SchemaError};
 use crate::contract::{self, Capability, Declared};
 use crate::metrics::ProbeLabels;
-use crate::probe::ProbeOutcome;
+use crate::probe::{ProbeOutcome, Prober};
 use crate::text;
 
 /// Reconciles one provider: probes its worker if a probe is due, then applies the status if it
 /// differs from the published one, and records an Event for every capability that turned on or off.
 pub async fn reconcile_provider(provider: Arc<SandboxProvider>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.observe(provider.as_ref(), reconcile(&provider, &ctx)).await
-}
-
-async fn reconcile(provider: &SandboxProvider, ctx: &Context) -> Result<Action, Error> {
-    ctx.queues.providers.started(&ObjectRef::from_obj(provider));
+    let provider = provider.as_ref();
     let now = now();
-    let (worker, next_probe) = match probe_not_due(provider, ctx, &now) {
+    let (worker, next_probe) = match probe_not_due(provider, &ctx.prober, ctx.probe_interval, &now) {
         Some((worker, wait)) => (worker.clone(), wait),
         None => {
             let outcome = ctx.prober.probe(provider).await;
@@ -48,26 +45,32 @@ async fn reconcile(provider: &SandboxProvider, ctx: &Context) -> Result<Action, 
     if provider.status.as_ref() != Some(&desired) {
         let api = Api::<SandboxProvider>::all(ctx.client.clone());
         apply_status(&api, &provider.name_any(), &desired).await?;
-        record_capability_changes(provider, &desired, ctx).await;
+        record_capability_changes(provider, &desired, &ctx).await;
     }
     Ok(Action::requeue(next_probe))
 }
 
-/// The published worker status and the time until the next probe, unless a probe is due now.
-fn probe_not_due<'p>(provider: &'p SandboxProvider, ctx: &Context, now: &Time) -> Option<(&'p WorkerStatus, Duration)> {
+/// The published worker status and the time until the next probe, unless a probe is due now:
+/// pure, it reads the prober's URL policy only (never the network).
+fn probe_not_due<'p>(
+    provider: &'p SandboxProvider,
+    prober: &Prober,
+    interval: Duration,
+    now: &Time,
+) -> Option<(&'p WorkerStatus, Duration)> {
     let status = provider.status.as_ref()?;
     if status.observed_generation != provider.metadata.generation {
         return None;
     }
     let worker = status.worker.as_ref()?;
     // A success through a URL the operator no longer allows must not outlive the setting.
-    if worker.probe == ProbeResult::Succeeded && ctx.prober.endpoint(&provider.spec.worker).is_err() {
+    if worker.probe == ProbeResult::Succeeded && prober.endpoint(&provider.spec.worker).is_err() {
         return None;
     }
     let last = worker.last_probe_time.as_ref()?;
     let elapsed = now.0.duration_since(last.0);
     let elapsed = Duration::try_from(elapsed).ok()?;
-    ctx.probe_interval.checked_sub(elapsed).filter(|wait| !wait.is_zero()).map(|wait| (worker, wait))
+    interval.checked_sub(elapsed).filter(|wait| !wait.is_zero()).map(|wait| (worker, wait))
 }
 
 fn worker_status(outcome: ProbeOutcome, now: &Time) -> WorkerStatus {
