@@ -81,7 +81,7 @@ impl<K: Resource<DynamicType = ()>> Queue<K> {
         (Queue { tx, pending: Default::default(), depth }, rx)
     }
 
-    fn send(&self, object: ObjectRef<K>) {
+    pub(super) fn send(&self, object: ObjectRef<K>) {
         let mut pending = self.pending.lock().expect("not poisoned");
         pending.insert(object.clone());
         self.depth.set(pending.len() as i64);
@@ -397,4 +397,98 @@ fn spawn_until<K: Send + 'static>(
 /// The channel as a stream, for `Controller::reconcile_on`.
 pub fn stream<T: Send + 'static>(mut rx: UnboundedReceiver<T>) -> impl Stream<Item = T> + Send + 'static {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+    use crate::controller::fixtures::{T0, lease, provider, time};
+
+    fn secret(name: &str, data: serde_json::Value, labels: serde_json::Value) -> Secret {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": "team-a", "labels": labels},
+            "data": data
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_probe_that_answers_as_before_changes_no_lease_view() {
+        let before = provider("p").driver("k").probed_ok(&["environmentExecute"]).at(T0).build();
+        let mut reprobed =
+            provider("p").driver("k").probed_ok(&["environmentExecute"]).at("2030-01-01T00:05:00Z").build();
+        reprobed.status.as_mut().unwrap().conditions = vec![Condition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            reason: "CapabilitiesResolved".into(),
+            message: "a new transition".into(),
+            observed_generation: Some(1),
+            last_transition_time: time("2030-01-01T00:05:00Z"),
+        }];
+        assert_eq!(lease_view(&before), lease_view(&reprobed));
+    }
+
+    #[test]
+    fn what_a_lease_reads_of_its_provider_changes_its_view() {
+        let base = || provider("p").driver("k").probed_ok(&["environmentExecute"]);
+        let view = lease_view(&base().build());
+        let changed = [
+            ("uid", base().uid("re-created").build()),
+            ("pluginKey", base().plugin_key("other.plugin").build()),
+            ("drivers", base().declares(&["nativeSyncIn"]).build()),
+            ("methods", provider("p").driver("k").probed_ok(&["environmentSyncIn"]).build()),
+            ("verdict", provider("p").driver("k").probe_failed("timed out").build()),
+            ("no status", provider("p").driver("k").build()),
+        ];
+        for (what, provider) in changed {
+            assert_ne!(lease_view(&provider), view, "{what}");
+        }
+    }
+
+    #[test]
+    fn only_a_secrets_data_changes_its_view() {
+        let data = json!({"config.json": "e30="});
+        let view = secret_view(&secret("s", data.clone(), json!({CONFIG_SOURCE_LABEL: "true"})));
+        assert_eq!(secret_view(&secret("s", data, json!({CONFIG_SOURCE_LABEL: "true", "team": "a"}))), view);
+        assert_ne!(secret_view(&secret("s", json!({"config.json": "e30K"}), json!({}))), view);
+        assert_ne!(secret_view(&secret("s", json!({"other.json": "e30="}), json!({}))), view);
+    }
+
+    #[test]
+    fn a_status_write_triggers_nothing_a_spec_change_or_a_deletion_does() {
+        let mut spec = Seen::new(generation);
+        let first = lease("team-a", "l").of("p", "k").build();
+        let key = ObjectRef::from_obj(&first);
+        assert_eq!(spec.observe(&watcher::Event::Apply(first.clone())), [key.clone()], "new");
+        let mut status_only = first.clone();
+        status_only.status = Some(Default::default());
+        assert!(spec.observe(&watcher::Event::Apply(status_only)).is_empty(), "status write");
+        let mut edited = first.clone();
+        edited.metadata.generation = Some(2);
+        assert_eq!(spec.observe(&watcher::Event::Apply(edited.clone())), [key.clone()], "spec change");
+        assert_eq!(spec.observe(&watcher::Event::Delete(edited)), [key], "deletion");
+    }
+
+    #[test]
+    fn a_relist_reports_what_was_deleted_during_the_gap_and_nothing_else() {
+        let mut spec = Seen::new(generation);
+        let kept = lease("team-a", "kept").build();
+        let gone = lease("team-a", "gone").build();
+        assert!(!spec.listed());
+        spec.observe(&watcher::Event::Init);
+        spec.observe(&watcher::Event::InitApply(kept.clone()));
+        spec.observe(&watcher::Event::InitApply(gone.clone()));
+        assert!(spec.observe(&watcher::Event::InitDone).is_empty(), "the first list deletes nothing");
+        assert!(spec.listed());
+
+        spec.observe(&watcher::Event::Init);
+        assert!(spec.observe(&watcher::Event::InitApply(kept)).is_empty(), "unchanged");
+        assert_eq!(spec.observe(&watcher::Event::InitDone), [ObjectRef::from_obj(&gone)]);
+        assert!(spec.values.len() == 1, "the deleted object is forgotten");
+    }
 }

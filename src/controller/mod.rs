@@ -165,6 +165,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
+    use crate::metrics::KindLabels;
 
     /// Log lines written while the returned guard lives (on this thread), at every level.
     pub(super) fn capture() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
@@ -189,27 +190,46 @@ mod tests {
         (lines, tracing::subscriber::set_default(subscriber))
     }
 
-    #[tokio::test]
-    async fn a_failed_reconcile_is_logged_once_with_the_object_the_error_and_the_retry_delay() {
-        let (lines, _guard) = capture();
-        // Never connected to: the failure below is made up.
+    /// A context whose client is never connected to.
+    fn context(metrics: Metrics) -> Arc<Context> {
         let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
         let prober = Prober::new(Duration::from_secs(1), false, AllowedCidrs::default(), "test");
-        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
         let caches = Caches {
             providers: kube::runtime::reflector::store().0,
             leases: kube::runtime::reflector::store().0,
             secrets: cache::SecretCache::default(),
             relations: Default::default(),
         };
-        let ctx =
-            Arc::new(Context::new(client, caches, prober, metrics, Duration::from_secs(60), "test", Arc::default()));
-        let lease: crate::api::SandboxLease = serde_json::from_value(serde_json::json!({
-            "apiVersion": "sandcap.dev/v1alpha1", "kind": "SandboxLease",
-            "metadata": {"name": "run-42", "namespace": "team-a"},
-            "spec": {"providerRef": {"name": "p", "driverKey": "k"}}
-        }))
-        .unwrap();
+        Arc::new(Context::new(client, caches, prober, metrics, Duration::from_secs(60), "test", Arc::default()))
+    }
+
+    #[tokio::test]
+    async fn every_reconcile_leaves_the_queue_as_it_starts_and_is_counted() {
+        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+        let (queues, _triggers) = cache::Queues::new(&metrics);
+        let lease = Arc::new(fixtures::lease("team-a", "l").of("p", "k").build());
+        queues.leases.send(ObjectRef::from_obj(lease.as_ref()));
+        let labels = KindLabels { kind: "SandboxLease" };
+        let depth = || metrics.reconcile_queue.get_or_create(&labels).get();
+        assert_eq!(depth(), 1);
+        let waiting_at_start = Arc::new(Mutex::new(None));
+        let seen = waiting_at_start.clone();
+        let gauge = metrics.reconcile_queue.get_or_create(&labels).clone();
+        let mut run = reconciler(queues.leases.clone(), move |_lease, _ctx| {
+            *seen.lock().unwrap() = Some(gauge.get());
+            async { Ok(Action::await_change()) }
+        });
+        run(lease, context(metrics.clone())).await.unwrap();
+        assert_eq!(*waiting_at_start.lock().unwrap(), Some(0), "no longer waiting once started");
+        assert_eq!(metrics.reconciles.get_or_create(&labels).get(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_failed_reconcile_is_logged_once_with_the_object_the_error_and_the_retry_delay() {
+        let (lines, _guard) = capture();
+        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+        let ctx = context(metrics);
+        let lease = fixtures::lease("team-a", "run-42").of("p", "k").build();
         let failed = || Error::CacheGone("SandboxProvider");
         let lease = Arc::new(lease);
         error_policy(lease.clone(), &failed(), ctx);

@@ -96,3 +96,61 @@ fn remove_from<Q: std::hash::Hash + Eq>(map: &mut HashMap<Q, HashSet<LeaseRef>>,
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::fixtures::lease;
+
+    fn names(mut leases: Vec<LeaseRef>) -> Vec<String> {
+        leases.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        leases.into_iter().map(|l| format!("{}/{}", l.namespace.unwrap_or_default(), l.name)).collect()
+    }
+
+    #[test]
+    fn a_lease_is_found_by_its_provider_and_by_each_secret_it_reads() {
+        let relations = Relations::default();
+        relations.apply(&lease("team-a", "one").of("p", "k").config_from("s", "a").config_from("t", "b").build());
+        relations.apply(&lease("team-b", "two").of("p", "k").build());
+        relations.apply(&lease("team-a", "other").of("q", "k").build());
+        assert_eq!(names(relations.leases_of_provider("p")), ["team-a/one", "team-b/two"]);
+        assert_eq!(names(relations.leases_of_secret("team-a", "s")), ["team-a/one"]);
+        assert_eq!(names(relations.leases_of_secret("team-a", "t")), ["team-a/one"]);
+        // A lease reads Secrets of its own namespace only.
+        assert!(relations.leases_of_secret("team-b", "s").is_empty());
+        assert!(relations.leases_of_provider("nobody").is_empty());
+    }
+
+    #[test]
+    fn a_lease_moved_to_another_provider_leaves_the_first() {
+        let relations = Relations::default();
+        relations.apply(&lease("team-a", "one").of("p", "k").build());
+        relations.apply(&lease("team-a", "one").of("q", "k").build());
+        assert!(relations.leases_of_provider("p").is_empty());
+        assert_eq!(names(relations.leases_of_provider("q")), ["team-a/one"]);
+        assert_eq!(relations.0.read().unwrap().by_provider.len(), 1, "no empty entry is kept");
+    }
+
+    #[test]
+    fn a_renamed_secret_reference_no_longer_relates_the_old_secret() {
+        let relations = Relations::default();
+        relations.apply(&lease("team-a", "one").of("p", "k").config_from("old", "a").build());
+        relations.apply(&lease("team-a", "one").of("p", "k").config_from("new", "a").build());
+        assert!(relations.leases_of_secret("team-a", "old").is_empty());
+        assert_eq!(names(relations.leases_of_secret("team-a", "new")), ["team-a/one"]);
+    }
+
+    #[test]
+    fn a_deleted_lease_is_in_no_relation() {
+        let relations = Relations::default();
+        let one = lease("team-a", "one").of("p", "k").config_from("s", "a").build();
+        relations.apply(&one);
+        relations.apply(&lease("team-a", "two").of("p", "k").config_from("s", "a").build());
+        relations.remove(&ObjectRef::from_obj(&one));
+        assert_eq!(names(relations.leases_of_provider("p")), ["team-a/two"]);
+        assert_eq!(names(relations.leases_of_secret("team-a", "s")), ["team-a/two"]);
+        relations.remove(&ObjectRef::new("two").within("team-a"));
+        let index = relations.0.read().unwrap();
+        assert!(index.reads.is_empty() && index.by_provider.is_empty() && index.by_secret.is_empty());
+    }
+}
