@@ -98,8 +98,8 @@ impl<K: Resource<DynamicType = ()>> Queue<K> {
     }
 }
 
-/// The two controllers' queues; the trigger layer marks what each reconcile started (see
-/// [`super::context::reconciler`]).
+/// The two controllers' queues. What a reconcile starts is marked where every reconcile is
+/// wrapped for its controller, not in each reconcile.
 #[derive(Clone)]
 pub struct Queues {
     pub providers: Queue<SandboxProvider>,
@@ -464,13 +464,13 @@ mod tests {
         let mut spec = Seen::new(generation);
         let first = lease("team-a", "l").of("p", "k").build();
         let key = ObjectRef::from_obj(&first);
-        assert_eq!(spec.observe(&watcher::Event::Apply(first.clone())), [key.clone()], "new");
+        assert_eq!(spec.observe(&watcher::Event::Apply(first.clone())), std::slice::from_ref(&key), "new");
         let mut status_only = first.clone();
         status_only.status = Some(Default::default());
         assert!(spec.observe(&watcher::Event::Apply(status_only)).is_empty(), "status write");
         let mut edited = first.clone();
         edited.metadata.generation = Some(2);
-        assert_eq!(spec.observe(&watcher::Event::Apply(edited.clone())), [key.clone()], "spec change");
+        assert_eq!(spec.observe(&watcher::Event::Apply(edited.clone())), std::slice::from_ref(&key), "spec change");
         assert_eq!(spec.observe(&watcher::Event::Delete(edited)), [key], "deletion");
     }
 
