@@ -11,7 +11,8 @@
 //! - provider -> leases: a provider whose [`lease_view`] changed, or that was deleted;
 //! - Secret -> leases: a Secret whose data changed, that was deleted, or that lost its label.
 //!
-//! After a watch re-list, objects deleted during the gap are found by comparing with the list.
+//! The leases of a provider or a Secret are looked up in [`Relations`], an index the lease watch
+//! keeps. After a watch re-list, objects deleted during the gap are found by comparing with the list.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -29,7 +30,8 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tokio_util::sync::CancellationToken;
 
-use super::{Error, SecretScope};
+use super::error::Error;
+use super::relations::Relations;
 use crate::api::{SandboxLease, SandboxProvider, SecretKeyRef};
 use crate::contract::SecretLookup;
 use crate::metrics::{KindLabels, Metrics};
@@ -48,6 +50,8 @@ pub struct Caches {
     pub providers: Store<SandboxProvider>,
     pub leases: Store<SandboxLease>,
     pub secrets: SecretCache,
+    /// Which leases read which provider and Secret.
+    pub relations: Relations,
 }
 
 /// What re-triggers reconciles.
@@ -77,7 +81,7 @@ impl<K: Resource<DynamicType = ()>> Queue<K> {
         (Queue { tx, pending: Default::default(), depth }, rx)
     }
 
-    fn send(&self, object: ObjectRef<K>) {
+    pub(super) fn send(&self, object: ObjectRef<K>) {
         let mut pending = self.pending.lock().expect("not poisoned");
         pending.insert(object.clone());
         self.depth.set(pending.len() as i64);
@@ -94,7 +98,8 @@ impl<K: Resource<DynamicType = ()>> Queue<K> {
     }
 }
 
-/// The two controllers' queues, for the reconciles to mark what they started.
+/// The two controllers' queues. What a reconcile starts is marked where every reconcile is
+/// wrapped for its controller, not in each reconcile.
 #[derive(Clone)]
 pub struct Queues {
     pub providers: Queue<SandboxProvider>,
@@ -107,6 +112,27 @@ impl Queues {
         let (providers, provider_rx) = Queue::new(metrics, Kind::SandboxProvider.as_str());
         let (leases, lease_rx) = Queue::new(metrics, Kind::SandboxLease.as_str());
         (Queues { providers, leases }, Triggers { providers: provider_rx, leases: lease_rx })
+    }
+}
+
+/// The namespaces whose Secrets sandcap reads (`--secret-namespaces`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretScope {
+    All,
+    /// Possibly none: then every `configFrom` reads as a missing Secret and narrows.
+    Namespaces(Vec<String>),
+}
+
+impl std::str::FromStr for SecretScope {
+    type Err = std::convert::Infallible;
+
+    /// `*` is every namespace; otherwise a comma-separated list (empty: none).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(if s.trim() == "*" {
+            SecretScope::All
+        } else {
+            SecretScope::Namespaces(s.split(',').map(str::trim).filter(|n| !n.is_empty()).map(String::from).collect())
+        })
     }
 }
 
@@ -184,7 +210,8 @@ impl<K: Resource<DynamicType = ()> + Clone> Seen<K> {
         self.listed
     }
 
-    /// The objects whose view this event changed, deletions included.
+    /// The objects whose view this event changed, deletions included: for `Delete` and
+    /// `InitDone` (the objects a re-list no longer holds) every object returned is deleted.
     fn observe(&mut self, event: &watcher::Event<K>) -> Vec<ObjectRef<K>> {
         match event {
             watcher::Event::Init => {
@@ -271,10 +298,10 @@ impl Caches {
             };
             secret_watches.push(events);
         }
-        let caches = Caches { providers, leases, secrets };
+        let caches = Caches { providers, leases, secrets, relations: Relations::default() };
 
         // Provider events: own spec changes, and the leases that read a changed provider.
-        let (by_provider, forget_provider) = (caches.leases.clone(), forget.clone());
+        let (by_provider, forget_provider) = (caches.relations.clone(), forget.clone());
         let (own, related) = (provider_tx, lease_tx.clone());
         let mut spec = Seen::new(generation);
         let mut view = Seen::new(lease_view);
@@ -288,35 +315,43 @@ impl Caches {
             let listed = view.listed();
             for changed in view.observe(&event) {
                 if listed {
-                    for lease in super::leases_for_provider(&by_provider, &changed.name) {
+                    for lease in by_provider.leases_of_provider(&changed.name) {
                         related.send(lease);
                     }
                 }
             }
         });
 
-        // Lease events: own spec changes.
-        let own = lease_tx.clone();
+        // Lease events: own spec changes, and the relations index.
+        let (own, relations) = (lease_tx.clone(), caches.relations.clone());
         let mut spec = Seen::new(generation);
         spawn_until(shutdown, lease_events, move |event| {
             if let watcher::Event::Delete(l) = &event {
                 forget(l.uid().as_deref().unwrap_or_default());
             }
-            for changed in spec.observe(&event) {
-                own.send(changed);
+            let changed = spec.observe(&event);
+            match &event {
+                watcher::Event::Apply(lease) | watcher::Event::InitApply(lease) => relations.apply(lease),
+                watcher::Event::Delete(_) | watcher::Event::InitDone => {
+                    changed.iter().for_each(|l| relations.remove(l))
+                }
+                watcher::Event::Init => {}
+            }
+            for lease in changed {
+                own.send(lease);
             }
         });
 
         // Secret events: the leases that read a changed Secret.
         for events in secret_watches {
-            let (by_secret, related) = (caches.leases.clone(), lease_tx.clone());
+            let (by_secret, related) = (caches.relations.clone(), lease_tx.clone());
             let mut content = Seen::new(secret_view);
             spawn_until(shutdown, events, move |event| {
                 let listed = content.listed();
                 for changed in content.observe(&event) {
                     if listed {
                         let namespace = changed.namespace.as_deref().unwrap_or_default();
-                        for lease in super::leases_for_secret(&by_secret, namespace, &changed.name) {
+                        for lease in by_secret.leases_of_secret(namespace, &changed.name) {
                             related.send(lease);
                         }
                     }
@@ -362,4 +397,98 @@ fn spawn_until<K: Send + 'static>(
 /// The channel as a stream, for `Controller::reconcile_on`.
 pub fn stream<T: Send + 'static>(mut rx: UnboundedReceiver<T>) -> impl Stream<Item = T> + Send + 'static {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+    use crate::controller::fixtures::{T0, lease, provider, time};
+
+    fn secret(name: &str, data: serde_json::Value, labels: serde_json::Value) -> Secret {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": "team-a", "labels": labels},
+            "data": data
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_probe_that_answers_as_before_changes_no_lease_view() {
+        let before = provider("p").driver("k").probed_ok(&["environmentExecute"]).at(T0).build();
+        let mut reprobed =
+            provider("p").driver("k").probed_ok(&["environmentExecute"]).at("2030-01-01T00:05:00Z").build();
+        reprobed.status.as_mut().unwrap().conditions = vec![Condition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            reason: "CapabilitiesResolved".into(),
+            message: "a new transition".into(),
+            observed_generation: Some(1),
+            last_transition_time: time("2030-01-01T00:05:00Z"),
+        }];
+        assert_eq!(lease_view(&before), lease_view(&reprobed));
+    }
+
+    #[test]
+    fn what_a_lease_reads_of_its_provider_changes_its_view() {
+        let base = || provider("p").driver("k").probed_ok(&["environmentExecute"]);
+        let view = lease_view(&base().build());
+        let changed = [
+            ("uid", base().uid("re-created").build()),
+            ("pluginKey", base().plugin_key("other.plugin").build()),
+            ("drivers", base().declares(&["nativeSyncIn"]).build()),
+            ("methods", provider("p").driver("k").probed_ok(&["environmentSyncIn"]).build()),
+            ("verdict", provider("p").driver("k").probe_failed("timed out").build()),
+            ("no status", provider("p").driver("k").build()),
+        ];
+        for (what, provider) in changed {
+            assert_ne!(lease_view(&provider), view, "{what}");
+        }
+    }
+
+    #[test]
+    fn only_a_secrets_data_changes_its_view() {
+        let data = json!({"config.json": "e30="});
+        let view = secret_view(&secret("s", data.clone(), json!({CONFIG_SOURCE_LABEL: "true"})));
+        assert_eq!(secret_view(&secret("s", data, json!({CONFIG_SOURCE_LABEL: "true", "team": "a"}))), view);
+        assert_ne!(secret_view(&secret("s", json!({"config.json": "e30K"}), json!({}))), view);
+        assert_ne!(secret_view(&secret("s", json!({"other.json": "e30="}), json!({}))), view);
+    }
+
+    #[test]
+    fn a_status_write_triggers_nothing_a_spec_change_or_a_deletion_does() {
+        let mut spec = Seen::new(generation);
+        let first = lease("team-a", "l").of("p", "k").build();
+        let key = ObjectRef::from_obj(&first);
+        assert_eq!(spec.observe(&watcher::Event::Apply(first.clone())), std::slice::from_ref(&key), "new");
+        let mut status_only = first.clone();
+        status_only.status = Some(Default::default());
+        assert!(spec.observe(&watcher::Event::Apply(status_only)).is_empty(), "status write");
+        let mut edited = first.clone();
+        edited.metadata.generation = Some(2);
+        assert_eq!(spec.observe(&watcher::Event::Apply(edited.clone())), std::slice::from_ref(&key), "spec change");
+        assert_eq!(spec.observe(&watcher::Event::Delete(edited)), [key], "deletion");
+    }
+
+    #[test]
+    fn a_relist_reports_what_was_deleted_during_the_gap_and_nothing_else() {
+        let mut spec = Seen::new(generation);
+        let kept = lease("team-a", "kept").build();
+        let gone = lease("team-a", "gone").build();
+        assert!(!spec.listed());
+        spec.observe(&watcher::Event::Init);
+        spec.observe(&watcher::Event::InitApply(kept.clone()));
+        spec.observe(&watcher::Event::InitApply(gone.clone()));
+        assert!(spec.observe(&watcher::Event::InitDone).is_empty(), "the first list deletes nothing");
+        assert!(spec.listed());
+
+        spec.observe(&watcher::Event::Init);
+        assert!(spec.observe(&watcher::Event::InitApply(kept)).is_empty(), "unchanged");
+        assert_eq!(spec.observe(&watcher::Event::InitDone), [ObjectRef::from_obj(&gone)]);
+        assert!(spec.values.len() == 1, "the deleted object is forgotten");
+    }
 }

@@ -15,7 +15,7 @@ use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::Error;
+use super::error::Error;
 use crate::metrics::Metrics;
 
 const RETRY_MIN: Duration = Duration::from_secs(1);

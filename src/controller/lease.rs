@@ -9,10 +9,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 
-use super::{Conditions, Context, Error, apply_status, now};
-use crate::api::{SandboxLease, SandboxLeaseStatus};
+use super::cache::SecretCache;
+use super::context::Context;
+use super::error::Error;
+use super::status::{Conditions, apply_status, now};
+use crate::api::{SandboxLease, SandboxLeaseStatus, SandboxProvider};
 use crate::contract::{self, Capability, LeaseResolution, Verified};
 
 /// The watches re-trigger a lease whenever something it reads changes; this periodic pass is a
@@ -21,28 +24,25 @@ const RESYNC: Duration = Duration::from_secs(3600);
 
 /// Resolves one lease and applies its status if it differs from the published one.
 pub async fn reconcile_lease(lease: Arc<SandboxLease>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.observe(lease.as_ref(), reconcile(&lease, &ctx)).await
-}
-
-async fn reconcile(lease: &SandboxLease, ctx: &Context) -> Result<Action, Error> {
-    ctx.queues.leases.started(&ObjectRef::from_obj(lease));
     let provider = ctx.caches.providers.get(&ObjectRef::new(&lease.spec.provider_ref.name));
-    let provider = provider.as_deref();
-    let namespace = lease.namespace().unwrap_or_default();
     // Checking the config compiles the driver's configSchema unless it is cached: CPU work
     // (bounded by the compile budget), off the async workers.
-    let resolution = tokio::task::block_in_place(|| {
-        let identity = contract::check_identity(lease, provider);
-        let verified = provider.map_or_else(Verified::nothing, contract::verified_from_status);
-        let secrets = |r: &_| ctx.caches.secrets.lookup(&namespace, r);
-        contract::resolve_checked_lease(lease, provider, identity, &verified, secrets)
-    });
-    let desired = lease_status(lease, &resolution, &now());
+    let resolution = tokio::task::block_in_place(|| resolve(&lease, provider.as_deref(), &ctx.caches.secrets));
+    let desired = lease_status(&lease, &resolution, &now());
     if lease.status.as_ref() != Some(&desired) {
+        let namespace = lease.namespace().unwrap_or_default();
         let api = Api::<SandboxLease>::namespaced(ctx.client.clone(), &namespace);
         apply_status(&api, &lease.name_any(), &desired).await?;
     }
     Ok(Action::requeue(RESYNC))
+}
+
+/// The lease against its provider's published status (if the provider exists) and the cached
+/// `configFrom` Secrets of its namespace.
+fn resolve(lease: &SandboxLease, provider: Option<&SandboxProvider>, secrets: &SecretCache) -> LeaseResolution {
+    let namespace = lease.namespace().unwrap_or_default();
+    let verified = provider.map_or_else(Verified::nothing, contract::verified_from_status);
+    contract::resolve_lease(lease, provider, &verified, |r| secrets.lookup(&namespace, r))
 }
 
 /// The status a lease should have after this resolution: pure, everything it reads is passed in.
@@ -102,19 +102,99 @@ pub fn lease_status(lease: &SandboxLease, r: &LeaseResolution, now: &Time) -> Sa
     }
 }
 
-/// The leases that resolve against provider `name` (its spec or status changed, or it was deleted).
-pub fn leases_for_provider(leases: &Store<SandboxLease>, name: &str) -> Vec<ObjectRef<SandboxLease>> {
-    leases.state_filter(|l| l.spec.provider_ref.name == name).iter().map(|l| ObjectRef::from_obj(l.as_ref())).collect()
-}
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    use serde_json::json;
 
-/// The leases in `namespace` whose `configFrom` reads Secret `name`.
-pub fn leases_for_secret(leases: &Store<SandboxLease>, namespace: &str, name: &str) -> Vec<ObjectRef<SandboxLease>> {
-    leases
-        .state_filter(|l| {
-            l.metadata.namespace.as_deref() == Some(namespace)
-                && l.spec.config_from.iter().any(|c| c.secret_key_ref.name == name)
-        })
-        .iter()
-        .map(|l| ObjectRef::from_obj(l.as_ref()))
-        .collect()
+    use super::*;
+    use crate::controller::fixtures::{T0, later, lease, provider, time};
+
+    const METHODS: [&str; 3] = ["environmentExecute", "environmentSyncIn", "environmentSyncOut"];
+
+    /// The status `lease` gets against `provider` (no Secrets in the cache) at `now`.
+    fn status_at(lease: &SandboxLease, provider: Option<&SandboxProvider>, now: &Time) -> SandboxLeaseStatus {
+        lease_status(lease, &resolve(lease, provider, &SecretCache::default()), now)
+    }
+
+    fn condition<'s>(status: &'s SandboxLeaseStatus, type_: &str) -> &'s Condition {
+        status.conditions.iter().find(|c| c.type_ == type_).unwrap_or_else(|| panic!("{type_} in {status:?}"))
+    }
+
+    fn verdict<'s>(status: &'s SandboxLeaseStatus, type_: &str) -> (&'s str, &'s str) {
+        let c = condition(status, type_);
+        (c.status.as_str(), c.reason.as_str())
+    }
+
+    /// `lease` as published after a reconcile against `provider` at [`T0`].
+    fn published(lease: SandboxLease, provider: &SandboxProvider) -> SandboxLease {
+        let status = status_at(&lease, Some(provider), &time(T0));
+        SandboxLease { status: Some(status), ..lease }
+    }
+
+    #[test]
+    fn the_first_resolution_whose_identity_holds_pins_the_provider() {
+        let p = provider("p").driver("k").declares(&["nativeSyncIn"]).probed_ok(&METHODS).build();
+        let status = status_at(&lease("team-a", "l").of("p", "k").build(), Some(&p), &time(T0));
+        let pinned = status.pinned.as_ref().expect("pinned");
+        assert_eq!(
+            (pinned.provider_uid.as_str(), pinned.plugin_key.as_str(), pinned.driver_key.as_str()),
+            ("p-uid", "acme.sandbox", "k")
+        );
+        assert_eq!(verdict(&status, "PluginIdentity"), ("True", "Pinned"));
+        assert_eq!(verdict(&status, "ConfigResolved"), ("True", "ConfigResolved"));
+        assert_eq!(verdict(&status, "Resolved"), ("True", "Resolved"));
+        assert!(condition(&status, "Resolved").message.contains("of 6 capabilities granted: "));
+        assert!(status.capabilities.native_sync_in);
+    }
+
+    #[test]
+    fn a_recreated_provider_keeps_the_pin_and_turns_everything_off() {
+        let p = provider("p").driver("k").declares(&["nativeSyncIn"]).probed_ok(&METHODS).build();
+        let l = published(lease("team-a", "l").of("p", "k").build(), &p);
+        let recreated =
+            provider("p").uid("another").driver("k").declares(&["nativeSyncIn"]).probed_ok(&METHODS).build();
+        let status = status_at(&l, Some(&recreated), &later(T0, 60));
+        assert_eq!(status.pinned.as_ref().unwrap().provider_uid, "p-uid", "the pin never moves");
+        assert_eq!(verdict(&status, "PluginIdentity"), ("False", "ProviderRecreated"));
+        assert_eq!(verdict(&status, "Resolved"), ("False", "PluginIdentityFailed"));
+        assert_eq!(verdict(&status, "ConfigResolved"), ("Unknown", "PluginIdentityFailed"));
+        assert!(status.explanations.iter().all(|e| !e.granted), "{status:?}");
+    }
+
+    #[test]
+    fn without_its_provider_a_lease_pins_nothing_and_resolves_no_config() {
+        let status = status_at(&lease("team-a", "l").of("gone", "k").build(), None, &time(T0));
+        assert!(status.pinned.is_none());
+        assert_eq!(verdict(&status, "PluginIdentity"), ("False", "ProviderNotFound"));
+        assert_eq!(verdict(&status, "ConfigResolved"), ("Unknown", "PluginIdentityFailed"));
+        assert_eq!(verdict(&status, "Resolved"), ("False", "PluginIdentityFailed"));
+    }
+
+    #[test]
+    fn config_failures_name_their_reason() {
+        let schema = json!({"type": "object", "properties": {"size": {"type": "integer"}}});
+        let p = provider("p").driver("k").config_schema(schema).probed_ok(&METHODS).build();
+        let missing =
+            status_at(&lease("team-a", "l").of("p", "k").config_from("creds", "c").build(), Some(&p), &time(T0));
+        assert_eq!(verdict(&missing, "ConfigResolved"), ("False", "SecretNotFound"));
+        let violated = lease("team-a", "l").of("p", "k").with_config(json!({"size": "big"})).build();
+        let violated = status_at(&violated, Some(&p), &time(T0));
+        assert_eq!(verdict(&violated, "ConfigResolved"), ("False", "SchemaViolated"));
+        assert_eq!(verdict(&violated, "Resolved"), ("True", "Resolved"), "a config failure narrows, it does not fail");
+    }
+
+    #[test]
+    fn an_unchanged_resolution_is_not_rewritten_and_a_changed_condition_alone_moves_its_time() {
+        let p = provider("p").driver("k").probed_ok(&METHODS).build();
+        let l = published(lease("team-a", "l").of("p", "k").build(), &p);
+        assert_eq!(Some(&status_at(&l, Some(&p), &later(T0, 3600))), l.status.as_ref());
+
+        let mut edited = l.clone();
+        edited.spec.config_from = lease("x", "x").config_from("creds", "c").build().spec.config_from;
+        let status = status_at(&edited, Some(&p), &later(T0, 3600));
+        assert_eq!(condition(&status, "ConfigResolved").last_transition_time, later(T0, 3600));
+        assert_eq!(condition(&status, "PluginIdentity").last_transition_time, time(T0));
+        assert_eq!(condition(&status, "Resolved").last_transition_time, time(T0));
+    }
 }

@@ -12,27 +12,24 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::{Conditions, Context, Error, apply_status, now};
+use super::context::Context;
+use super::error::Error;
+use super::status::{Conditions, apply_status, now};
 use crate::api::{DriverStatus, ProbeResult, SandboxProvider, SandboxProviderStatus, WorkerStatus};
 use crate::config_schema::{self, Deadline, SchemaError};
 use crate::contract::{self, Capability, Declared};
 use crate::metrics::ProbeLabels;
-use crate::probe::ProbeOutcome;
+use crate::probe::{ProbeOutcome, Prober};
 use crate::text;
 
 /// Reconciles one provider: probes its worker if a probe is due, then applies the status if it
 /// differs from the published one, and records an Event for every capability that turned on or off.
 pub async fn reconcile_provider(provider: Arc<SandboxProvider>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.observe(provider.as_ref(), reconcile(&provider, &ctx)).await
-}
-
-async fn reconcile(provider: &SandboxProvider, ctx: &Context) -> Result<Action, Error> {
-    ctx.queues.providers.started(&ObjectRef::from_obj(provider));
+    let provider = provider.as_ref();
     let now = now();
-    let (worker, next_probe) = match probe_not_due(provider, ctx, &now) {
+    let (worker, next_probe) = match probe_not_due(provider, &ctx.prober, ctx.probe_interval, &now) {
         Some((worker, wait)) => (worker.clone(), wait),
         None => {
             let outcome = ctx.prober.probe(provider).await;
@@ -48,26 +45,32 @@ async fn reconcile(provider: &SandboxProvider, ctx: &Context) -> Result<Action, 
     if provider.status.as_ref() != Some(&desired) {
         let api = Api::<SandboxProvider>::all(ctx.client.clone());
         apply_status(&api, &provider.name_any(), &desired).await?;
-        record_capability_changes(provider, &desired, ctx).await;
+        record_capability_changes(provider, &desired, &ctx).await;
     }
     Ok(Action::requeue(next_probe))
 }
 
-/// The published worker status and the time until the next probe, unless a probe is due now.
-fn probe_not_due<'p>(provider: &'p SandboxProvider, ctx: &Context, now: &Time) -> Option<(&'p WorkerStatus, Duration)> {
+/// The published worker status and the time until the next probe, unless a probe is due now:
+/// pure, it reads the prober's URL policy only (never the network).
+fn probe_not_due<'p>(
+    provider: &'p SandboxProvider,
+    prober: &Prober,
+    interval: Duration,
+    now: &Time,
+) -> Option<(&'p WorkerStatus, Duration)> {
     let status = provider.status.as_ref()?;
     if status.observed_generation != provider.metadata.generation {
         return None;
     }
     let worker = status.worker.as_ref()?;
     // A success through a URL the operator no longer allows must not outlive the setting.
-    if worker.probe == ProbeResult::Succeeded && ctx.prober.endpoint(&provider.spec.worker).is_err() {
+    if worker.probe == ProbeResult::Succeeded && prober.endpoint(&provider.spec.worker).is_err() {
         return None;
     }
     let last = worker.last_probe_time.as_ref()?;
     let elapsed = now.0.duration_since(last.0);
     let elapsed = Duration::try_from(elapsed).ok()?;
-    ctx.probe_interval.checked_sub(elapsed).filter(|wait| !wait.is_zero()).map(|wait| (worker, wait))
+    interval.checked_sub(elapsed).filter(|wait| !wait.is_zero()).map(|wait| (worker, wait))
 }
 
 fn worker_status(outcome: ProbeOutcome, now: &Time) -> WorkerStatus {
@@ -191,5 +194,146 @@ async fn record_capability_changes(provider: &SandboxProvider, desired: &Sandbox
                 tracing::warn!(provider = %provider.name_any(), %error, "cannot record an Event");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::controller::fixtures::{T0, later, provider, time};
+    use crate::probe::AllowedCidrs;
+
+    const INTERVAL: Duration = Duration::from_secs(300);
+
+    fn prober(allow_worker_urls: bool) -> Prober {
+        Prober::new(Duration::from_secs(1), allow_worker_urls, AllowedCidrs::default(), "test")
+    }
+
+    fn condition<'s>(status: &'s SandboxProviderStatus, type_: &str) -> &'s Condition {
+        status.conditions.iter().find(|c| c.type_ == type_).unwrap_or_else(|| panic!("{type_} in {status:?}"))
+    }
+
+    /// The status after `worker`, by type: (status, reason).
+    fn verdicts(provider: &SandboxProvider, worker: WorkerStatus) -> Vec<(String, String, String)> {
+        let status = provider_status(provider, worker, &time(T0));
+        status.conditions.iter().map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone())).collect()
+    }
+
+    fn row(type_: &str, status: &str, reason: &str) -> (String, String, String) {
+        (type_.into(), status.into(), reason.into())
+    }
+
+    fn published_worker(provider: &SandboxProvider) -> WorkerStatus {
+        provider.status.clone().unwrap().worker.unwrap()
+    }
+
+    #[test]
+    fn a_recent_probe_of_the_current_generation_is_not_repeated_until_the_interval_ends() {
+        let p = provider("p").driver("k").probed_ok(&["environmentExecute"]).at(T0).build();
+        let (worker, wait) = probe_not_due(&p, &prober(false), INTERVAL, &later(T0, 60)).expect("not due");
+        assert_eq!(worker, p.status.as_ref().unwrap().worker.as_ref().unwrap());
+        assert_eq!(wait, Duration::from_secs(240));
+    }
+
+    #[test]
+    fn a_probe_is_due_after_a_spec_change_or_once_the_interval_has_passed() {
+        let p = provider("p").driver("k").probed_ok(&["environmentExecute"]).at(T0);
+        let edited = p.generation(2).build();
+        assert!(probe_not_due(&edited, &prober(false), INTERVAL, &later(T0, 1)).is_none(), "generation");
+        let p = provider("p").driver("k").probed_ok(&["environmentExecute"]).at(T0).build();
+        assert!(probe_not_due(&p, &prober(false), INTERVAL, &later(T0, 300)).is_none(), "interval");
+        assert!(probe_not_due(&provider("p").driver("k").build(), &prober(false), INTERVAL, &time(T0)).is_none());
+    }
+
+    #[test]
+    fn a_success_through_a_url_no_longer_allowed_is_probed_again_at_once() {
+        let p = provider("p").worker_url("http://worker.example:9000/").driver("k").probed_ok(&["environmentExecute"]);
+        let p = p.build();
+        assert!(probe_not_due(&p, &prober(true), INTERVAL, &later(T0, 1)).is_some(), "still allowed");
+        assert!(probe_not_due(&p, &prober(false), INTERVAL, &later(T0, 1)).is_none(), "no longer allowed");
+        // A failure costs nothing to keep: it waits for the interval like any other.
+        let failed = provider("p").worker_url("http://worker.example:9000/").driver("k").probe_failed("refused");
+        assert!(probe_not_due(&failed.build(), &prober(false), INTERVAL, &later(T0, 1)).is_some());
+    }
+
+    #[test]
+    fn a_failed_probe_verifies_nothing_and_says_why() {
+        let p = provider("p").driver("k").declares(&["nativeSyncIn"]).probe_failed("cannot connect").build();
+        let worker = published_worker(&p);
+        assert_eq!(
+            verdicts(&p, worker.clone()),
+            [
+                row("WorkerVerified", "False", "ProbeFailed"),
+                row("Ready", "False", "WorkerNotVerified"),
+                row("ConfigSchemasCompiled", "True", "Compiled")
+            ]
+        );
+        let status = provider_status(&p, worker, &time(T0));
+        assert_eq!(condition(&status, "WorkerVerified").message, "cannot connect");
+        assert!(status.drivers[0].explanations.iter().all(|e| !e.granted));
+    }
+
+    #[test]
+    fn a_worker_that_lists_no_methods_is_not_verified() {
+        let p = provider("p").driver("k").probed_ok(&[]).build();
+        let rows = verdicts(&p, published_worker(&p));
+        assert_eq!(
+            rows[..2],
+            [row("WorkerVerified", "False", "NoMethodsAdvertised"), row("Ready", "False", "WorkerNotVerified")]
+        );
+    }
+
+    #[test]
+    fn a_verified_worker_makes_the_provider_ready_with_each_drivers_count() {
+        let methods =
+            ["environmentResumeLease", "environmentReleaseLease", "environmentDestroyLease", "environmentExecute"];
+        // reusableLeases is opt-in: granted only where declared.
+        let p = provider("p").driver("kubernetes").declares(&["reusableLeases"]).driver("shell");
+        let p = p.probed_ok(&methods).build();
+        let status = provider_status(&p, published_worker(&p), &time(T0));
+        let rows = verdicts(&p, published_worker(&p));
+        assert_eq!(
+            rows[..2],
+            [row("WorkerVerified", "True", "ProbeSucceeded"), row("Ready", "True", "CapabilitiesResolved")]
+        );
+        let granted = |key: &str| status.drivers.iter().find(|d| d.driver_key == key).unwrap().capabilities;
+        assert!(granted("kubernetes").reusable_leases && !granted("shell").reusable_leases);
+        assert!(condition(&status, "Ready").message.starts_with("capabilities granted: kubernetes "), "{status:?}");
+        assert!(status.conditions.iter().all(|c| c.observed_generation == Some(1)));
+    }
+
+    #[test]
+    fn conditions_keep_their_transition_time_while_their_status_stays() {
+        let p = provider("p").driver("k").probed_ok(&["environmentExecute"]).build();
+        let mut published = p.clone();
+        published.status = Some(provider_status(&p, published_worker(&p), &time(T0)));
+        let again = provider_status(&published, published_worker(&p), &later(T0, 600));
+        assert_eq!(Some(&again), published.status.as_ref(), "nothing to write");
+        let failed = provider("p").driver("k").probe_failed("timed out").build();
+        let turned = provider_status(&published, published_worker(&failed), &later(T0, 600));
+        assert_eq!(condition(&turned, "WorkerVerified").last_transition_time, later(T0, 600));
+        assert_eq!(condition(&turned, "ConfigSchemasCompiled").last_transition_time, time(T0));
+    }
+
+    #[test]
+    fn config_schemas_compiled_names_the_driver_whose_schema_breaks_a_limit() {
+        let schemas = |schema| {
+            let p = provider("p").driver("fine").config_schema(json!({"type": "object"})).driver("bad");
+            let p = p.config_schema(schema).probed_ok(&["environmentExecute"]).build();
+            provider_status(&p, published_worker(&p), &time(T0))
+        };
+        let over = schemas(json!({"properties": {"a": {"pattern": "\\w{50000}"}}}));
+        let over = condition(&over, "ConfigSchemasCompiled");
+        assert_eq!((over.status.as_str(), over.reason.as_str()), ("False", "SchemaOverBudget"));
+        assert!(over.message.starts_with("driver bad: "), "{}", over.message);
+        let invalid = schemas(json!({"type": "strin"}));
+        let invalid = condition(&invalid, "ConfigSchemasCompiled");
+        assert_eq!((invalid.status.as_str(), invalid.reason.as_str()), ("False", "SchemaDoesNotCompile"));
+        let fine = schemas(json!({"type": "object", "properties": {"a": {"type": "string"}}}));
+        let fine = condition(&fine, "ConfigSchemasCompiled");
+        assert_eq!((fine.status.as_str(), fine.reason.as_str()), ("True", "Compiled"));
+        assert_eq!(fine.message, "2 of 2 drivers declare a configSchema; each compiles within the budget");
     }
 }

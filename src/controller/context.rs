@@ -1,0 +1,125 @@
+//! What every reconcile shares, and what is done around every reconcile: queue accounting,
+//! metrics, the deadline and the backoff after a failure.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Client, Resource, ResourceExt};
+
+use super::cache::{Caches, Queue};
+use super::error::Error;
+use super::status::{FIELD_MANAGER, kind_label};
+use crate::metrics::{FailureLabels, KindLabels, Metrics};
+use crate::probe::Prober;
+
+/// No reconcile may take longer (a probe has its own, shorter timeout): one that does fails and is
+/// retried, so nothing can keep a controller's queue, or shutdown, waiting forever.
+const RECONCILE_DEADLINE: Duration = Duration::from_secs(60);
+const BACKOFF_BASE: Duration = Duration::from_secs(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// What a reconcile needs.
+pub struct Context {
+    pub client: Client,
+    /// Every cache, listed before the first reconcile.
+    pub caches: Caches,
+    pub prober: Prober,
+    pub recorder: Recorder,
+    pub metrics: Metrics,
+    pub probe_interval: Duration,
+    /// Failed reconciles in a row, by uid; an object's entry goes when it is deleted.
+    failures: Arc<Mutex<HashMap<String, u32>>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        caches: Caches,
+        prober: Prober,
+        metrics: Metrics,
+        probe_interval: Duration,
+        identity: &str,
+        failures: Arc<Mutex<HashMap<String, u32>>>,
+    ) -> Context {
+        let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: Some(identity.into()) };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            caches,
+            prober,
+            metrics,
+            probe_interval,
+            failures,
+        }
+    }
+
+    /// Counts and times one reconcile, within [`RECONCILE_DEADLINE`]; a success forgets the
+    /// object's earlier failures.
+    async fn observe<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        work: impl Future<Output = Result<Action, Error>>,
+    ) -> Result<Action, Error> {
+        let labels = KindLabels { kind: kind_label::<K>() };
+        let started = Instant::now();
+        let result =
+            tokio::time::timeout(RECONCILE_DEADLINE, work).await.unwrap_or(Err(Error::Deadline(RECONCILE_DEADLINE)));
+        self.metrics.reconciles.get_or_create(&labels).inc();
+        self.metrics.reconcile_duration.get_or_create(&labels).observe(started.elapsed().as_secs_f64());
+        if result.is_ok() {
+            let mut failures = self.failures.lock().expect("not poisoned");
+            // Nearly always empty: then there is no key to build.
+            if !failures.is_empty() {
+                failures.remove(&key(obj));
+            }
+        }
+        result
+    }
+
+    /// Exponential backoff per object: 1s, 2s, 4s ... up to 5 minutes.
+    fn backoff<K: Resource<DynamicType = ()>>(&self, obj: &K) -> Duration {
+        let mut failures = self.failures.lock().expect("not poisoned");
+        let n = failures.entry(key(obj)).or_insert(0);
+        let delay = BACKOFF_BASE.saturating_mul(1 << (*n).min(16)).min(BACKOFF_MAX);
+        *n = n.saturating_add(1);
+        delay
+    }
+}
+
+type ReconcileFuture = Pin<Box<dyn Future<Output = Result<Action, Error>> + Send>>;
+
+/// `reconcile` as a controller runs it: the object leaves `queue` (it is no longer waiting, see
+/// `sandcap_reconcile_queue_depth`) as the reconcile starts, and the reconcile is counted, timed
+/// and bounded ([`Context::observe`]). Done here, once, so no reconcile can forget it.
+pub fn reconciler<K, Fut>(
+    queue: Queue<K>,
+    reconcile: impl Fn(Arc<K>, Arc<Context>) -> Fut,
+) -> impl FnMut(Arc<K>, Arc<Context>) -> ReconcileFuture
+where
+    K: Resource<DynamicType = ()> + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, Error>> + Send + 'static,
+{
+    move |obj, ctx| {
+        queue.started(&ObjectRef::from_obj(obj.as_ref()));
+        let work = reconcile(obj.clone(), ctx.clone());
+        Box::pin(async move { ctx.observe(obj.as_ref(), work).await })
+    }
+}
+
+/// The backoff key: the uid, so an object deleted and re-created starts afresh.
+fn key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
+    obj.meta().uid.clone().unwrap_or_else(|| format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()))
+}
+
+pub fn error_policy<K: Resource<DynamicType = ()>>(obj: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
+    let kind = kind_label::<K>();
+    ctx.metrics.reconcile_failures.get_or_create(&FailureLabels { kind, error: error.metric_label() }).inc();
+    let delay = ctx.backoff(obj.as_ref());
+    tracing::warn!(kind, name = %obj.name_any(), namespace = obj.namespace(), %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}

@@ -1,0 +1,153 @@
+//! Fluent fixtures for the controller's in-process tests: objects as the apiserver would hand
+//! them over, built from JSON so that they read like the manifests they stand for.
+//!
+//! `provider("p").driver("k").declares(&["nativeSyncIn"]).probed_ok(&["environmentSyncIn"]).at(T0)`,
+//! `lease("team-a", "l").of("p", "k").config_from("s", "config.json")`.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::{Value, json};
+
+use crate::api::{SandboxLease, SandboxProvider};
+
+/// The time of a fixture's probe or status: `at(T0)`, then `later(T0, 90)`.
+pub const T0: &str = "2030-01-01T00:00:00Z";
+
+pub fn time(at: &str) -> Time {
+    Time(at.parse().expect("an RFC 3339 time"))
+}
+
+/// `seconds` after `at`.
+pub fn later(at: &str, seconds: i64) -> Time {
+    let at = time(at).0;
+    Time(at.checked_add(k8s_openapi::jiff::SignedDuration::from_secs(seconds)).expect("in range"))
+}
+
+pub struct ProviderFixture(Value);
+
+/// A provider at generation 1, with uid `<name>-uid`, whose worker is a Service; no drivers yet.
+pub fn provider(name: &str) -> ProviderFixture {
+    ProviderFixture(json!({
+        "apiVersion": "sandcap.dev/v1alpha1", "kind": "SandboxProvider",
+        "metadata": {"name": name, "uid": format!("{name}-uid"), "generation": 1},
+        "spec": {
+            "pluginKey": "acme.sandbox", "version": "1.0.0",
+            "worker": {"service": {"namespace": "sandbox-system", "name": "acme", "port": 8080}},
+            "environmentDrivers": []
+        }
+    }))
+}
+
+impl ProviderFixture {
+    pub fn uid(mut self, uid: &str) -> Self {
+        self.0["metadata"]["uid"] = json!(uid);
+        self
+    }
+
+    /// A spec change: `metadata.generation` moves on, the published status stays behind.
+    pub fn generation(mut self, generation: i64) -> Self {
+        self.0["metadata"]["generation"] = json!(generation);
+        self
+    }
+
+    pub fn plugin_key(mut self, key: &str) -> Self {
+        self.0["spec"]["pluginKey"] = json!(key);
+        self
+    }
+
+    /// Adds a `sandbox_provider` driver; `declares` and `config_schema` apply to the last one.
+    pub fn driver(mut self, key: &str) -> Self {
+        self.drivers().push(json!({"driverKey": key, "kind": "sandbox_provider"}));
+        self
+    }
+
+    pub fn declares(mut self, capabilities: &[&str]) -> Self {
+        let declared: serde_json::Map<String, Value> =
+            capabilities.iter().map(|c| (c.to_string(), json!(true))).collect();
+        self.last_driver()["sandboxCapabilities"] = Value::Object(declared);
+        self
+    }
+
+    pub fn config_schema(mut self, schema: Value) -> Self {
+        self.last_driver()["configSchema"] = schema;
+        self
+    }
+
+    /// The worker by URL instead of by Service.
+    pub fn worker_url(mut self, url: &str) -> Self {
+        self.0["spec"]["worker"] = json!({"url": url});
+        self
+    }
+
+    /// A published status whose probe succeeded with `methods` (at [`T0`] unless `at` says
+    /// otherwise), observed at the current generation.
+    pub fn probed_ok(self, methods: &[&str]) -> Self {
+        let message = format!("initialize answered ok: true with {} supportedMethods", methods.len());
+        self.probed(json!({"probe": "Succeeded", "supportedMethods": methods, "message": message}))
+    }
+
+    pub fn probe_failed(self, message: &str) -> Self {
+        self.probed(json!({"probe": "Failed", "supportedMethods": [], "message": message}))
+    }
+
+    /// When the published probe ran.
+    pub fn at(mut self, time: &str) -> Self {
+        self.0["status"]["worker"]["lastProbeTime"] = json!(time);
+        self
+    }
+
+    pub fn build(self) -> SandboxProvider {
+        serde_json::from_value(self.0).expect("a valid SandboxProvider")
+    }
+
+    fn probed(mut self, mut worker: Value) -> Self {
+        worker["lastProbeTime"] = json!(T0);
+        let generation = self.0["metadata"]["generation"].clone();
+        self.0["status"] = json!({"observedGeneration": generation, "worker": worker});
+        self
+    }
+
+    fn drivers(&mut self) -> &mut Vec<Value> {
+        self.0["spec"]["environmentDrivers"].as_array_mut().expect("an array")
+    }
+
+    fn last_driver(&mut self) -> &mut Value {
+        self.drivers().last_mut().expect("driver(..) first")
+    }
+}
+
+pub struct LeaseFixture(Value);
+
+/// A lease at generation 1 with uid `<namespace>-<name>-uid`; `of` names its provider.
+pub fn lease(namespace: &str, name: &str) -> LeaseFixture {
+    LeaseFixture(json!({
+        "apiVersion": "sandcap.dev/v1alpha1", "kind": "SandboxLease",
+        "metadata": {"name": name, "namespace": namespace, "uid": format!("{namespace}-{name}-uid"), "generation": 1},
+        "spec": {"providerRef": {"name": "", "driverKey": ""}}
+    }))
+}
+
+impl LeaseFixture {
+    pub fn of(mut self, provider: &str, driver: &str) -> Self {
+        self.0["spec"]["providerRef"] = json!({"name": provider, "driverKey": driver});
+        self
+    }
+
+    pub fn with_config(mut self, config: Value) -> Self {
+        self.0["spec"]["config"] = config;
+        self
+    }
+
+    /// Adds a `configFrom` entry.
+    pub fn config_from(mut self, secret: &str, key: &str) -> Self {
+        let entry = json!({"secretKeyRef": {"name": secret, "key": key}});
+        match self.0["spec"]["configFrom"].as_array_mut() {
+            Some(entries) => entries.push(entry),
+            None => self.0["spec"]["configFrom"] = json!([entry]),
+        }
+        self
+    }
+
+    pub fn build(self) -> SandboxLease {
+        serde_json::from_value(self.0).expect("a valid SandboxLease")
+    }
+}
