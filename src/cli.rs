@@ -266,7 +266,7 @@ pub fn crds() -> [(String, String); 2] {
     })
 }
 
-/// One line per description, as `kubectl explain` reflows text itself (see below).
+/// Descriptions stay on one line each (see `unwrap_descriptions`), not folded at 80 columns.
 fn crd_yaml_options() -> serde_saphyr::SerializerOptions {
     serde_saphyr::ser_options! { prefer_block_scalars: false }
 }
@@ -331,8 +331,8 @@ pub fn load_objects(path: &Path) -> Result<Vec<Value>, CliError> {
 }
 
 /// The parser's budget (anchors, aliases, events, nodes) refuses alias bombs before they expand;
-/// the rest keeps the YAML 1.2 reading of the parser sandcap used before, which `kubectl` users'
-/// files were checked against: `yes` and `0755` stay strings, `<<` is an ordinary key.
+/// the rest keeps the reading of YAML that sandcap had before (YAML 1.2 scalars): `yes` and
+/// `0755` stay strings, `<<` is an ordinary key.
 fn yaml_options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         // As deep as the webhook reads a review's JSON.
@@ -341,7 +341,6 @@ fn yaml_options() -> serde_saphyr::Options {
         leading_zero_numbers_as_strings: true,
         underscored_numbers_as_strings: true,
         merge_keys: serde_saphyr::MergeKeyPolicy::AsOrdinary,
-        with_snippet: false,
     }
 }
 
