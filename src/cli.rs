@@ -259,8 +259,16 @@ pub fn crds() -> [(String, String); 2] {
         let file = format!("{}.yaml", crd.metadata.name.as_deref().unwrap_or_default());
         let mut crd = serde_json::to_value(&crd).expect("CRDs serialize");
         unwrap_descriptions(&mut crd);
-        (file, format!("---\n{}", serde_yaml_ng::to_string(&crd).expect("CRDs serialize")))
+        (
+            file,
+            format!("---\n{}", serde_saphyr::to_string_with_options(&crd, crd_yaml_options()).expect("CRDs serialize")),
+        )
     })
+}
+
+/// Descriptions stay on one line each (see `unwrap_descriptions`), not folded at 80 columns.
+fn crd_yaml_options() -> serde_saphyr::SerializerOptions {
+    serde_saphyr::ser_options! { prefer_block_scalars: false }
 }
 
 /// Doc comments are wrapped at the source's line width; `kubectl explain` reflows text itself and
@@ -287,13 +295,14 @@ pub fn load_objects(path: &Path) -> Result<Vec<Value>, CliError> {
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| CliError::Read { path: shown.clone(), source })?;
     let mut objects = Vec::new();
-    for (i, doc) in serde_yaml_ng::Deserializer::from_str(&text).enumerate() {
-        let value = <Value as serde::Deserialize>::deserialize(doc).map_err(|e| CliError::Parse {
+    let mut reader = text.as_bytes();
+    // Empty and null documents are skipped by the parser, so they are not counted.
+    for (i, doc) in serde_saphyr::read_with_options::<_, Value>(&mut reader, yaml_options()).enumerate() {
+        let value = doc.map_err(|e| CliError::Parse {
             path: shown.clone(),
-            message: format!("document {}: not valid YAML or JSON: {e}", i + 1),
+            message: format!("document {}: not valid YAML or JSON: {}", i + 1, one_line(&e)),
         })?;
         match value {
-            Value::Null => {}
             Value::Object(ref map) if map.get("kind").and_then(Value::as_str) == Some("List") => {
                 match map.get("items") {
                     Some(Value::Array(items)) => objects.extend(items.iter().cloned()),
@@ -319,6 +328,30 @@ pub fn load_objects(path: &Path) -> Result<Vec<Value>, CliError> {
         }
     }
     Ok(objects)
+}
+
+/// The parser's budget (anchors, aliases, events, nodes) refuses alias bombs before they expand;
+/// the rest keeps the reading of YAML that sandcap had before (YAML 1.2 scalars): `yes` and
+/// `0755` stay strings, `<<` is an ordinary key.
+fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        // As deep as the webhook reads a review's JSON.
+        budget: serde_saphyr::budget! { max_depth: 128 },
+        strict_booleans: true,
+        leading_zero_numbers_as_strings: true,
+        underscored_numbers_as_strings: true,
+        merge_keys: serde_saphyr::MergeKeyPolicy::AsOrdinary,
+    }
+}
+
+/// The parser's words for a person (its default adds hints for the programmer), on one line as
+/// every CLI error.
+fn one_line(e: &serde_saphyr::Error) -> String {
+    let options = serde_saphyr::render_options! {
+        formatter: &serde_saphyr::UserMessageFormatter,
+        snippets: serde_saphyr::SnippetMode::Off,
+    };
+    e.render_with_options(options).split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[derive(Serialize)]

@@ -317,6 +317,7 @@ impl Prober {
         allowed_cidrs: AllowedCidrs,
         instance_id: impl Into<String>,
     ) -> Prober {
+        crate::tls::install_default_provider();
         let http = reqwest::Client::builder()
             .connect_timeout(timeout)
             .timeout(timeout)

@@ -51,6 +51,13 @@ pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// Makes ring the process's default provider too, for the TLS configs that reqwest builds (it
+/// takes the default and has no ring feature of its own). Once is enough; later calls find it set.
+pub fn install_default_provider() {
+    // An error means a default is set already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Serves whatever certificate was stored last; none until the first one loads, so handshakes
 /// fail (and `/readyz` says not ready) rather than serve something wrong.
 #[derive(Debug, Default)]

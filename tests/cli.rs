@@ -96,7 +96,7 @@ fn validate_reads_multi_document_yaml_json_and_lists() {
     let o = sandcap(&["validate", &multi]);
     assert_eq!(stdout(&o), "ALLOWED SandboxProvider/legacy-vm\nALLOWED SandboxLease/batch-7\n");
 
-    let object: Value = serde_yaml_ng::from_str(&lease).unwrap();
+    let object: Value = serde_saphyr::from_str(&lease).unwrap();
     let json_file = write(dir.path(), "lease.json", &serde_json::to_string(&object).unwrap());
     assert_eq!(stdout(&sandcap(&["validate", &json_file])), "ALLOWED SandboxLease/batch-7\n");
 
@@ -112,7 +112,7 @@ fn validate_reads_multi_document_yaml_json_and_lists() {
 fn validate_denies_worker_urls_to_refused_addresses_unless_the_cidrs_allow_them() {
     let dir = tempfile::tempdir().unwrap();
     let provider = std::fs::read_to_string("examples/provider-legacy.yaml").unwrap();
-    let mut object: Value = serde_yaml_ng::from_str(&provider).unwrap();
+    let mut object: Value = serde_saphyr::from_str(&provider).unwrap();
     object["spec"]["worker"] = json!({"url": "http://169.254.169.254/latest/meta-data/"});
     let metadata = write(dir.path(), "metadata.json", &object.to_string());
     let o = sandcap(&["validate", "--allow-worker-urls", &metadata]);
@@ -182,7 +182,7 @@ fn resolve_without_worker_methods_verifies_nothing_unless_the_provider_status_sa
 
     let dir = tempfile::tempdir().unwrap();
     let mut provider: Value =
-        serde_yaml_ng::from_str(&std::fs::read_to_string("examples/provider-legacy.yaml").unwrap()).unwrap();
+        serde_saphyr::from_str(&std::fs::read_to_string("examples/provider-legacy.yaml").unwrap()).unwrap();
     provider["status"] = json!({"worker": {"probe": "Succeeded", "supportedMethods": ALL_METHODS, "message": ""}});
     let file = write(dir.path(), "p.json", &provider.to_string());
     let r: Value = serde_json::from_slice(&sandcap(&["resolve", "--provider", &file, "-o", "json"]).stdout).unwrap();
@@ -234,7 +234,7 @@ fn resolve_never_prints_a_secret_value() {
 fn resolve_lease_whose_driver_or_pin_does_not_match_is_all_off_not_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let mut lease: Value =
-        serde_yaml_ng::from_str(&std::fs::read_to_string("examples/lease-job.yaml").unwrap()).unwrap();
+        serde_saphyr::from_str(&std::fs::read_to_string("examples/lease-job.yaml").unwrap()).unwrap();
     lease["spec"]["providerRef"]["driverKey"] = json!("local-shell");
     let other_driver = write(dir.path(), "l1.json", &lease.to_string());
     lease["spec"]["providerRef"]["driverKey"] = json!("kubernetes");

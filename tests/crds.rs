@@ -92,7 +92,7 @@ fn unbounded(node: &Value, path: &str, found: &mut Vec<String>) {
 fn every_spec_node_is_bounded() {
     let mut found = Vec::new();
     for (file, yaml) in sandcap::cli::crds() {
-        let crd: Value = serde_yaml_ng::from_str(&yaml).unwrap();
+        let crd: Value = serde_saphyr::from_str(&yaml).unwrap();
         let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
         assert!(spec.is_object(), "{file} has a spec schema");
         unbounded(spec, &format!("{file}: spec"), &mut found);

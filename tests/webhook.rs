@@ -146,6 +146,7 @@ fn test_limits() -> Limits {
 
 /// Starts the webhook and admin listeners on ephemeral ports, wired as `sandcap run` wires them.
 async fn start(certificate: CertSource) -> Harness {
+    sandcap::tls::install_default_provider();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (webhook_addr, admin_addr) = (listener.local_addr().unwrap(), admin.local_addr().unwrap());
@@ -213,7 +214,7 @@ fn sample(metrics: &str, series: &str) -> f64 {
 
 fn example(file: &str) -> Value {
     let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(file)).unwrap();
-    serde_yaml_ng::from_str(&text).unwrap()
+    serde_saphyr::from_str(&text).unwrap()
 }
 
 /// A provider the webhook itself denies (an unknown field): what the CRD rejects never reaches it.

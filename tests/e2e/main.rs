@@ -69,6 +69,7 @@ fn main() {
         eprintln!("e2e: skipped (SANDCAP_E2E=skip): nothing ran against a real kube-apiserver");
         return;
     }
+    sandcap::tls::install_default_provider();
     let binaries = match cluster::build_all() {
         Ok(binaries) => binaries,
         Err(error) => {

@@ -63,12 +63,9 @@ fn validate_with(c: &Cluster, file: &std::path::Path, flags: &[&str]) -> Vec<Val
     serde_json::from_slice(&output.stdout).expect("sandcap validate -o json prints JSON")
 }
 
+/// The corpus's objects as `sandcap validate` reads them, so the apiserver judges the same ones.
 fn objects(file: &std::path::Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(file).expect("corpus file");
-    serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|doc| serde::Deserialize::deserialize(doc).expect("YAML"))
-        .filter(|v: &Value| !v.is_null())
-        .collect()
+    sandcap::cli::load_objects(file).expect("corpus file")
 }
 
 fn api_for(client: &Client, object: &Value) -> Api<DynamicObject> {

@@ -142,6 +142,7 @@ fn free_port() -> u16 {
 
 impl Sandcap {
     pub async fn start() -> Sandcap {
+        sandcap::tls::install_default_provider();
         let (webhook, admin) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
         let child = Command::new(env!("CARGO_BIN_EXE_sandcap"))
             .args(["run", "--webhook-only", "--tls-self-signed", "--webhook-addr", &webhook, "--admin-addr", &admin])
