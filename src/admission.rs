@@ -12,8 +12,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::text;
-use crate::validation::{self, Kind, Options, REVIEWED, Shape};
-use crate::vocabulary::words;
+use crate::validation::{self, Options, REVIEWED, Shape};
+use crate::vocabulary::{Kind, words};
 
 pub const API_VERSION: &str = "admission.k8s.io/v1";
 pub const KIND: &str = "AdmissionReview";

@@ -1,11 +1,12 @@
 //! The custom resources: `SandboxProvider` and `SandboxLease` (group `sandcap.dev`, `v1alpha1`).
 //!
 //! These types are what the controller reads and writes, and their schema attributes are the
-//! admission rules the apiserver enforces (layer 1 of API.md section 5: patterns, lengths, enums,
-//! required fields, CEL rules), written once here and carried by the generated CRDs. The types are
-//! deliberately tolerant: unknown keys are kept in `extra` maps rather than failing
-//! deserialization, so one bad object never stops a watch stream; the webhook rejects them
-//! ([`crate::validation`]) and `sandcap validate` evaluates the CRD itself ([`crate::schema`]).
+//! admission rules the apiserver enforces (the CRD layer of docs/contract.md, "Resources and who
+//! enforces what": patterns, lengths, enums, required fields, CEL rules), written once here and
+//! carried by the generated CRDs. The types are deliberately tolerant: unknown keys are kept in
+//! `extra` maps rather than failing deserialization, so one bad object never stops a watch stream;
+//! the webhook rejects them ([`crate::validation`]) and `sandcap validate` evaluates the CRD itself
+//! ([`crate::schema`]).
 
 use std::collections::BTreeMap;
 

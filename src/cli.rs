@@ -1,6 +1,7 @@
-//! The command line (API.md section 6). `run` starts the servers ([`crate::server::run`], under
-//! the tokio runtime `main` builds); the offline commands `validate`, `resolve` and `crds` read
-//! manifests from files and call the same pure functions the webhook and the controllers call.
+//! The command line (docs/contract.md, "Command line"). `run` starts the servers
+//! ([`crate::server::run`], under the tokio runtime `main` builds); the offline commands
+//! `validate`, `resolve` and `crds` read manifests from files and call the same pure functions the
+//! webhook and the controllers call.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -21,6 +22,7 @@ use crate::controller::SecretScope;
 use crate::probe::{self, AllowedCidrs, ProbeOutcome, Prober};
 use crate::schema;
 use crate::validation::{self, Options};
+use crate::vocabulary::Kind;
 
 #[derive(Debug, Parser)]
 #[command(name = "sandcap", version, about = "Admission webhook and operator for sandbox-provider capabilities")]
@@ -350,7 +352,7 @@ fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
     for path in &args.files {
         for object in load_objects(path)? {
             let (kind, name) = validation::identify(&object);
-            if validation::Kind::from_kind(&kind).is_none() {
+            if Kind::from_kind(&kind).is_none() {
                 return Err(CliError::Object {
                     path: path.display().to_string(),
                     kind,
@@ -379,7 +381,7 @@ fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
     Ok(i32::from(denied))
 }
 
-/// One driver's resolution, in the JSON shape API.md section 6 gives.
+/// One driver's resolution, in the JSON shape docs/contract.md ("Command line") gives.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ResolveRecord {
@@ -390,7 +392,7 @@ struct ResolveRecord {
 }
 
 fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, CliError> {
-    let provider: SandboxProvider = load_one(&args.provider, validation::Kind::SandboxProvider)?;
+    let provider: SandboxProvider = load_one(&args.provider, Kind::SandboxProvider)?;
     let verified = match (&args.worker_methods, &args.worker_url) {
         (Some(methods), _) => Verified::methods(methods.iter().map(|m| m.trim()).filter(|m| !m.is_empty())),
         (None, Some(url)) => probe_live(url, &provider)?,
@@ -398,7 +400,7 @@ fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, CliError> {
     };
     let records = match &args.lease {
         Some(lease_path) => {
-            let lease: SandboxLease = load_one(lease_path, validation::Kind::SandboxLease)?;
+            let lease: SandboxLease = load_one(lease_path, Kind::SandboxLease)?;
             if let Some(driver) = &args.driver
                 && *driver != lease.spec.provider_ref.driver_key
             {
@@ -482,7 +484,7 @@ fn write_table(out: &mut dyn Write, r: &ResolveRecord) -> std::io::Result<()> {
 }
 
 /// Loads exactly one object of `kind`, refusing one the webhook would deny.
-fn load_one<T: serde::de::DeserializeOwned>(path: &Path, kind: validation::Kind) -> Result<T, CliError> {
+fn load_one<T: serde::de::DeserializeOwned>(path: &Path, kind: Kind) -> Result<T, CliError> {
     let shown = path.display().to_string();
     let mut objects = load_objects(path)?;
     if objects.len() != 1 {

@@ -1,4 +1,5 @@
-//! The worker probe (API.md section 4): one JSON-RPC 2.0 `initialize` over HTTP POST.
+//! The worker probe (docs/contract.md, "Capabilities": what verifies): one JSON-RPC 2.0
+//! `initialize` over HTTP POST.
 //!
 //! Everything that can go wrong is fail-closed: the outcome is `Failed` with its class
 //! ([`ProbeError`]), and the caller verifies nothing. The worker is untrusted input, so the answer
@@ -429,7 +430,7 @@ impl Prober {
     }
 }
 
-/// The `initialize` request API.md section 4 specifies.
+/// The `initialize` request of the worker protocol.
 fn initialize_request(id: u64, spec: &SandboxProviderSpec, instance_id: &str) -> Value {
     json!({
         "jsonrpc": "2.0",

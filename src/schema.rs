@@ -1,8 +1,8 @@
-//! Layer 1 of API.md section 5, offline: what the apiserver itself says about an object of a
-//! sandcap kind, from the CRD that [`crate::api`] generates — its structural schema (types,
-//! required fields, patterns, lengths, enums, bounds, list-map keys) and its CEL rules
-//! (`x-kubernetes-validations`, evaluated with kube-cel) — plus the apiserver's own check of
-//! `metadata.name`. A pure function of the object and the CRD: no I/O.
+//! The CRD layer of docs/contract.md ("Resources and who enforces what"), offline: what the
+//! apiserver itself says about an object of a sandcap kind, from the CRD that [`crate::api`]
+//! generates — its structural schema (types, required fields, patterns, lengths, enums, bounds,
+//! list-map keys) and its CEL rules (`x-kubernetes-validations`, evaluated with kube-cel) — plus
+//! the apiserver's own check of `metadata.name`. A pure function of the object and the CRD: no I/O.
 //!
 //! The messages are the apiserver's, verified against kube-apiserver 1.37.2 and 1.33.13, which
 //! differ in three forms (see [`Server`]; the table shows 1.37's):
@@ -44,7 +44,7 @@ use kube_cel::{CompilationResult, CompiledSchema, KubeCelExt};
 use serde_json::{Map, Value};
 
 use crate::api::{API_VERSION, GROUP, SandboxLease, SandboxProvider};
-use crate::validation::Kind;
+use crate::vocabulary::Kind;
 
 /// Which apiserver's message forms to write. They differ in three places, verified on 1.33.13
 /// and 1.37.2 (the minors between were not tried):

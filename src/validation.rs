@@ -1,9 +1,10 @@
-//! The webhook's rules (API.md section 5, layer 2): only what the apiserver cannot check from the
-//! CRD — `configSchema` compiles, worker URLs without `--allow-worker-urls` or to refused
-//! addresses, unknown fields the schema keeps (so none is pruned silently) — and the warnings. Everything the CRD can state is
-//! stated there ([`crate::api`]) and nowhere here. One pure function over the raw JSON object:
-//! the webhook and `sandcap validate` both call [`review`], so they can never disagree, and every
-//! problem is reported at once with its Kubernetes field path.
+//! The webhook's rules (docs/contract.md, "Resources and who enforces what": the webhook layer):
+//! only what the apiserver cannot check from the CRD — `configSchema` compiles, worker URLs without
+//! `--allow-worker-urls` or to refused addresses, unknown fields the schema keeps (so none is
+//! pruned silently) — and the warnings. Everything the CRD can state is stated there
+//! ([`crate::api`]) and nowhere here. One pure function over the raw JSON object: the webhook and
+//! `sandcap validate` both call [`review`], so they can never disagree, and every problem is
+//! reported at once with its Kubernetes field path.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -17,7 +18,7 @@ use serde_json::{Map, Value};
 use crate::config_schema::{self, Deadline};
 use crate::probe::AllowedCidrs;
 use crate::text;
-use crate::vocabulary::{Capability, DriverKind, REMOVED_KEYS, words};
+use crate::vocabulary::{Capability, DriverKind, Kind, REMOVED_KEYS};
 
 /// Kubernetes refuses admission warnings longer than this, so ours stay below it.
 pub const MAX_WARNING_LEN: usize = 120;
@@ -28,14 +29,6 @@ pub struct Options {
     pub allow_worker_urls: bool,
     /// Refused addresses that worker URLs may reach nonetheless ([`crate::probe`]).
     pub worker_url_allowed_cidrs: AllowedCidrs,
-}
-
-words! {
-    /// The two kinds sandcap reviews.
-    pub enum Kind (as_str, from_kind) {
-        SandboxProvider = "SandboxProvider",
-        SandboxLease = "SandboxLease",
-    }
 }
 
 /// One problem: `<field path>: <problem>`. `kind` names the rule, in the plural form the

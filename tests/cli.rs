@@ -1,16 +1,16 @@
-//! The built `sandcap` binary on `examples/` and on bad input (API.md section 6).
+//! The built `sandcap` binary on `examples/` and on bad input (docs/contract.md, "Command line").
 
-mod common;
+mod support;
 
 use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::LazyLock;
 
-use common::ALL_METHODS;
+use sandcap::vocabulary::WORKER_METHODS;
 use serde_json::{Value, json};
 
 /// Every worker method, as `--worker-methods` takes them.
-static ALL: LazyLock<String> = LazyLock::new(|| ALL_METHODS.join(","));
+static ALL: LazyLock<String> = LazyLock::new(|| WORKER_METHODS.join(","));
 
 fn sandcap(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sandcap"))
@@ -183,7 +183,7 @@ fn resolve_without_worker_methods_verifies_nothing_unless_the_provider_status_sa
     let dir = tempfile::tempdir().unwrap();
     let mut provider: Value =
         serde_yaml_ng::from_str(&std::fs::read_to_string("examples/provider-legacy.yaml").unwrap()).unwrap();
-    provider["status"] = json!({"worker": {"probe": "Succeeded", "supportedMethods": ALL_METHODS, "message": ""}});
+    provider["status"] = json!({"worker": {"probe": "Succeeded", "supportedMethods": WORKER_METHODS, "message": ""}});
     let file = write(dir.path(), "p.json", &provider.to_string());
     let r: Value = serde_json::from_slice(&sandcap(&["resolve", "--provider", &file, "-o", "json"]).stdout).unwrap();
     assert_eq!(r["capabilities"]["reusableLeases"], true, "legacy flag read as reusableLeases");

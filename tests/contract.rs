@@ -1,13 +1,14 @@
-//! One table-driven test per rule of API.md section 1 (and the reason order of section 3).
+//! One table-driven test per rule of docs/contract.md, "Capabilities" (and the reason order of
+//! "Status").
 
-mod common;
+mod support;
 
-use common::*;
 use sandcap::api::{LeasePolicy, Pinned, SandboxLeaseStatus};
 use sandcap::contract::{
     self, Capability, Declared, Narrowing, Reason, Verified, resolve, resolve_driver, resolve_lease,
 };
 use serde_json::json;
+use support::fixtures::*;
 
 use Capability::*;
 

@@ -1,4 +1,5 @@
-//! The operator half: two kube-runtime controllers that write what API.md section 3 says.
+//! The operator half: two kube-runtime controllers that write the status docs/contract.md
+//! ("Status") describes.
 //!
 //! - The provider controller probes each provider's worker (on a spec change and every probe
 //!   interval) and publishes `SandboxProvider.status`: the verified methods and, per driver,
@@ -41,7 +42,7 @@ use provider::reconcile_provider;
 
 use crate::metrics::{FailureLabels, KindLabels, Metrics};
 use crate::probe::{AllowedCidrs, Prober};
-use crate::validation::Kind;
+use crate::vocabulary::{ConditionReason, ConditionType, Kind};
 
 /// The field manager of every write: status, the certificate Secret, the webhook's caBundle.
 pub const FIELD_MANAGER: &str = "sandcap";
@@ -360,12 +361,13 @@ struct Conditions<'a> {
 }
 
 impl Conditions<'_> {
-    fn set(&self, type_: &str, status: bool, reason: &str, message: String) -> Condition {
+    fn set(&self, type_: ConditionType, status: bool, reason: ConditionReason, message: String) -> Condition {
         self.set_tri(type_, if status { "True" } else { "False" }, reason, message)
     }
 
     /// `status` is `True`, `False` or `Unknown`.
-    fn set_tri(&self, type_: &str, status: &str, reason: &str, message: String) -> Condition {
+    fn set_tri(&self, type_: ConditionType, status: &str, reason: ConditionReason, message: String) -> Condition {
+        let type_ = type_.as_str();
         let last_transition_time = self
             .previous
             .iter()
@@ -374,7 +376,7 @@ impl Conditions<'_> {
         Condition {
             type_: type_.into(),
             status: status.into(),
-            reason: reason.into(),
+            reason: reason.to_string(),
             message,
             observed_generation: self.generation,
             last_transition_time,
