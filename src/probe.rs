@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 
 use crate::api::{SandboxProvider, SandboxProviderSpec, ServiceRef, WorkerRef};
 use crate::contract::Verified;
+use crate::vocabulary::words;
 
 /// An answer larger than this is refused; a real `initialize` result is a few hundred bytes.
 pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
@@ -155,29 +156,19 @@ fn io_kind(kind: &Option<io::ErrorKind>) -> String {
     kind.map(|k| format!(": {k}")).unwrap_or_default()
 }
 
-/// The addresses a worker URL may not reach unless the operator allows them: each reaches the node
-/// sandcap runs on, or the cloud's instance metadata service (credentials, among other things),
-/// rather than a worker.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AddressClass {
-    /// 127.0.0.0/8, ::1: sandcap's own pod.
-    Loopback,
-    /// 169.254.0.0/16, fe80::/10: the node's link.
-    LinkLocal,
-    /// The metadata services of the major clouds.
-    Metadata,
-    /// 0.0.0.0/8, `::`: connecting there reaches the local host.
-    Unspecified,
-}
-
-impl fmt::Display for AddressClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            AddressClass::Loopback => "loopback",
-            AddressClass::LinkLocal => "link-local",
-            AddressClass::Metadata => "cloud metadata",
-            AddressClass::Unspecified => "unspecified",
-        })
+words! {
+    /// The addresses a worker URL may not reach unless the operator allows them: each reaches the
+    /// node sandcap runs on, or the cloud's instance metadata service (credentials, among other
+    /// things), rather than a worker.
+    pub enum AddressClass (as_str, parse) {
+        /// 127.0.0.0/8, ::1: sandcap's own pod.
+        Loopback = "loopback",
+        /// 169.254.0.0/16, fe80::/10: the node's link.
+        LinkLocal = "link-local",
+        /// The metadata services of the major clouds.
+        Metadata = "cloud metadata",
+        /// 0.0.0.0/8, `::`: connecting there reaches the local host.
+        Unspecified = "unspecified",
     }
 }
 
