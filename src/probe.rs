@@ -25,7 +25,7 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::{SandboxProvider, SandboxProviderSpec, ServiceRef, WorkerRef};
+use crate::api::{SandboxProvider, SandboxProviderSpec, ServiceRef, WorkerRef, is_dns_label};
 use crate::contract::Verified;
 use crate::vocabulary::words;
 
@@ -563,16 +563,6 @@ fn parse_answer(body: &[u8], expected_id: u64) -> Result<Vec<String>, ProbeError
 
 fn is_method_name(m: &str) -> bool {
     !m.is_empty() && m.len() <= MAX_METHOD_LEN && m.chars().all(|c| c.is_ascii_graphic())
-}
-
-/// RFC 1123 label, as Service names and namespaces are.
-fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
 }
 
 #[cfg(test)]

@@ -43,7 +43,7 @@ use kube_cel::cel::{self, Context};
 use kube_cel::{CompilationResult, CompiledSchema, KubeCelExt};
 use serde_json::{Map, Value};
 
-use crate::api::{API_VERSION, GROUP, SandboxLease, SandboxProvider};
+use crate::api::{API_VERSION, GROUP, SandboxLease, SandboxProvider, is_dns_subdomain};
 use crate::vocabulary::Kind;
 
 /// Which apiserver's message forms to write. They differ in three places, verified on 1.33.13
@@ -135,17 +135,6 @@ fn metadata_errors(object: &Value) -> Vec<String> {
         }
         _ => Vec::new(),
     }
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    let label = |l: &str| {
-        let b = l.as_bytes();
-        !b.is_empty()
-            && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-            && b[0] != b'-'
-            && b[b.len() - 1] != b'-'
-    };
-    s.len() <= 253 && s.split('.').all(label)
 }
 
 /// The CRDs' schemas as JSON and their compiled CEL rules, built once per thread (the compiled
