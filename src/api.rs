@@ -192,7 +192,7 @@ pub struct DriverDeclaration {
     /// never reads its capabilities); omitted counts as neither.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "driver_kind_schema")]
-    pub kind: Option<String>,
+    pub kind: Option<DriverKind>,
     /// Name shown to people, 1 to 100 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("minLength" = 1, "maxLength" = 100))]
@@ -220,7 +220,7 @@ pub struct DriverDeclaration {
 
 impl DriverDeclaration {
     pub fn is_sandbox_provider(&self) -> bool {
-        self.kind.as_deref() == Some(DriverKind::SandboxProvider.as_str())
+        self.kind == Some(DriverKind::SandboxProvider)
     }
 }
 
@@ -478,7 +478,8 @@ pub struct DriverStatus {
     pub driver_key: String,
     /// The driver's declared kind; only `sandbox_provider` drivers get capabilities.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
+    #[schemars(schema_with = "driver_kind_status_schema")]
+    pub kind: Option<DriverKind>,
     /// The keys the declaration sets (legacy flag folded in).
     #[serde(default)]
     pub declared: BTreeMap<String, bool>,
@@ -614,6 +615,12 @@ fn driver_config_schema(_: &mut SchemaGenerator) -> Schema {
 /// which `kubectl explain` shows as `<no value>` and the apiserver's message as `"null"`.
 fn driver_kind_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({"type": "string", "enum": DriverKind::ALL.map(DriverKind::as_str)})
+}
+
+/// Status repeats the declaration's kind; its schema has stayed a plain string since the first
+/// CRDs, which the typed field does not need to change.
+fn driver_kind_status_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"type": ["string", "null"]})
 }
 
 /// As [`driver_kind_schema`]; the default makes the requested policy visible (the POLICY column).

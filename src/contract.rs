@@ -195,7 +195,7 @@ pub fn resolve_driver(verified: &Verified, driver: &DriverDeclaration) -> Resolu
 fn driver_kind_failure(driver: &DriverDeclaration) -> Option<IdentityFailure> {
     (!driver.is_sandbox_provider()).then(|| IdentityFailure::NotSandboxProvider {
         driver: driver.driver_key.clone(),
-        kind: driver.kind.clone().unwrap_or_else(|| "(omitted)".into()),
+        kind: driver.kind.map_or_else(|| "(omitted)".into(), |k| k.to_string()),
     })
 }
 

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use sandcap::api::{DeclaredCapabilities, DriverDeclaration, LeasePolicy};
 use sandcap::contract::{Capability, Declared, Narrowing, Reason, Verified, resolve, resolve_driver};
 use sandcap::validation::{ALREADY_STORED, MAX_WARNING_LEN, Options, REVIEWED, Shape, identify, review};
-use sandcap::vocabulary::WORKER_METHODS;
+use sandcap::vocabulary::{DriverKind, WORKER_METHODS};
 use serde_json::{Value, json};
 
 fn verified() -> impl Strategy<Value = Verified> {
@@ -33,7 +33,7 @@ fn driver() -> impl Strategy<Value = DriverDeclaration> {
             }
             DriverDeclaration {
                 driver_key: "d".into(),
-                kind: Some(if sandbox { "sandbox_provider" } else { "environment_driver" }.into()),
+                kind: Some(if sandbox { DriverKind::SandboxProvider } else { DriverKind::EnvironmentDriver }),
                 supports_reusable_leases: legacy,
                 sandbox_capabilities: has_caps.then_some(caps),
                 ..Default::default()

@@ -95,7 +95,7 @@ pub fn provider_status(provider: &SandboxProvider, worker: WorkerStatus, now: &T
             let resolution = contract::resolve_driver(&verified, driver);
             DriverStatus {
                 driver_key: driver.driver_key.clone(),
-                kind: driver.kind.clone(),
+                kind: driver.kind,
                 declared: Declared::from_driver(driver).present(),
                 capabilities: resolution.capabilities,
                 explanations: resolution.explanations,

@@ -6,7 +6,7 @@ use sandcap::api::{
     SandboxProvider, SandboxProviderSpec, SecretKeyRef, ServiceRef, WorkerRef, WorkloadRef,
 };
 use sandcap::contract::{Capability, SecretLookup, Verified};
-use sandcap::vocabulary::WORKER_METHODS;
+use sandcap::vocabulary::{DriverKind, WORKER_METHODS};
 use serde_json::{Value, json};
 
 pub fn all_verified() -> Verified {
@@ -20,7 +20,7 @@ pub fn verified_without(missing: &[&str]) -> Verified {
 pub fn driver(key: &str) -> DriverDeclaration {
     DriverDeclaration {
         driver_key: key.into(),
-        kind: Some("sandbox_provider".into()),
+        kind: Some(DriverKind::SandboxProvider),
         display_name: Some("Kubernetes".into()),
         ..Default::default()
     }
