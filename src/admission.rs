@@ -134,8 +134,9 @@ fn finish(status: u16, response: &Response, outcome: Summary) -> Answer {
     Answer { status, body, outcome }
 }
 
-/// The part of `request` the webhook reads beyond the envelope (the stored object is not read:
-/// the rules about it, immutability, are the CRD's).
+/// The part of `request` the webhook reads beyond the envelope. On UPDATE the stored object is
+/// read too, to ratchet ([`validation::review`]); the rules that compare it with the new one
+/// (immutability) are the CRD's.
 struct Request {
     object: Option<Value>,
     old_object: Option<Value>,

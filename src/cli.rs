@@ -36,6 +36,13 @@ pub enum Command {
     /// Serve the admission webhook (HTTPS) and the controllers, with an admin port for probes and
     /// metrics. Stops gracefully on SIGTERM or SIGINT.
     Run(Box<RunArgs>),
+    #[command(flatten)]
+    Offline(Offline),
+}
+
+/// The commands that need no runtime and no cluster: [`run`] runs them.
+#[derive(Debug, Subcommand)]
+pub enum Offline {
     /// Print what the cluster would answer for every object in the files, offline.
     Validate(ValidateArgs),
     /// Print the capability resolution the controller would write.
@@ -239,19 +246,24 @@ pub enum CliError {
     Object { path: String, kind: String, name: String, message: String },
     #[error("{0}")]
     Usage(String),
+    /// The output could not be written (a closed pipe, a full disk): a truncated output must not
+    /// pass for a complete one.
+    #[error("cannot write the output: {0}")]
+    Write(#[from] std::io::Error),
 }
 
 /// Runs an offline command, writing to `out`. Returns the process exit code.
-pub fn run(cli: Cli, out: &mut dyn Write) -> Result<i32, CliError> {
-    match cli.command {
-        Command::Run(_) => Err(CliError::Usage("`sandcap run` needs the async runtime that main builds".into())),
-        Command::Validate(args) => validate(&args, out),
-        Command::Resolve(args) => resolve(&args, out),
-        Command::Crds => {
-            let _ = out.write_all(crds_yaml().as_bytes());
-            Ok(0)
+pub fn run(command: Offline, out: &mut dyn Write) -> Result<i32, CliError> {
+    let code = match command {
+        Offline::Validate(args) => validate(&args, out)?,
+        Offline::Resolve(args) => resolve(&args, out)?,
+        Offline::Crds => {
+            out.write_all(crds_yaml().as_bytes())?;
+            0
         }
-    }
+    };
+    out.flush()?;
+    Ok(code)
 }
 
 /// Both CRDs as one multi-document YAML stream, one file each in `crds/` (named so that
@@ -367,7 +379,7 @@ fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
         }
     }
     let denied = records.iter().any(|r| !r.allowed);
-    let _ = match args.output {
+    match args.output {
         Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&records).expect("records serialize")),
         Output::Text => records.iter().try_for_each(|r| {
             if r.allowed {
@@ -377,7 +389,7 @@ fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
             }
             r.warnings.iter().try_for_each(|w| writeln!(out, "WARNING {}/{}: {w}", r.kind, r.name))
         }),
-    };
+    }?;
     Ok(i32::from(denied))
 }
 
@@ -449,13 +461,13 @@ fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, CliError> {
                 .collect()
         }
     };
-    let _ = match args.output {
+    match args.output {
         TableOutput::Json if records.len() == 1 => {
             writeln!(out, "{}", serde_json::to_string_pretty(&records[0]).expect("serializes"))
         }
         TableOutput::Json => writeln!(out, "{}", serde_json::to_string_pretty(&records).expect("serializes")),
         TableOutput::Table => records.iter().try_for_each(|r| write_table(out, r)),
-    };
+    }?;
     Ok(0)
 }
 
@@ -469,7 +481,8 @@ fn probe_live(url: &str, provider: &SandboxProvider) -> Result<Verified, CliErro
     let prober = Prober::new(probe::DEFAULT_TIMEOUT, true, AllowedCidrs::any(), "sandcap-resolve");
     let outcome = runtime.block_on(prober.probe_url(&url, &provider.spec));
     if let ProbeOutcome::Failed(failure) = &outcome {
-        eprintln!("sandcap: {failure}; nothing is verified");
+        // Not eprintln!, which panics when stderr is a closed pipe (see main.rs).
+        let _ = writeln!(std::io::stderr(), "sandcap: {failure}; nothing is verified");
     }
     Ok(outcome.verified())
 }

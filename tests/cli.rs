@@ -320,6 +320,31 @@ fn bad_input_gets_a_one_line_error_naming_the_file() {
     );
 }
 
+/// A full disk or a closed pipe must not pass for a complete output: every offline command
+/// exits 2 with one line on stderr.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_failed_write_exits_2_with_one_line() {
+    let commands: [&[&str]; 3] = [
+        &["crds"],
+        &["validate", "examples/provider-full.yaml"],
+        &["resolve", "--provider", "examples/provider-full.yaml", "--worker-methods", &ALL],
+    ];
+    for args in commands {
+        let full = std::fs::File::create("/dev/full").expect("/dev/full opens");
+        let o = Command::new(env!("CARGO_BIN_EXE_sandcap"))
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdout(full)
+            .output()
+            .expect("sandcap runs");
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("sandcap: cannot write the output: "), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn hostile_yaml_is_refused_without_exhausting_memory() {
     let dir = tempfile::tempdir().unwrap();
