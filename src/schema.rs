@@ -156,18 +156,26 @@ thread_local! {
 
 impl Crds {
     fn new() -> Crds {
-        let crd =
-            |crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition| {
-                let schema = crd.spec.versions[0].schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref());
-                let schema = serde_json::to_value(schema.expect("the derived CRDs have a schema")).expect("serializes");
-                let cel = kube_cel::compile_schema(&schema);
-                assert!(!cel.has_errors(), "the CRDs' CEL rules compile: {:?}", cel.compilation_errors());
-                Crd { schema, cel }
-            };
+        let crd = |kind| {
+            let schema = crd_schema(kind);
+            let cel = kube_cel::compile_schema(&schema);
+            assert!(!cel.has_errors(), "the CRDs' CEL rules compile: {:?}", cel.compilation_errors());
+            Crd { schema, cel }
+        };
         // In `Kind` order.
-        let kinds = [crd(SandboxProvider::crd()), crd(SandboxLease::crd())];
+        let kinds = Kind::ALL.map(crd);
         Crds { kinds, context: Context::default().with_all(), patterns: RefCell::default() }
     }
+}
+
+/// The `openAPIV3Schema` of the CRD of `kind`, as JSON.
+pub fn crd_schema(kind: Kind) -> Value {
+    let crd = match kind {
+        Kind::SandboxProvider => SandboxProvider::crd(),
+        Kind::SandboxLease => SandboxLease::crd(),
+    };
+    let schema = crd.spec.versions[0].schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref());
+    serde_json::to_value(schema.expect("the derived CRDs have a schema")).expect("serializes")
 }
 
 /// The CEL walk, over an object that passed the structural schema.
