@@ -30,12 +30,14 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use sandcap::api::API_VERSION;
+use sandcap::vocabulary::{Capability, ConditionType, Kind, LeasePolicy, Reason, WORKER_METHODS};
 use serde_json::{Value, json};
 
 use cluster::Cluster;
 use controllers::{explanation, resource};
 use install::{Install, Sandcap};
-use support::{ALL_METHODS, Worker, all_true, lease, provider, secret};
+use support::{Worker, all_true, lease, provider, secret};
 
 const NS: &str = "bench";
 const PROVIDERS: usize = 100;
@@ -155,23 +157,16 @@ async fn baseline(
 /// A lease status as sandcap writes it: six capabilities, their explanations, three conditions
 /// (no `pinned`: sandcap keeps a pin it finds, and this one would pin no real provider).
 fn typical_status() -> Value {
-    let capabilities = [
-        "reusableLeases",
-        "nativeSyncIn",
-        "nativeSyncOut",
-        "persistentProcessSessions",
-        "independentControlCommands",
-        "incrementalSessionOutput",
-    ];
-    let condition = |t: &str| json!({"type": t, "status": "True", "reason": t, "message": "a message of a typical length for this condition", "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1});
+    let condition = |t: ConditionType| json!({"type": t, "status": "True", "reason": t, "message": "a message of a typical length for this condition", "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1});
+    let lease_conditions = [ConditionType::Resolved, ConditionType::ConfigResolved, ConditionType::PluginIdentity];
     json!({
-        "apiVersion": "sandcap.dev/v1alpha1", "kind": "SandboxLease",
+        "apiVersion": API_VERSION, "kind": Kind::SandboxLease,
         "status": {
             "observedGeneration": 1,
-            "effectivePolicy": "Ephemeral",
-            "capabilities": capabilities.iter().map(|c| (c.to_string(), json!(false))).collect::<serde_json::Map<_, _>>(),
-            "explanations": capabilities.iter().map(|c| json!({"capability": c, "granted": false, "reason": "NarrowedByLeasePolicy", "message": "the lease policy is Ephemeral, not ReuseByEnvironment"})).collect::<Vec<_>>(),
-            "conditions": [condition("Resolved"), condition("ConfigResolved"), condition("PluginIdentity")],
+            "effectivePolicy": LeasePolicy::Ephemeral,
+            "capabilities": Capability::ALL.iter().map(|c| (c.to_string(), json!(false))).collect::<serde_json::Map<_, _>>(),
+            "explanations": Capability::ALL.iter().map(|c| json!({"capability": c, "granted": false, "reason": Reason::NarrowedByLeasePolicy, "message": "the lease policy is Ephemeral, not ReuseByEnvironment"})).collect::<Vec<_>>(),
+            "conditions": lease_conditions.map(condition),
         }
     })
 }
@@ -198,7 +193,7 @@ async fn resolved(admin: &Client, selector: &str, capability: &str, reason: &str
 }
 
 async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client) {
-    let worker = Worker::with_methods(&ALL_METHODS);
+    let worker = Worker::with_methods(&WORKER_METHODS);
     let mut objects: Vec<Value> =
         (0..PROVIDERS).map(|p| provider(&format!("p-{p}"), &worker.url, all_true())).collect();
     objects.push(secret(NS, "creds", "config.json", r#"{"apiToken": "s3cr3t-token-value"}"#, true));

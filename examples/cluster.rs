@@ -17,8 +17,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use cluster::{Binaries, Cluster, free_port, repo_root, spawn_logged};
-
-const ALL_METHODS: &str = "environmentResumeLease,environmentReleaseLease,environmentDestroyLease,environmentSyncIn,environmentSyncOut,environmentExecute";
+use sandcap::vocabulary::WORKER_METHODS;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -51,7 +50,7 @@ fn main() {
         .to_path_buf();
     let worker_port = free_port();
     let mut worker = Command::new(profile.join("examples/reference-worker"));
-    worker.args(["--listen", &format!("127.0.0.1:{worker_port}"), "--methods", ALL_METHODS]);
+    worker.args(["--listen", &format!("127.0.0.1:{worker_port}"), "--methods", &WORKER_METHODS.join(",")]);
     let mut worker = spawn_logged(worker, &state.join("worker.log"));
 
     let (webhook_port, admin_port) = (free_port(), free_port());

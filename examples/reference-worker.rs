@@ -1,5 +1,5 @@
 //! A reference sandbox-provider worker: it answers the JSON-RPC 2.0 `initialize` call that sandcap
-//! sends to probe a provider (API.md section 4), and nothing else.
+//! sends to probe a provider (docs/contract.md, "Capabilities"), and nothing else.
 //!
 //! ```text
 //! cargo run --example reference-worker -- --listen 127.0.0.1:9000 \

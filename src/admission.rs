@@ -12,8 +12,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::text;
-use crate::validation::{self, Kind, Options, REVIEWED, Shape};
-use crate::vocabulary::words;
+use crate::validation::{self, Options, REVIEWED, Shape};
+use crate::vocabulary::{Kind, words};
 
 pub const API_VERSION: &str = "admission.k8s.io/v1";
 pub const KIND: &str = "AdmissionReview";
@@ -49,32 +49,22 @@ words! {
     }
 }
 
-/// How a review ended, for the metrics label `verdict`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    Allowed,
-    Denied,
-    /// The body was not a usable AdmissionReview, or the object could not be read.
-    Invalid,
-    /// Not reviewed: too many reviews were in flight (answered 429).
-    Overloaded,
-}
-
-impl Verdict {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Allowed => "allowed",
-            Verdict::Denied => "denied",
-            Verdict::Invalid => "invalid",
-            Verdict::Overloaded => "overloaded",
-        }
+words! {
+    /// How a review ended, for the metrics label `verdict`.
+    pub enum Decision (as_str, parse) {
+        Allowed = "allowed",
+        Denied = "denied",
+        /// The body was not a usable AdmissionReview, or the object could not be read.
+        Invalid = "invalid",
+        /// Not reviewed: too many reviews were in flight (answered 429).
+        Overloaded = "overloaded",
     }
 }
 
 /// What the server needs besides the bytes: the answer's facts for tracing and metrics. Every
 /// string here comes from the request's envelope, never from the object's content.
 #[derive(Clone, Debug, Default)]
-pub struct Outcome {
+pub struct Summary {
     pub uid: String,
     /// `SandboxProvider`, `SandboxLease`, or `None` for anything else (other kinds are allowed
     /// unreviewed, and an unreadable review has no kind).
@@ -84,7 +74,7 @@ pub struct Outcome {
     pub namespace: String,
     pub operation: Option<Operation>,
     pub dry_run: bool,
-    pub verdict: Option<Verdict>,
+    pub verdict: Option<Decision>,
     /// The denial message (already sent to the client; it names fields, not values of Secrets),
     /// at most [`MAX_MESSAGE`] bytes.
     pub message: String,
@@ -98,9 +88,9 @@ pub const MAX_MESSAGE: usize = 16 * 1024;
 /// The longest `uid` answered: an apiserver's is a UUID (36 bytes).
 const MAX_UID: usize = 128;
 
-impl Outcome {
+impl Summary {
     pub fn allowed(&self) -> bool {
-        self.verdict == Some(Verdict::Allowed)
+        self.verdict == Some(Decision::Allowed)
     }
 
     /// Metric label for the kind: the two sandcap kinds, or `other` (including unreadable reviews,
@@ -119,17 +109,17 @@ impl Outcome {
 pub struct Answer {
     pub status: u16,
     pub body: Vec<u8>,
-    pub outcome: Outcome,
+    pub outcome: Summary,
 }
 
 /// Decodes one AdmissionReview and answers it. Never panics: every malformed input is a 400 with
 /// an AdmissionReview body whose `status.message` says what was wrong.
 pub fn handle(body: &[u8], options: &Options) -> Answer {
-    let mut outcome = Outcome::default();
+    let mut outcome = Summary::default();
     let response = match decode(body, &mut outcome) {
         Ok(request) => answer(request, options, &mut outcome),
         Err(message) => {
-            outcome.verdict = Some(Verdict::Invalid);
+            outcome.verdict = Some(Decision::Invalid);
             outcome.message = text::clip(&message, MAX_MESSAGE);
             let response = Response::deny(&outcome.uid, Status::bad_request(outcome.message.clone()));
             return finish(400, &response, outcome);
@@ -138,20 +128,21 @@ pub fn handle(body: &[u8], options: &Options) -> Answer {
     finish(200, &response, outcome)
 }
 
-fn finish(status: u16, response: &Response, outcome: Outcome) -> Answer {
+fn finish(status: u16, response: &Response, outcome: Summary) -> Answer {
     let review = Review { api_version: API_VERSION, kind: KIND, response };
     let body = serde_json::to_vec(&review).expect("a response of strings and booleans serializes");
     Answer { status, body, outcome }
 }
 
-/// The part of `request` the webhook reads beyond the envelope (the stored object is not read:
-/// the rules about it, immutability, are the CRD's).
+/// The part of `request` the webhook reads beyond the envelope. On UPDATE the stored object is
+/// read too, to ratchet ([`validation::review`]); the rules that compare it with the new one
+/// (immutability) are the CRD's.
 struct Request {
     object: Option<Value>,
     old_object: Option<Value>,
 }
 
-fn decode(body: &[u8], outcome: &mut Outcome) -> Result<Request, String> {
+fn decode(body: &[u8], outcome: &mut Summary) -> Result<Request, String> {
     // serde_json refuses nesting deeper than 128 levels, so a hostile body cannot overflow the
     // stack here, and every Value handed to the rules is at most that deep.
     let not_json = |e: &dyn std::fmt::Display| format!("the body is not JSON: {e}");
@@ -201,15 +192,15 @@ fn decode(body: &[u8], outcome: &mut Outcome) -> Result<Request, String> {
     Ok(Request { object: take_object(&mut request, "object"), old_object: take_object(&mut request, "oldObject") })
 }
 
-fn answer(request: Request, options: &Options, outcome: &mut Outcome) -> Response {
+fn answer(request: Request, options: &Options, outcome: &mut Summary) -> Response {
     let reviewed = matches!(outcome.operation, Some(Operation::Create | Operation::Update)) && outcome.kind.is_some();
     if !reviewed {
-        outcome.verdict = Some(Verdict::Allowed);
+        outcome.verdict = Some(Decision::Allowed);
         return Response::allow(&outcome.uid, Vec::new());
     }
     let Some(object) = request.object.filter(Value::is_object) else {
         let message = format!("request.object: required for {}, a JSON object", outcome.operation_label());
-        outcome.verdict = Some(Verdict::Invalid);
+        outcome.verdict = Some(Decision::Invalid);
         outcome.message = message.clone();
         return Response::deny(&outcome.uid, Status::bad_request(message));
     };
@@ -219,10 +210,10 @@ fn answer(request: Request, options: &Options, outcome: &mut Outcome) -> Respons
     }
     let verdict = validation::review(&object, request.old_object.as_ref(), options);
     if verdict.allowed() {
-        outcome.verdict = Some(Verdict::Allowed);
+        outcome.verdict = Some(Decision::Allowed);
         Response::allow(&outcome.uid, verdict.warnings)
     } else {
-        outcome.verdict = Some(Verdict::Denied);
+        outcome.verdict = Some(Decision::Denied);
         outcome.problems = verdict.problem_count();
         outcome.message = text::clip(&verdict.message(), MAX_MESSAGE);
         let status = Status::forbidden(outcome.message.clone());

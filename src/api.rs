@@ -1,16 +1,19 @@
 //! The custom resources: `SandboxProvider` and `SandboxLease` (group `sandcap.dev`, `v1alpha1`).
 //!
 //! These types are what the controller reads and writes, and their schema attributes are the
-//! admission rules the apiserver enforces (layer 1 of API.md section 5: patterns, lengths, enums,
-//! required fields, CEL rules), written once here and carried by the generated CRDs. The types are
-//! deliberately tolerant: unknown keys are kept in `extra` maps rather than failing
-//! deserialization, so one bad object never stops a watch stream; the webhook rejects them
-//! ([`crate::validation`]) and `sandcap validate` evaluates the CRD itself ([`crate::schema`]).
+//! admission rules the apiserver enforces (the CRD layer of docs/contract.md, "Resources and who
+//! enforces what": patterns, lengths, enums, required fields, CEL rules), written once here and
+//! carried by the generated CRDs. The types are deliberately tolerant: unknown keys are kept in
+//! `extra` maps rather than failing deserialization, so one bad object never stops a watch stream;
+//! the webhook rejects them ([`crate::validation`]) and `sandcap validate` evaluates the CRD itself
+//! ([`crate::schema`]).
 
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
+use regex::Regex;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -32,10 +35,32 @@ pub const API_VERSION: &str = "sandcap.dev/v1alpha1";
 const KEY_PATTERN: &str = "^[a-z0-9][a-z0-9._-]*$";
 /// Semantic versioning 2.0.0 (the regular expression semver.org gives, without named groups).
 const SEMVER_PATTERN: &str = r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-((0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(\+([0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*))?$";
-/// An RFC 1123 label (Service names and namespaces).
-const DNS_LABEL_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
-/// An RFC 1123 subdomain (resource names).
-const DNS_SUBDOMAIN_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+/// One RFC 1123 label, unanchored: the one spelling both patterns below are built from.
+macro_rules! dns_label {
+    () => {
+        "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+    };
+}
+/// An RFC 1123 label (Service names and namespaces), at most [`DNS_LABEL_MAX`] bytes.
+const DNS_LABEL_PATTERN: &str = concat!("^", dns_label!(), "$");
+const DNS_LABEL_MAX: u32 = 63;
+/// An RFC 1123 subdomain (resource names), at most [`DNS_SUBDOMAIN_MAX`] bytes.
+const DNS_SUBDOMAIN_PATTERN: &str = concat!("^", dns_label!(), r"(\.", dns_label!(), ")*$");
+const DNS_SUBDOMAIN_MAX: u32 = 253;
+
+/// Whether `s` is an RFC 1123 label, by the rule the CRD states: the probe checks a Service's
+/// name and namespace with it before it builds a URL of them.
+pub fn is_dns_label(s: &str) -> bool {
+    static LABEL: LazyLock<Regex> = LazyLock::new(|| Regex::new(DNS_LABEL_PATTERN).expect("a valid pattern"));
+    s.len() <= DNS_LABEL_MAX as usize && LABEL.is_match(s)
+}
+
+/// Whether `s` is an RFC 1123 subdomain, by the rule the CRD states (and the apiserver applies to
+/// every object's `metadata.name`).
+pub fn is_dns_subdomain(s: &str) -> bool {
+    static SUBDOMAIN: LazyLock<Regex> = LazyLock::new(|| Regex::new(DNS_SUBDOMAIN_PATTERN).expect("a valid pattern"));
+    s.len() <= DNS_SUBDOMAIN_MAX as usize && SUBDOMAIN.is_match(s)
+}
 /// A Secret data key.
 const SECRET_KEY_PATTERN: &str = "^[-._a-zA-Z0-9]+$";
 /// Most drivers one provider declares, capability keys one driver sets (the six plus room for
@@ -137,10 +162,10 @@ pub struct WorkerRef {
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
 pub struct ServiceRef {
     /// Namespace of the Service (an RFC 1123 label).
-    #[schemars(extend("pattern" = DNS_LABEL_PATTERN, "maxLength" = 63))]
+    #[schemars(extend("pattern" = DNS_LABEL_PATTERN, "maxLength" = DNS_LABEL_MAX))]
     pub namespace: String,
     /// Name of the Service (an RFC 1123 label).
-    #[schemars(extend("pattern" = DNS_LABEL_PATTERN, "maxLength" = 63))]
+    #[schemars(extend("pattern" = DNS_LABEL_PATTERN, "maxLength" = DNS_LABEL_MAX))]
     pub name: String,
     /// Service port, 1 to 65535.
     #[schemars(range(min = 1, max = 65535))]
@@ -167,7 +192,7 @@ pub struct DriverDeclaration {
     /// never reads its capabilities); omitted counts as neither.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "driver_kind_schema")]
-    pub kind: Option<String>,
+    pub kind: Option<DriverKind>,
     /// Name shown to people, 1 to 100 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("minLength" = 1, "maxLength" = 100))]
@@ -195,7 +220,7 @@ pub struct DriverDeclaration {
 
 impl DriverDeclaration {
     pub fn is_sandbox_provider(&self) -> bool {
-        self.kind.as_deref() == Some(DriverKind::SandboxProvider.as_str())
+        self.kind == Some(DriverKind::SandboxProvider)
     }
 }
 
@@ -336,7 +361,7 @@ impl SandboxLeaseSpec {
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
 pub struct ProviderRef {
     /// Name of the SandboxProvider.
-    #[schemars(extend("pattern" = DNS_SUBDOMAIN_PATTERN, "maxLength" = 253))]
+    #[schemars(extend("pattern" = DNS_SUBDOMAIN_PATTERN, "maxLength" = DNS_SUBDOMAIN_MAX))]
     pub name: String,
     /// One of the provider's `environmentDrivers[].driverKey`, declared with kind sandbox_provider.
     #[schemars(extend("pattern" = KEY_PATTERN, "maxLength" = 253))]
@@ -389,7 +414,7 @@ pub struct ConfigSource {
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
 pub struct SecretKeyRef {
     /// Name of the Secret.
-    #[schemars(extend("pattern" = DNS_SUBDOMAIN_PATTERN, "maxLength" = 253))]
+    #[schemars(extend("pattern" = DNS_SUBDOMAIN_PATTERN, "maxLength" = DNS_SUBDOMAIN_MAX))]
     pub name: String,
     /// Key in the Secret's data.
     #[schemars(extend("pattern" = SECRET_KEY_PATTERN, "maxLength" = 253))]
@@ -453,7 +478,8 @@ pub struct DriverStatus {
     pub driver_key: String,
     /// The driver's declared kind; only `sandbox_provider` drivers get capabilities.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
+    #[schemars(schema_with = "driver_kind_status_schema")]
+    pub kind: Option<DriverKind>,
     /// The keys the declaration sets (legacy flag folded in).
     #[serde(default)]
     pub declared: BTreeMap<String, bool>,
@@ -591,6 +617,12 @@ fn driver_kind_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({"type": "string", "enum": DriverKind::ALL.map(DriverKind::as_str)})
 }
 
+/// Status repeats the declaration's kind; its schema has stayed a plain string since the first
+/// CRDs, which the typed field does not need to change.
+fn driver_kind_status_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"type": ["string", "null"]})
+}
+
 /// As [`driver_kind_schema`]; the default makes the requested policy visible (the POLICY column).
 fn policy_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
@@ -655,5 +687,22 @@ mod tests {
         assert_eq!(API_VERSION, format!("{GROUP}/{VERSION}"));
         assert_eq!(API_VERSION, SandboxProvider::api_version(&()));
         assert_eq!(API_VERSION, SandboxLease::api_version(&()));
+    }
+
+    #[test]
+    fn dns_names_follow_rfc_1123() {
+        for ok in ["a", "0", "sandbox-system", "a1-b2", &"x".repeat(63)] {
+            assert!(is_dns_label(ok), "{ok}");
+        }
+        for bad in ["", "-a", "a-", "A", "a.b", "a_b", "é", &"x".repeat(64)] {
+            assert!(!is_dns_label(bad), "{bad}");
+        }
+        for ok in ["a", "acme-kubernetes", "a.b-c.d", &vec!["x".repeat(63); 4].join(".")[..253]] {
+            assert!(is_dns_subdomain(ok), "{ok}");
+        }
+        for bad in ["", ".a", "a.", "a..b", "a.-b", "A.b", "a b", &"x.".repeat(127)] {
+            assert!(!is_dns_subdomain(bad), "{bad}");
+        }
+        assert!(!is_dns_subdomain(&"x".repeat(254)));
     }
 }

@@ -300,7 +300,7 @@ fn bundle_contains(bundle: &[u8], cert: &Cert) -> bool {
 
 /// What one round does to the Secret. Reasons are for logs: names and dates, never key material.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub enum Rotation {
     Keep,
     /// Start over with a new CA and serving certificate (no usable Secret, or its CA expired).
     Create {
@@ -318,73 +318,73 @@ pub enum Action {
     DropRetiredCa,
 }
 
-impl fmt::Display for Action {
+impl fmt::Display for Rotation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Action::Keep => write!(f, "certificates are current"),
-            Action::Create { reason } => {
+            Rotation::Keep => write!(f, "certificates are current"),
+            Rotation::Create { reason } => {
                 write!(f, "created a new CA and serving certificate ({reason})")
             }
-            Action::RenewServing { reason } => {
+            Rotation::RenewServing { reason } => {
                 write!(f, "renewed the serving certificate ({reason})")
             }
-            Action::PrepareNextCa => write!(f, "created the next CA and published it next to the current one"),
-            Action::PromoteNextCa => write!(f, "switched to the next CA; the old one stays trusted for a while"),
-            Action::DropRetiredCa => write!(f, "removed the retired CA from the caBundle"),
+            Rotation::PrepareNextCa => write!(f, "created the next CA and published it next to the current one"),
+            Rotation::PromoteNextCa => write!(f, "switched to the next CA; the old one stays trusted for a while"),
+            Rotation::DropRetiredCa => write!(f, "removed the retired CA from the caBundle"),
         }
     }
 }
 
 /// Decides the next step. `next_ca_published`: every webhook's caBundle already holds the next CA
 /// (see [`bundle_contains`]); a CA is never used before the apiservers trust it.
-fn decide(stored: &Stored, dns_names: &[String], next_ca_published: bool, now: SystemTime) -> Action {
+fn decide(stored: &Stored, dns_names: &[String], next_ca_published: bool, now: SystemTime) -> Rotation {
     let m = match stored {
         Stored::Absent => {
-            return Action::Create { reason: "no certificate Secret yet".into() };
+            return Rotation::Create { reason: "no certificate Secret yet".into() };
         }
         Stored::Unusable(reason) => {
-            return Action::Create { reason: format!("the Secret is unusable: {reason}") };
+            return Rotation::Create { reason: format!("the Secret is unusable: {reason}") };
         }
         Stored::Usable(m) => m,
     };
     if now >= m.ca.cert.not_after {
-        return Action::Create { reason: format!("the CA expired at {}", rfc3339(m.ca.cert.not_after)) };
+        return Rotation::Create { reason: format!("the CA expired at {}", rfc3339(m.ca.cert.not_after)) };
     }
     if let Some(next) = &m.next_ca
         && next_ca_published
         && now >= next.cert.not_before + BACKDATE + CA_PUBLISH_GRACE
     {
-        return Action::PromoteNextCa;
+        return Rotation::PromoteNextCa;
     }
     if m.next_ca.is_none() && m.ca.cert.due_for_renewal(now) {
-        return Action::PrepareNextCa;
+        return Rotation::PrepareNextCa;
     }
     let serving = &m.serving.cert;
     if !serving.issued_by(&m.ca.cert) {
-        return Action::RenewServing { reason: "it was not issued by the current CA".into() };
+        return Rotation::RenewServing { reason: "it was not issued by the current CA".into() };
     }
     let (mut have, mut want) = (serving.dns_names.clone(), dns_names.to_vec());
     have.sort();
     want.sort();
     if have != want {
-        return Action::RenewServing { reason: format!("its DNS names should be {}", want.join(", ")) };
+        return Rotation::RenewServing { reason: format!("its DNS names should be {}", want.join(", ")) };
     }
     if serving.due_for_renewal(now) {
-        return Action::RenewServing { reason: format!("it expires at {}", rfc3339(serving.not_after)) };
+        return Rotation::RenewServing { reason: format!("it expires at {}", rfc3339(serving.not_after)) };
     }
     if let Some(retired) = &m.retired_ca
         && (now >= retired.not_after || now >= serving.not_before + BACKDATE + CA_RETIRE_GRACE)
     {
-        return Action::DropRetiredCa;
+        return Rotation::DropRetiredCa;
     }
-    Action::Keep
+    Rotation::Keep
 }
 
 /// The Secret contents after `action`. Material that cannot be built upon is replaced whatever
 /// the action (decide never asks for that, but a fresh start is the only safe answer).
 pub fn carry_out(
     stored: &Stored,
-    action: &Action,
+    action: &Rotation,
     dns_names: &[String],
     now: SystemTime,
 ) -> Result<Material, rcgen::Error> {
@@ -393,18 +393,18 @@ pub fn carry_out(
     };
     let mut next = Material::clone(current);
     match action {
-        Action::Keep => {}
-        Action::Create { .. } => return generate(dns_names, now),
-        Action::RenewServing { .. } => next.serving = issue_serving(&current.ca, dns_names, now)?,
-        Action::PrepareNextCa => next.next_ca = Some(new_ca(now)?),
-        Action::PromoteNextCa => {
+        Rotation::Keep => {}
+        Rotation::Create { .. } => return generate(dns_names, now),
+        Rotation::RenewServing { .. } => next.serving = issue_serving(&current.ca, dns_names, now)?,
+        Rotation::PrepareNextCa => next.next_ca = Some(new_ca(now)?),
+        Rotation::PromoteNextCa => {
             let Some(ca) = next.next_ca.take() else {
                 return generate(dns_names, now);
             };
             next.serving = issue_serving(&ca, dns_names, now)?;
             next.retired_ca = Some(std::mem::replace(&mut next.ca, ca).cert);
         }
-        Action::DropRetiredCa => next.retired_ca = None,
+        Rotation::DropRetiredCa => next.retired_ca = None,
     }
     Ok(next)
 }
@@ -475,7 +475,7 @@ pub struct CertOptions {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum CertError {
+pub enum RotationError {
     #[error("could not generate a certificate: {0}")]
     Generate(#[from] rcgen::Error),
     #[error("Kubernetes API error: {0}")]
@@ -496,8 +496,8 @@ pub enum BundleSync {
 
 /// One reconcile's result: what this replica wrote to the Secret, if anything, and the caBundle.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Outcome {
-    pub action: Action,
+pub struct Reconciled {
+    pub rotation: Rotation,
     pub ca_bundle: BundleSync,
 }
 
@@ -603,28 +603,28 @@ fn next_ca_published(stored: &Stored, config: Option<&ValidatingWebhookConfigura
 
 /// One round at time `now`: read the Secret and the webhook configuration, write what [`decide`]
 /// says, then bring the caBundle in line with the Secret. Safe to run on every replica at once.
-pub async fn reconcile(client: &Client, opts: &CertOptions, now: SystemTime) -> Result<Outcome, CertError> {
+pub async fn reconcile(client: &Client, opts: &CertOptions, now: SystemTime) -> Result<Reconciled, RotationError> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &opts.namespace);
     let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let names = dns_names(&opts.service_name, &opts.namespace);
-    let mut written = Action::Keep;
+    let mut written = Rotation::Keep;
     for _ in 0..MAX_ATTEMPTS {
         let secret = secrets.get_opt(&opts.secret_name).await?;
         let config = configs.get_opt(&opts.webhook_config_name).await?;
         let stored = Stored::from_secret(secret.as_ref());
         let action = decide(&stored, &names, next_ca_published(&stored, config.as_ref()), now);
         let material = carry_out(&stored, &action, &names, now)?;
-        if action != Action::Keep {
+        if action != Rotation::Keep {
             if !write_secret(&secrets, opts, secret.as_ref(), &material).await? {
                 continue;
             }
             written = action;
         }
         if let Some(ca_bundle) = sync_ca_bundle(&configs, opts, config.as_ref(), &material.ca_bundle()).await? {
-            return Ok(Outcome { action: written, ca_bundle });
+            return Ok(Reconciled { rotation: written, ca_bundle });
         }
     }
-    Err(CertError::Contended)
+    Err(RotationError::Contended)
 }
 
 /// Keeps the certificates current until `shutdown`: a [`reconcile`] every `check_interval`, sooner
@@ -637,8 +637,8 @@ pub async fn run_self_managed(client: Client, opts: CertOptions, shutdown: Cance
     loop {
         let wait = match reconcile(&client, &opts, SystemTime::now()).await {
             Ok(outcome) => {
-                if outcome.action != Action::Keep {
-                    tracing::info!(secret = %opts.secret_name, "{}", outcome.action);
+                if outcome.rotation != Rotation::Keep {
+                    tracing::info!(secret = %opts.secret_name, "{}", outcome.rotation);
                 }
                 match outcome.ca_bundle {
                     BundleSync::Patched => {
@@ -687,13 +687,13 @@ mod tests {
         Stored::Usable(Box::new(m.clone()))
     }
 
-    fn step(m: &Material, action: &Action, now: SystemTime) -> Material {
+    fn step(m: &Material, action: &Rotation, now: SystemTime) -> Material {
         carry_out(&usable(m), action, &names(), now).unwrap()
     }
 
     #[test]
     fn absent_or_unusable_secret_is_created() {
-        assert!(matches!(decide(&Stored::Absent, &names(), false, t0()), Action::Create { .. }));
+        assert!(matches!(decide(&Stored::Absent, &names(), false, t0()), Rotation::Create { .. }));
         let mut data = fresh().to_secret_data();
         data.insert(TLS_KEY.into(), ByteString(b"garbage".to_vec()));
         let Stored::Unusable(reason) = Stored::from_secret(Some(&Secret { data: Some(data), ..Secret::default() }))
@@ -704,7 +704,7 @@ mod tests {
         let action = decide(&Stored::Unusable(reason), &names(), false, t0());
         assert_eq!(
             action,
-            Action::Create { reason: "the Secret is unusable: tls.crt: private key is not a PKCS#8 PEM key".into() }
+            Rotation::Create { reason: "the Secret is unusable: tls.crt: private key is not a PKCS#8 PEM key".into() }
         );
     }
 
@@ -754,7 +754,7 @@ mod tests {
     fn fresh_material_is_kept() {
         let m = fresh();
         for later in [Duration::ZERO, DAY, 200 * DAY] {
-            assert_eq!(decide(&usable(&m), &names(), false, t0() + later), Action::Keep, "{later:?}");
+            assert_eq!(decide(&usable(&m), &names(), false, t0() + later), Rotation::Keep, "{later:?}");
         }
     }
 
@@ -764,7 +764,7 @@ mod tests {
         let now = t0() + 250 * DAY;
         let action = decide(&usable(&m), &names(), false, now);
         assert!(
-            matches!(&action, Action::RenewServing { reason } if reason.starts_with("it expires at ")),
+            matches!(&action, Rotation::RenewServing { reason } if reason.starts_with("it expires at ")),
             "{action:?}"
         );
         let renewed = step(&m, &action, now);
@@ -772,18 +772,18 @@ mod tests {
         assert_eq!(renewed.ca_bundle(), m.ca_bundle());
         assert_ne!(renewed.serving.cert.pem(), m.serving.cert.pem());
         assert!(renewed.serving.cert.issued_by(&m.ca.cert));
-        assert_eq!(decide(&usable(&renewed), &names(), false, now), Action::Keep);
+        assert_eq!(decide(&usable(&renewed), &names(), false, now), Rotation::Keep);
     }
 
     #[test]
     fn serving_certificate_is_renewed_when_names_change_or_the_ca_differs() {
         let m = fresh();
         let other_names = dns_names("renamed", "sandcap-system");
-        assert!(matches!(decide(&usable(&m), &other_names, false, t0()), Action::RenewServing { .. }));
+        assert!(matches!(decide(&usable(&m), &other_names, false, t0()), Rotation::RenewServing { .. }));
         let foreign = Material { serving: fresh().serving, ..m.clone() };
         assert_eq!(
             decide(&usable(&foreign), &names(), false, t0()),
-            Action::RenewServing { reason: "it was not issued by the current CA".into() }
+            Rotation::RenewServing { reason: "it was not issued by the current CA".into() }
         );
     }
 
@@ -799,7 +799,7 @@ mod tests {
     fn expired_ca_starts_over() {
         let m = fresh();
         let action = decide(&usable(&m), &names(), false, t0() + CA_LIFETIME);
-        assert!(matches!(action, Action::Create { ref reason } if reason.starts_with("the CA expired at ")));
+        assert!(matches!(action, Rotation::Create { ref reason } if reason.starts_with("the CA expired at ")));
     }
 
     #[test]
@@ -810,41 +810,41 @@ mod tests {
         let mut now = t0() + 7 * YEAR;
         let m = Material { serving: issue_serving(&m.ca, &names, now).unwrap(), ..m };
 
-        assert_eq!(decide(&usable(&m), &names, false, now), Action::PrepareNextCa);
-        let prepared = step(&m, &Action::PrepareNextCa, now);
+        assert_eq!(decide(&usable(&m), &names, false, now), Rotation::PrepareNextCa);
+        let prepared = step(&m, &Rotation::PrepareNextCa, now);
         let next = prepared.next_ca.clone().unwrap();
         assert_eq!(prepared.ca_bundle(), format!("{}{}", m.ca.cert.pem(), next.cert.pem()));
         assert_eq!(prepared.serving.cert.pem(), m.serving.cert.pem(), "nothing is signed by the next CA yet");
 
         // Published, but not for long enough; or old enough, but not published: wait.
         now += CA_PUBLISH_GRACE / 2;
-        assert_eq!(decide(&usable(&prepared), &names, true, now), Action::Keep);
+        assert_eq!(decide(&usable(&prepared), &names, true, now), Rotation::Keep);
         now += CA_PUBLISH_GRACE;
-        assert_eq!(decide(&usable(&prepared), &names, false, now), Action::Keep);
-        assert_eq!(decide(&usable(&prepared), &names, true, now), Action::PromoteNextCa);
+        assert_eq!(decide(&usable(&prepared), &names, false, now), Rotation::Keep);
+        assert_eq!(decide(&usable(&prepared), &names, true, now), Rotation::PromoteNextCa);
 
-        let promoted = step(&prepared, &Action::PromoteNextCa, now);
+        let promoted = step(&prepared, &Rotation::PromoteNextCa, now);
         assert_eq!(promoted.ca.cert.pem(), next.cert.pem());
         assert!(promoted.serving.cert.issued_by(&next.cert));
         assert!(promoted.next_ca.is_none());
         assert_eq!(promoted.retired_ca.as_ref().unwrap().pem(), m.ca.cert.pem());
         assert_eq!(promoted.ca_bundle(), format!("{}{}", next.cert.pem(), m.ca.cert.pem()));
 
-        assert_eq!(decide(&usable(&promoted), &names, false, now + CA_RETIRE_GRACE / 2), Action::Keep);
+        assert_eq!(decide(&usable(&promoted), &names, false, now + CA_RETIRE_GRACE / 2), Rotation::Keep);
         let later = now + CA_RETIRE_GRACE;
-        assert_eq!(decide(&usable(&promoted), &names, false, later), Action::DropRetiredCa);
-        let done = step(&promoted, &Action::DropRetiredCa, later);
+        assert_eq!(decide(&usable(&promoted), &names, false, later), Rotation::DropRetiredCa);
+        let done = step(&promoted, &Rotation::DropRetiredCa, later);
         assert_eq!(done.ca_bundle(), next.cert.pem());
-        assert_eq!(decide(&usable(&done), &names, false, later), Action::Keep);
+        assert_eq!(decide(&usable(&done), &names, false, later), Rotation::Keep);
     }
 
     #[test]
     fn next_ca_does_not_block_serving_renewals_meanwhile() {
         let names = names();
         let now = t0() + 7 * YEAR;
-        let m = step(&fresh(), &Action::PrepareNextCa, now);
+        let m = step(&fresh(), &Rotation::PrepareNextCa, now);
         // The serving certificate from t0 expired long ago; the unpublished next CA must not wait.
-        assert!(matches!(decide(&usable(&m), &names, false, now), Action::RenewServing { .. }));
+        assert!(matches!(decide(&usable(&m), &names, false, now), Rotation::RenewServing { .. }));
         let renewed = step(&m, &decide(&usable(&m), &names, false, now), now);
         assert!(renewed.serving.cert.issued_by(&m.ca.cert), "still signed by the published CA");
         assert_eq!(renewed.next_ca.unwrap().cert.pem(), m.next_ca.unwrap().cert.pem());

@@ -1,6 +1,7 @@
-//! The command line (API.md section 6). `run` starts the servers ([`crate::server::run`], under
-//! the tokio runtime `main` builds); the offline commands `validate`, `resolve` and `crds` read
-//! manifests from files and call the same pure functions the webhook and the controllers call.
+//! The command line (docs/contract.md, "Command line"). `run` starts the servers
+//! ([`crate::server::run`], under the tokio runtime `main` builds); the offline commands
+//! `validate`, `resolve` and `crds` read manifests from files and call the same pure functions the
+//! webhook and the controllers call.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -21,6 +22,7 @@ use crate::controller::SecretScope;
 use crate::probe::{self, AllowedCidrs, ProbeOutcome, Prober};
 use crate::schema;
 use crate::validation::{self, Options};
+use crate::vocabulary::Kind;
 
 #[derive(Debug, Parser)]
 #[command(name = "sandcap", version, about = "Admission webhook and operator for sandbox-provider capabilities")]
@@ -34,6 +36,13 @@ pub enum Command {
     /// Serve the admission webhook (HTTPS) and the controllers, with an admin port for probes and
     /// metrics. Stops gracefully on SIGTERM or SIGINT.
     Run(Box<RunArgs>),
+    #[command(flatten)]
+    Offline(Offline),
+}
+
+/// The commands that need no runtime and no cluster: [`run`] runs them.
+#[derive(Debug, Subcommand)]
+pub enum Offline {
     /// Print what the cluster would answer for every object in the files, offline.
     Validate(ValidateArgs),
     /// Print the capability resolution the controller would write.
@@ -237,19 +246,24 @@ pub enum CliError {
     Object { path: String, kind: String, name: String, message: String },
     #[error("{0}")]
     Usage(String),
+    /// The output could not be written (a closed pipe, a full disk): a truncated output must not
+    /// pass for a complete one.
+    #[error("cannot write the output: {0}")]
+    Write(#[from] std::io::Error),
 }
 
 /// Runs an offline command, writing to `out`. Returns the process exit code.
-pub fn run(cli: Cli, out: &mut dyn Write) -> Result<i32, CliError> {
-    match cli.command {
-        Command::Run(_) => Err(CliError::Usage("`sandcap run` needs the async runtime that main builds".into())),
-        Command::Validate(args) => validate(&args, out),
-        Command::Resolve(args) => resolve(&args, out),
-        Command::Crds => {
-            let _ = out.write_all(crds_yaml().as_bytes());
-            Ok(0)
+pub fn run(command: Offline, out: &mut dyn Write) -> Result<i32, CliError> {
+    let code = match command {
+        Offline::Validate(args) => validate(&args, out)?,
+        Offline::Resolve(args) => resolve(&args, out)?,
+        Offline::Crds => {
+            out.write_all(crds_yaml().as_bytes())?;
+            0
         }
-    }
+    };
+    out.flush()?;
+    Ok(code)
 }
 
 /// Both CRDs as one multi-document YAML stream, one file each in `crds/` (named so that
@@ -383,7 +397,7 @@ fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
     for path in &args.files {
         for object in load_objects(path)? {
             let (kind, name) = validation::identify(&object);
-            if validation::Kind::from_kind(&kind).is_none() {
+            if Kind::from_kind(&kind).is_none() {
                 return Err(CliError::Object {
                     path: path.display().to_string(),
                     kind,
@@ -398,7 +412,7 @@ fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
         }
     }
     let denied = records.iter().any(|r| !r.allowed);
-    let _ = match args.output {
+    match args.output {
         Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&records).expect("records serialize")),
         Output::Text => records.iter().try_for_each(|r| {
             if r.allowed {
@@ -408,11 +422,11 @@ fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
             }
             r.warnings.iter().try_for_each(|w| writeln!(out, "WARNING {}/{}: {w}", r.kind, r.name))
         }),
-    };
+    }?;
     Ok(i32::from(denied))
 }
 
-/// One driver's resolution, in the JSON shape API.md section 6 gives.
+/// One driver's resolution, in the JSON shape docs/contract.md ("Command line") gives.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ResolveRecord {
@@ -423,7 +437,7 @@ struct ResolveRecord {
 }
 
 fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, CliError> {
-    let provider: SandboxProvider = load_one(&args.provider, validation::Kind::SandboxProvider)?;
+    let provider: SandboxProvider = load_one(&args.provider, Kind::SandboxProvider)?;
     let verified = match (&args.worker_methods, &args.worker_url) {
         (Some(methods), _) => Verified::methods(methods.iter().map(|m| m.trim()).filter(|m| !m.is_empty())),
         (None, Some(url)) => probe_live(url, &provider)?,
@@ -431,7 +445,7 @@ fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, CliError> {
     };
     let records = match &args.lease {
         Some(lease_path) => {
-            let lease: SandboxLease = load_one(lease_path, validation::Kind::SandboxLease)?;
+            let lease: SandboxLease = load_one(lease_path, Kind::SandboxLease)?;
             if let Some(driver) = &args.driver
                 && *driver != lease.spec.provider_ref.driver_key
             {
@@ -480,13 +494,13 @@ fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, CliError> {
                 .collect()
         }
     };
-    let _ = match args.output {
+    match args.output {
         TableOutput::Json if records.len() == 1 => {
             writeln!(out, "{}", serde_json::to_string_pretty(&records[0]).expect("serializes"))
         }
         TableOutput::Json => writeln!(out, "{}", serde_json::to_string_pretty(&records).expect("serializes")),
         TableOutput::Table => records.iter().try_for_each(|r| write_table(out, r)),
-    };
+    }?;
     Ok(0)
 }
 
@@ -500,7 +514,8 @@ fn probe_live(url: &str, provider: &SandboxProvider) -> Result<Verified, CliErro
     let prober = Prober::new(probe::DEFAULT_TIMEOUT, true, AllowedCidrs::any(), "sandcap-resolve");
     let outcome = runtime.block_on(prober.probe_url(&url, &provider.spec));
     if let ProbeOutcome::Failed(failure) = &outcome {
-        eprintln!("sandcap: {failure}; nothing is verified");
+        // Not eprintln!, which panics when stderr is a closed pipe (see main.rs).
+        let _ = writeln!(std::io::stderr(), "sandcap: {failure}; nothing is verified");
     }
     Ok(outcome.verified())
 }
@@ -515,7 +530,7 @@ fn write_table(out: &mut dyn Write, r: &ResolveRecord) -> std::io::Result<()> {
 }
 
 /// Loads exactly one object of `kind`, refusing one the webhook would deny.
-fn load_one<T: serde::de::DeserializeOwned>(path: &Path, kind: validation::Kind) -> Result<T, CliError> {
+fn load_one<T: serde::de::DeserializeOwned>(path: &Path, kind: Kind) -> Result<T, CliError> {
     let shown = path.display().to_string();
     let mut objects = load_objects(path)?;
     if objects.len() != 1 {

@@ -1,4 +1,4 @@
-//! The capability contract: `effective = verified ∩ declared ∩ narrowing` (API.md section 1).
+//! The capability contract: `effective = verified ∩ declared ∩ narrowing` (docs/contract.md, "Capabilities").
 //!
 //! Pure functions only. The webhook, the controllers and `sandcap resolve` all call these, so there
 //! is exactly one place where a capability is granted or removed.
@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::api::{Capabilities, DriverDeclaration, Explanation, Pinned, SandboxLease, SandboxProvider, SecretKeyRef};
 use crate::config_schema::{self, Deadline, SchemaError};
+use crate::vocabulary::ConditionReason;
 pub use crate::vocabulary::{
     Capability, LeasePolicy, METHOD_DESTROY_LEASE, METHOD_EXECUTE, METHOD_RELEASE_LEASE, METHOD_RESUME_LEASE,
     METHOD_SYNC_IN, METHOD_SYNC_OUT, REMOVED_KEYS, Reason,
@@ -103,7 +104,7 @@ impl Resolution {
     }
 }
 
-/// Resolves every capability through the gates in the order API.md section 3 lists them.
+/// Resolves every capability through the gates in the order docs/contract.md ("Status") lists them.
 pub fn resolve(verified: &Verified, declared: &Declared, narrowing: &Narrowing) -> Resolution {
     let mut capabilities = Capabilities::default();
     let explanations = Capability::ALL
@@ -194,7 +195,7 @@ pub fn resolve_driver(verified: &Verified, driver: &DriverDeclaration) -> Resolu
 fn driver_kind_failure(driver: &DriverDeclaration) -> Option<IdentityFailure> {
     (!driver.is_sandbox_provider()).then(|| IdentityFailure::NotSandboxProvider {
         driver: driver.driver_key.clone(),
-        kind: driver.kind.clone().unwrap_or_else(|| "(omitted)".into()),
+        kind: driver.kind.map_or_else(|| "(omitted)".into(), |k| k.to_string()),
     })
 }
 
@@ -219,16 +220,16 @@ pub enum IdentityFailure {
 }
 
 impl IdentityFailure {
-    /// The CamelCase reason of the `PluginIdentity` condition: the variant's name.
-    pub fn reason(&self) -> &'static str {
+    /// The reason of the `PluginIdentity` condition: the variant's name.
+    pub fn reason(&self) -> ConditionReason {
         match self {
-            IdentityFailure::ProviderNotFound { .. } => "ProviderNotFound",
-            IdentityFailure::PinnedProviderGone { .. } => "PinnedProviderGone",
-            IdentityFailure::ProviderRecreated { .. } => "ProviderRecreated",
-            IdentityFailure::PluginKeyChanged { .. } => "PluginKeyChanged",
-            IdentityFailure::DriverChanged { .. } => "DriverChanged",
-            IdentityFailure::DriverNotDeclared { .. } => "DriverNotDeclared",
-            IdentityFailure::NotSandboxProvider { .. } => "NotSandboxProvider",
+            IdentityFailure::ProviderNotFound { .. } => ConditionReason::ProviderNotFound,
+            IdentityFailure::PinnedProviderGone { .. } => ConditionReason::PinnedProviderGone,
+            IdentityFailure::ProviderRecreated { .. } => ConditionReason::ProviderRecreated,
+            IdentityFailure::PluginKeyChanged { .. } => ConditionReason::PluginKeyChanged,
+            IdentityFailure::DriverChanged { .. } => ConditionReason::DriverChanged,
+            IdentityFailure::DriverNotDeclared { .. } => ConditionReason::DriverNotDeclared,
+            IdentityFailure::NotSandboxProvider { .. } => ConditionReason::NotSandboxProvider,
         }
     }
 }
@@ -259,17 +260,17 @@ pub enum ConfigFailure {
 }
 
 impl ConfigFailure {
-    /// The CamelCase reason of the `ConfigResolved` condition: the variant's name.
-    pub fn reason(&self) -> &'static str {
+    /// The reason of the `ConfigResolved` condition: the variant's name.
+    pub fn reason(&self) -> ConditionReason {
         match self {
-            ConfigFailure::ConfigNotAnObject => "ConfigNotAnObject",
-            ConfigFailure::SecretNotFound { .. } => "SecretNotFound",
-            ConfigFailure::SecretKeyNotFound { .. } => "SecretKeyNotFound",
-            ConfigFailure::SecretNotJson { .. } => "SecretNotJson",
-            ConfigFailure::SecretNotAnObject { .. } => "SecretNotAnObject",
-            ConfigFailure::SchemaDoesNotCompile(_) => "SchemaDoesNotCompile",
-            ConfigFailure::SchemaOverBudget(_) => "SchemaOverBudget",
-            ConfigFailure::SchemaViolated(_) => "SchemaViolated",
+            ConfigFailure::ConfigNotAnObject => ConditionReason::ConfigNotAnObject,
+            ConfigFailure::SecretNotFound { .. } => ConditionReason::SecretNotFound,
+            ConfigFailure::SecretKeyNotFound { .. } => ConditionReason::SecretKeyNotFound,
+            ConfigFailure::SecretNotJson { .. } => ConditionReason::SecretNotJson,
+            ConfigFailure::SecretNotAnObject { .. } => ConditionReason::SecretNotAnObject,
+            ConfigFailure::SchemaDoesNotCompile(_) => ConditionReason::SchemaDoesNotCompile,
+            ConfigFailure::SchemaOverBudget(_) => ConditionReason::SchemaOverBudget,
+            ConfigFailure::SchemaViolated(_) => ConditionReason::SchemaViolated,
         }
     }
 }
@@ -438,20 +439,8 @@ pub fn resolve_lease(
     verified: &Verified,
     secret: impl Fn(&SecretKeyRef) -> SecretLookup,
 ) -> LeaseResolution {
-    resolve_checked_lease(lease, provider, check_identity(lease, provider), verified, secret)
-}
-
-/// [`resolve_lease`] for a caller that has already run [`check_identity`] (the lease controller
-/// reads Secrets only when it passes), so the check runs once.
-pub fn resolve_checked_lease(
-    lease: &SandboxLease,
-    provider: Option<&SandboxProvider>,
-    identity: Result<&DriverDeclaration, IdentityFailure>,
-    verified: &Verified,
-    secret: impl Fn(&SecretKeyRef) -> SecretLookup,
-) -> LeaseResolution {
     let driver_key = lease.spec.provider_ref.driver_key.clone();
-    let driver = match identity {
+    let driver = match check_identity(lease, provider) {
         Ok(driver) => driver,
         Err(why) => {
             let narrowing = Narrowing { identity_failure: Some(why.to_string()), ..Narrowing::default() };

@@ -12,7 +12,7 @@ fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Run(args) => serve(*args),
-        command => match cli::run(Cli { command }, &mut std::io::stdout().lock()) {
+        Command::Offline(command) => match cli::run(command, &mut std::io::stdout().lock()) {
             Ok(code) => code,
             Err(e) => {
                 report(&e);

@@ -1,4 +1,5 @@
-//! The worker probe (API.md section 4): one JSON-RPC 2.0 `initialize` over HTTP POST.
+//! The worker probe (docs/contract.md, "Capabilities": what verifies): one JSON-RPC 2.0
+//! `initialize` over HTTP POST.
 //!
 //! Everything that can go wrong is fail-closed: the outcome is `Failed` with its class
 //! ([`ProbeError`]), and the caller verifies nothing. The worker is untrusted input, so the answer
@@ -24,8 +25,9 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::{SandboxProvider, SandboxProviderSpec, ServiceRef, WorkerRef};
+use crate::api::{SandboxProvider, SandboxProviderSpec, ServiceRef, WorkerRef, is_dns_label};
 use crate::contract::Verified;
+use crate::vocabulary::words;
 
 /// An answer larger than this is refused; a real `initialize` result is a few hundred bytes.
 pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
@@ -154,29 +156,19 @@ fn io_kind(kind: &Option<io::ErrorKind>) -> String {
     kind.map(|k| format!(": {k}")).unwrap_or_default()
 }
 
-/// The addresses a worker URL may not reach unless the operator allows them: each reaches the node
-/// sandcap runs on, or the cloud's instance metadata service (credentials, among other things),
-/// rather than a worker.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AddressClass {
-    /// 127.0.0.0/8, ::1: sandcap's own pod.
-    Loopback,
-    /// 169.254.0.0/16, fe80::/10: the node's link.
-    LinkLocal,
-    /// The metadata services of the major clouds.
-    Metadata,
-    /// 0.0.0.0/8, `::`: connecting there reaches the local host.
-    Unspecified,
-}
-
-impl fmt::Display for AddressClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            AddressClass::Loopback => "loopback",
-            AddressClass::LinkLocal => "link-local",
-            AddressClass::Metadata => "cloud metadata",
-            AddressClass::Unspecified => "unspecified",
-        })
+words! {
+    /// The addresses a worker URL may not reach unless the operator allows them: each reaches the
+    /// node sandcap runs on, or the cloud's instance metadata service (credentials, among other
+    /// things), rather than a worker.
+    pub enum AddressClass (as_str, parse) {
+        /// 127.0.0.0/8, ::1: sandcap's own pod.
+        Loopback = "loopback",
+        /// 169.254.0.0/16, fe80::/10: the node's link.
+        LinkLocal = "link-local",
+        /// The metadata services of the major clouds.
+        Metadata = "cloud metadata",
+        /// 0.0.0.0/8, `::`: connecting there reaches the local host.
+        Unspecified = "unspecified",
     }
 }
 
@@ -430,7 +422,7 @@ impl Prober {
     }
 }
 
-/// The `initialize` request API.md section 4 specifies.
+/// The `initialize` request of the worker protocol.
 fn initialize_request(id: u64, spec: &SandboxProviderSpec, instance_id: &str) -> Value {
     json!({
         "jsonrpc": "2.0",
@@ -572,16 +564,6 @@ fn parse_answer(body: &[u8], expected_id: u64) -> Result<Vec<String>, ProbeError
 
 fn is_method_name(m: &str) -> bool {
     !m.is_empty() && m.len() <= MAX_METHOD_LEN && m.chars().all(|c| c.is_ascii_graphic())
-}
-
-/// RFC 1123 label, as Service names and namespaces are.
-fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
 }
 
 #[cfg(test)]

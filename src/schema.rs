@@ -1,8 +1,8 @@
-//! Layer 1 of API.md section 5, offline: what the apiserver itself says about an object of a
-//! sandcap kind, from the CRD that [`crate::api`] generates — its structural schema (types,
-//! required fields, patterns, lengths, enums, bounds, list-map keys) and its CEL rules
-//! (`x-kubernetes-validations`, evaluated with kube-cel) — plus the apiserver's own check of
-//! `metadata.name`. A pure function of the object and the CRD: no I/O.
+//! The CRD layer of docs/contract.md ("Resources and who enforces what"), offline: what the
+//! apiserver itself says about an object of a sandcap kind, from the CRD that [`crate::api`]
+//! generates — its structural schema (types, required fields, patterns, lengths, enums, bounds,
+//! list-map keys) and its CEL rules (`x-kubernetes-validations`, evaluated with kube-cel) — plus
+//! the apiserver's own check of `metadata.name`. A pure function of the object and the CRD: no I/O.
 //!
 //! The messages are the apiserver's, verified against kube-apiserver 1.37.2 and 1.33.13, which
 //! differ in three forms (see [`Server`]; the table shows 1.37's):
@@ -43,8 +43,8 @@ use kube_cel::cel::{self, Context};
 use kube_cel::{CompilationResult, CompiledSchema, KubeCelExt};
 use serde_json::{Map, Value};
 
-use crate::api::{API_VERSION, GROUP, SandboxLease, SandboxProvider};
-use crate::validation::Kind;
+use crate::api::{API_VERSION, GROUP, SandboxLease, SandboxProvider, is_dns_subdomain};
+use crate::vocabulary::Kind;
 
 /// Which apiserver's message forms to write. They differ in three places, verified on 1.33.13
 /// and 1.37.2 (the minors between were not tried):
@@ -137,17 +137,6 @@ fn metadata_errors(object: &Value) -> Vec<String> {
     }
 }
 
-fn is_dns_subdomain(s: &str) -> bool {
-    let label = |l: &str| {
-        let b = l.as_bytes();
-        !b.is_empty()
-            && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-            && b[0] != b'-'
-            && b[b.len() - 1] != b'-'
-    };
-    s.len() <= 253 && s.split('.').all(label)
-}
-
 /// The CRDs' schemas as JSON and their compiled CEL rules, built once per thread (the compiled
 /// programs are not `Sync`), indexed by [`Kind`].
 struct Crd {
@@ -167,18 +156,26 @@ thread_local! {
 
 impl Crds {
     fn new() -> Crds {
-        let crd =
-            |crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition| {
-                let schema = crd.spec.versions[0].schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref());
-                let schema = serde_json::to_value(schema.expect("the derived CRDs have a schema")).expect("serializes");
-                let cel = kube_cel::compile_schema(&schema);
-                assert!(!cel.has_errors(), "the CRDs' CEL rules compile: {:?}", cel.compilation_errors());
-                Crd { schema, cel }
-            };
+        let crd = |kind| {
+            let schema = crd_schema(kind);
+            let cel = kube_cel::compile_schema(&schema);
+            assert!(!cel.has_errors(), "the CRDs' CEL rules compile: {:?}", cel.compilation_errors());
+            Crd { schema, cel }
+        };
         // In `Kind` order.
-        let kinds = [crd(SandboxProvider::crd()), crd(SandboxLease::crd())];
+        let kinds = Kind::ALL.map(crd);
         Crds { kinds, context: Context::default().with_all(), patterns: RefCell::default() }
     }
+}
+
+/// The `openAPIV3Schema` of the CRD of `kind`, as JSON.
+pub fn crd_schema(kind: Kind) -> Value {
+    let crd = match kind {
+        Kind::SandboxProvider => SandboxProvider::crd(),
+        Kind::SandboxLease => SandboxLease::crd(),
+    };
+    let schema = crd.spec.versions[0].schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref());
+    serde_json::to_value(schema.expect("the derived CRDs have a schema")).expect("serializes")
 }
 
 /// The CEL walk, over an object that passed the structural schema.

@@ -31,13 +31,13 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 use tower_http::timeout::TimeoutLayer;
 
-use crate::admission::{self, Answer, Verdict};
+use crate::admission::{self, Answer, Decision};
 use crate::certs::{self, CertOptions};
 use crate::cli::{LogFormat, RunArgs};
 use crate::controller::{self, ControllerOptions};
 use crate::metrics::{self, AdmissionLabels, ApiLabels, KindLabels, Metrics};
 use crate::text;
-use crate::tls::{self, CertError, CertResolver, CertSource};
+use crate::tls::{self, CertLoadError, CertResolver, CertSource};
 use crate::validation::Options;
 
 /// The apiserver's own limit on a request body.
@@ -106,7 +106,7 @@ pub enum ServerError {
     #[error("give --tls-cert and --tls-key, or --tls-self-signed")]
     NoCertificate,
     #[error(transparent)]
-    Certificate(#[from] CertError),
+    Certificate(#[from] CertLoadError),
     #[error("admin listener: {0}")]
     Admin(std::io::Error),
     #[error("no Kubernetes client configuration (in-cluster or kubeconfig): {0}")]
@@ -391,9 +391,9 @@ fn webhook_router(options: Options, metrics: Metrics, limits: &Limits) -> Router
 /// budgets (the body limit, [`crate::config_schema::BUDGET`]), not by the timeout.
 async fn validate(State(state): State<Arc<WebhookState>>, request: Request) -> Response {
     let started = Instant::now();
-    let invalid = || admission::Outcome { verdict: Some(Verdict::Invalid), ..Default::default() };
+    let invalid = || admission::Summary { verdict: Some(Decision::Invalid), ..Default::default() };
     let Ok(Ok(place)) = tokio::time::timeout(state.queue_timeout, state.in_flight.clone().acquire_owned()).await else {
-        let outcome = admission::Outcome { verdict: Some(Verdict::Overloaded), ..Default::default() };
+        let outcome = admission::Summary { verdict: Some(Decision::Overloaded), ..Default::default() };
         count(&state.metrics, &outcome, started);
         tracing::warn!(
             in_flight = state.in_flight.available_permits(),
@@ -441,7 +441,7 @@ async fn validate(State(state): State<Arc<WebhookState>>, request: Request) -> R
 ///
 /// The object's name is `object`, not `name`: the JSON format writes the span's own name under
 /// `span.name`, and a reader keeps only one of two equal keys.
-fn log(outcome: &admission::Outcome) {
+fn log(outcome: &admission::Summary) {
     let allowed = outcome.allowed();
     if allowed && !tracing::enabled!(tracing::Level::DEBUG) {
         return;
@@ -461,8 +461,8 @@ fn log(outcome: &admission::Outcome) {
     // (control characters escaped), so a client cannot flood the log or forge lines in it.
     let reason = text::prefix(&outcome.message, LOGGED_REASON);
     span.in_scope(|| match outcome.verdict {
-        Some(Verdict::Allowed) => tracing::debug!("allowed"),
-        Some(Verdict::Denied) => tracing::info!(problems = outcome.problems, reason, "denied"),
+        Some(Decision::Allowed) => tracing::debug!("allowed"),
+        Some(Decision::Denied) => tracing::info!(problems = outcome.problems, reason, "denied"),
         _ => tracing::info!(reason, "invalid admission review"),
     });
 }
@@ -470,9 +470,9 @@ fn log(outcome: &admission::Outcome) {
 /// How much of a denial message a log line shows.
 const LOGGED_REASON: usize = 256;
 
-fn count(metrics: &Metrics, outcome: &admission::Outcome, started: Instant) {
+fn count(metrics: &Metrics, outcome: &admission::Summary, started: Instant) {
     let kind = outcome.kind_label();
-    let verdict = outcome.verdict.unwrap_or(Verdict::Invalid).as_str();
+    let verdict = outcome.verdict.unwrap_or(Decision::Invalid).as_str();
     metrics
         .admission_requests
         .get_or_create(&AdmissionLabels { kind, operation: outcome.operation_label(), verdict })

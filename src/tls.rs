@@ -32,7 +32,7 @@ pub enum CertSource {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum CertError {
+pub enum CertLoadError {
     #[error("{path}: cannot read: {source}")]
     Read { path: String, source: std::io::Error },
     #[error("{path}: {message}")]
@@ -103,15 +103,15 @@ pub struct Loaded {
 
 /// Parses a PEM chain (leaf first) and a PEM private key, and checks that they match.
 /// `cert_name`/`key_name` only label errors. Error messages never quote the key.
-pub fn load_pem(cert_pem: &[u8], key_pem: &[u8], cert_name: &str, key_name: &str) -> Result<Loaded, CertError> {
-    let pem_error = |path: &str, message: String| CertError::Pem { path: path.to_string(), message };
+pub fn load_pem(cert_pem: &[u8], key_pem: &[u8], cert_name: &str, key_name: &str) -> Result<Loaded, CertLoadError> {
+    let pem_error = |path: &str, message: String| CertLoadError::Pem { path: path.to_string(), message };
     let chain = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| pem_error(cert_name, format!("not a PEM certificate chain: {e}")))?;
     let Some(leaf) = chain.first() else {
         return Err(pem_error(cert_name, "no certificate in the file".into()));
     };
-    let (_, parsed) = x509_parser::parse_x509_certificate(leaf).map_err(|e| CertError::X509(e.to_string()))?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(leaf).map_err(|e| CertLoadError::X509(e.to_string()))?;
     let not_after = parsed.validity().not_after.timestamp();
     let key = PrivateKeyDer::from_pem_slice(key_pem)
         .map_err(|e| pem_error(key_name, format!("not a PEM private key: {e}")))?;
@@ -122,12 +122,12 @@ pub fn load_pem(cert_pem: &[u8], key_pem: &[u8], cert_name: &str, key_name: &str
     let certified = CertifiedKey::new(chain, signing_key);
     // Unlike CertifiedKey::from_der, an unverifiable pair is refused too: swapping in a key that
     // might not match would break every handshake.
-    certified.keys_match().map_err(CertError::Mismatch)?;
+    certified.keys_match().map_err(CertLoadError::Mismatch)?;
     Ok(Loaded { key: Arc::new(certified), not_after })
 }
 
 /// A fresh self-signed certificate for localhost and 127.0.0.1, valid for a year.
-pub fn self_signed() -> Result<Loaded, CertError> {
+pub fn self_signed() -> Result<Loaded, CertLoadError> {
     let key = rcgen::KeyPair::generate()?;
     let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;
     params.distinguished_name.push(rcgen::DnType::CommonName, "sandcap self-signed");
@@ -208,10 +208,10 @@ impl Reloader {
 /// Reads the pair, and the certificate once more: if it changed meanwhile, the files were being
 /// swapped and the key may belong to either version, so the read is repeated (a few times at most;
 /// a pair still in flux after that is judged on what was read).
-async fn read_pair(cert: &Path, key: &Path) -> Result<(Vec<u8>, Vec<u8>), CertError> {
+async fn read_pair(cert: &Path, key: &Path) -> Result<(Vec<u8>, Vec<u8>), CertLoadError> {
     let read = |path: &Path| {
         let path = path.to_path_buf();
-        async move { tokio::fs::read(&path).await.map_err(|source| CertError::Read { path: shown(&path), source }) }
+        async move { tokio::fs::read(&path).await.map_err(|source| CertLoadError::Read { path: shown(&path), source }) }
     };
     let mut pair = (read(cert).await?, read(key).await?);
     for _ in 0..3 {
@@ -244,7 +244,7 @@ mod tests {
         let a = rcgen::generate_simple_self_signed(vec!["a".to_string()]).unwrap();
         let b = rcgen::generate_simple_self_signed(vec!["b".to_string()]).unwrap();
         let err = load_pem(a.cert.pem().as_bytes(), b.signing_key.serialize_pem().as_bytes(), "c", "k");
-        assert!(matches!(err, Err(CertError::Mismatch(_))));
+        assert!(matches!(err, Err(CertLoadError::Mismatch(_))));
     }
 
     #[test]

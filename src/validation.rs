@@ -1,23 +1,31 @@
-//! The webhook's rules (API.md section 5, layer 2): only what the apiserver cannot check from the
-//! CRD — `configSchema` compiles, worker URLs without `--allow-worker-urls` or to refused
-//! addresses, unknown fields the schema keeps (so none is pruned silently) — and the warnings. Everything the CRD can state is
-//! stated there ([`crate::api`]) and nowhere here. One pure function over the raw JSON object:
-//! the webhook and `sandcap validate` both call [`review`], so they can never disagree, and every
-//! problem is reported at once with its Kubernetes field path.
+//! The webhook's rules (docs/contract.md, "Resources and who enforces what": the webhook layer):
+//! only what the apiserver cannot check from the CRD — `configSchema` compiles, worker URLs without
+//! `--allow-worker-urls` or to refused addresses, unknown fields the schema keeps (so none is
+//! pruned silently) — and the warnings. Everything the CRD can state is stated there
+//! ([`crate::api`]) and nowhere here. One pure function over the raw JSON object: the webhook and
+//! `sandcap validate` both call [`review`], so they can never disagree, and every problem is
+//! reported at once with its Kubernetes field path.
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::LazyLock;
 use std::time::Instant;
 
-use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde::de::value::SeqAccessDeserializer;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::api::{
+    ConfigSource, DriverDeclaration, ProviderRef, SandboxLeaseSpec, SandboxProviderSpec, SecretKeyRef, ServiceRef,
+    WorkerRef, WorkloadRef,
+};
 use crate::config_schema::{self, Deadline};
 use crate::probe::AllowedCidrs;
+use crate::schema;
 use crate::text;
-use crate::vocabulary::{Capability, DriverKind, REMOVED_KEYS, words};
+use crate::vocabulary::{Capability, DriverKind, Kind, REMOVED_KEYS};
 
 /// Kubernetes refuses admission warnings longer than this, so ours stay below it.
 pub const MAX_WARNING_LEN: usize = 120;
@@ -28,14 +36,6 @@ pub struct Options {
     pub allow_worker_urls: bool,
     /// Refused addresses that worker URLs may reach nonetheless ([`crate::probe`]).
     pub worker_url_allowed_cidrs: AllowedCidrs,
-}
-
-words! {
-    /// The two kinds sandcap reviews.
-    pub enum Kind (as_str, from_kind) {
-        SandboxProvider = "SandboxProvider",
-        SandboxLease = "SandboxLease",
-    }
 }
 
 /// One problem: `<field path>: <problem>`. `kind` names the rule, in the plural form the
@@ -297,32 +297,104 @@ impl<'de> Deserialize<'de> for Key<'de> {
     }
 }
 
-const PROVIDER_SPEC_FIELDS: &[&str] = &["pluginKey", "version", "worker", "environmentDrivers"];
-const WORKER_FIELDS: &[&str] = &["service", "url"];
-const SERVICE_FIELDS: &[&str] = &["namespace", "name", "port", "path"];
-const DRIVER_FIELDS: &[&str] = &[
-    "driverKey",
-    "kind",
-    "displayName",
-    "description",
-    "configSchema",
-    "supportsReusableLeases",
-    "sandboxCapabilities",
-];
-const LEASE_SPEC_FIELDS: &[&str] = &[
-    "providerRef",
-    "policy",
-    "environment",
-    "backend",
-    "workloadRef",
-    "nativeFileSyncUnsupported",
-    "config",
-    "configFrom",
-];
-const PROVIDER_REF_FIELDS: &[&str] = &["name", "driverKey"];
-const WORKLOAD_REF_FIELDS: &[&str] = &["apiVersion", "kind", "name"];
-const CONFIG_SOURCE_FIELDS: &[&str] = &["secretKeyRef"];
-const SECRET_KEY_REF_FIELDS: &[&str] = &["name", "key"];
+/// The fields of each object in `spec` that has fields, in the order [`crate::api`] declares
+/// them (the order a denial lists them in). Derived once, so that a field added to a type is
+/// known here: the CRD's schema of the object gives a sample with every field set, which the type
+/// reads and writes back, in declaration order, minus nothing but what the type keeps as unknown.
+struct Fields {
+    provider_spec: Known,
+    worker: Known,
+    service: Known,
+    driver: Known,
+    lease_spec: Known,
+    provider_ref: Known,
+    workload_ref: Known,
+    config_source: Known,
+    secret_key_ref: Known,
+}
+
+const PROVIDER: Kind = Kind::SandboxProvider;
+const LEASE: Kind = Kind::SandboxLease;
+
+static FIELDS: LazyLock<Fields> = LazyLock::new(|| Fields {
+    provider_spec: Known::of::<SandboxProviderSpec>(PROVIDER, "/properties/spec"),
+    worker: Known::of::<WorkerRef>(PROVIDER, "/properties/spec/properties/worker"),
+    service: Known::of::<ServiceRef>(PROVIDER, "/properties/spec/properties/worker/properties/service"),
+    driver: Known::of::<DriverDeclaration>(PROVIDER, "/properties/spec/properties/environmentDrivers/items"),
+    lease_spec: Known::of::<SandboxLeaseSpec>(LEASE, "/properties/spec"),
+    provider_ref: Known::of::<ProviderRef>(LEASE, "/properties/spec/properties/providerRef"),
+    workload_ref: Known::of::<WorkloadRef>(LEASE, "/properties/spec/properties/workloadRef"),
+    config_source: Known::of::<ConfigSource>(LEASE, "/properties/spec/properties/configFrom/items"),
+    secret_key_ref: Known::of::<SecretKeyRef>(
+        LEASE,
+        "/properties/spec/properties/configFrom/items/properties/secretKeyRef",
+    ),
+});
+
+/// The fields of one object, and where the CRD of `kind` describes it (a JSON pointer).
+struct Known {
+    #[cfg_attr(not(test), allow(dead_code))]
+    kind: Kind,
+    #[cfg_attr(not(test), allow(dead_code))]
+    pointer: &'static str,
+    fields: Vec<String>,
+}
+
+impl Known {
+    /// The fields of `T`, in declaration order.
+    fn of<T: DeserializeOwned + Serialize>(kind: Kind, pointer: &'static str) -> Known {
+        let crd = schema::crd_schema(kind);
+        let schema = crd.pointer(pointer).expect("the CRD describes the object");
+        let value: T = serde_json::from_value(sample(schema)).expect("the schema's sample fits its type");
+        let json = serde_json::to_string(&value).expect("serializes");
+        let OrderedKeys(fields) = serde_json::from_str(&json).expect("a type with fields writes an object");
+        Known { kind, pointer, fields }
+    }
+}
+
+/// A value that `schema` admits with every property set (patterns aside: the types do not check
+/// them).
+fn sample(schema: &Value) -> Value {
+    if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+        return properties.iter().map(|(key, schema)| (key.clone(), sample(schema))).collect();
+    }
+    if let Some(first) = schema.get("enum").and_then(|e| e.get(0)) {
+        return first.clone();
+    }
+    match schema.get("type").and_then(Value::as_str) {
+        Some("string") => Value::from(""),
+        Some("integer" | "number") => Value::from(1),
+        Some("boolean") => Value::from(true),
+        Some("array") => Value::Array(vec![sample(&schema["items"])]),
+        _ => Value::Object(Map::new()),
+    }
+}
+
+/// The keys of a JSON object, in the order they are written.
+struct OrderedKeys(Vec<String>);
+
+impl<'de> Deserialize<'de> for OrderedKeys {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeysInOrder;
+        impl<'de> Visitor<'de> for KeysInOrder {
+            type Value = OrderedKeys;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<OrderedKeys, A::Error> {
+                let mut keys = Vec::new();
+                while let Some(key) = map.next_key()? {
+                    map.next_value::<IgnoredAny>()?;
+                    keys.push(key);
+                }
+                Ok(OrderedKeys(keys))
+            }
+        }
+        deserializer.deserialize_map(KeysInOrder)
+    }
+}
 
 impl Verdict {
     /// Counts the warnings that did not fit in a last one.
@@ -367,8 +439,8 @@ impl Checker {
 
     /// Rejects keys not in `allowed`; the CRD keeps such keys (it does not prune them) exactly so
     /// that a typo is refused here rather than silently dropped.
-    fn known_fields(&mut self, map: &Map<String, Value>, path: &str, allowed: &[&str]) {
-        for key in map.keys().filter(|k| !allowed.contains(&k.as_str())) {
+    fn known_fields(&mut self, map: &Map<String, Value>, path: &str, allowed: &[String]) {
+        for key in map.keys().filter(|k| !allowed.contains(k)) {
             if !self.verdict.lists(UNKNOWN_FIELDS) {
                 self.verdict.omit(UNKNOWN_FIELDS);
                 continue;
@@ -390,7 +462,7 @@ impl Checker {
         map: &'v Map<String, Value>,
         key: &str,
         path: &str,
-        allowed: &[&str],
+        allowed: &[String],
     ) -> Option<&'v Map<String, Value>> {
         let child = field(map, key)?.as_object()?;
         self.known_fields(child, path, allowed);
@@ -400,9 +472,9 @@ impl Checker {
     // ---- SandboxProvider --------------------------------------------------------------------
 
     fn provider(&mut self, spec: &Map<String, Value>, options: &Options) {
-        self.known_fields(spec, "spec", PROVIDER_SPEC_FIELDS);
-        if let Some(worker) = self.child(spec, "worker", "spec.worker", WORKER_FIELDS) {
-            self.child(worker, "service", "spec.worker.service", SERVICE_FIELDS);
+        self.known_fields(spec, "spec", &FIELDS.provider_spec.fields);
+        if let Some(worker) = self.child(spec, "worker", "spec.worker", &FIELDS.worker.fields) {
+            self.child(worker, "service", "spec.worker.service", &FIELDS.service.fields);
             if let Some(url) = field(worker, "url") {
                 self.worker_url(url, options);
             }
@@ -441,7 +513,7 @@ impl Checker {
     }
 
     fn driver(&mut self, d: &Map<String, Value>, path: &str) {
-        self.known_fields(d, path, DRIVER_FIELDS);
+        self.known_fields(d, path, &FIELDS.driver.fields);
         if let Some(schema) = field(d, "configSchema")
             && let Err(e) = config_schema::compile(schema, Deadline::Shared(self.deadline))
         {
@@ -472,15 +544,15 @@ impl Checker {
     // ---- SandboxLease -----------------------------------------------------------------------
 
     fn lease(&mut self, spec: &Map<String, Value>) {
-        self.known_fields(spec, "spec", LEASE_SPEC_FIELDS);
-        self.child(spec, "providerRef", "spec.providerRef", PROVIDER_REF_FIELDS);
-        self.child(spec, "workloadRef", "spec.workloadRef", WORKLOAD_REF_FIELDS);
+        self.known_fields(spec, "spec", &FIELDS.lease_spec.fields);
+        self.child(spec, "providerRef", "spec.providerRef", &FIELDS.provider_ref.fields);
+        self.child(spec, "workloadRef", "spec.workloadRef", &FIELDS.workload_ref.fields);
         let sources = field(spec, "configFrom").and_then(Value::as_array).into_iter().flatten();
         for (i, source) in sources.enumerate() {
             let path = format!("spec.configFrom[{i}]");
             if let Some(s) = source.as_object() {
-                self.known_fields(s, &path, CONFIG_SOURCE_FIELDS);
-                self.child(s, "secretKeyRef", &format!("{path}.secretKeyRef"), SECRET_KEY_REF_FIELDS);
+                self.known_fields(s, &path, &FIELDS.config_source.fields);
+                self.child(s, "secretKeyRef", &format!("{path}.secretKeyRef"), &FIELDS.secret_key_ref.fields);
             }
         }
     }
@@ -517,6 +589,30 @@ pub(crate) fn type_name(value: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The derivation may lose no field the CRD has, and invent none.
+    #[test]
+    fn the_known_fields_are_the_crds_properties() {
+        let f = &*FIELDS;
+        let all = [
+            &f.provider_spec,
+            &f.worker,
+            &f.service,
+            &f.driver,
+            &f.lease_spec,
+            &f.provider_ref,
+            &f.workload_ref,
+            &f.config_source,
+            &f.secret_key_ref,
+        ];
+        for known in all {
+            let crd = schema::crd_schema(known.kind);
+            let properties = crd.pointer(known.pointer).and_then(|s| s["properties"].as_object()).expect("properties");
+            let mut fields = known.fields.clone();
+            fields.sort();
+            assert_eq!(fields, properties.keys().cloned().collect::<Vec<_>>(), "{}", known.pointer);
+        }
+    }
 
     #[test]
     fn warnings_are_cut_below_the_limit_on_a_char_boundary() {

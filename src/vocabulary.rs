@@ -1,6 +1,8 @@
-//! The contract's words: capability keys, explanation reasons, worker method names, driver kinds
-//! and the removed keys. Both [`crate::api`] (which writes them into the CRD schema) and
-//! [`crate::contract`] (which resolves with them) depend on this module, never on each other.
+//! The contract's words: the two kinds, capability keys, explanation reasons, condition types and
+//! reasons, worker method names, driver kinds and the removed keys. It depends on nothing in the
+//! crate, so every module may use it: [`crate::api`] writes these words into the CRD schema,
+//! [`crate::contract`] (which also reads the types of [`crate::api`]) resolves with them, and the
+//! controllers write them into status.
 //!
 //! Each enum is declared once with its wire spelling; the string table, the list of all values
 //! and the serde and schema spellings all come from that one declaration.
@@ -51,8 +53,20 @@ pub const METHOD_SYNC_IN: &str = "environmentSyncIn";
 pub const METHOD_SYNC_OUT: &str = "environmentSyncOut";
 pub const METHOD_EXECUTE: &str = "environmentExecute";
 
+/// Every worker method some capability needs, in the order [`Capability::ALL`] first needs them.
+pub const WORKER_METHODS: [&str; 6] =
+    [METHOD_RESUME_LEASE, METHOD_RELEASE_LEASE, METHOD_DESTROY_LEASE, METHOD_SYNC_IN, METHOD_SYNC_OUT, METHOD_EXECUTE];
+
 /// Capability keys that were once part of the contract; the CRD names them when it rejects them.
 pub const REMOVED_KEYS: [&str; 2] = ["concurrentSyncAndExec", "concurrentSyncOperations"];
+
+words! {
+    /// The two kinds sandcap defines (and reviews, and reconciles).
+    pub enum Kind (as_str, from_kind) {
+        SandboxProvider = "SandboxProvider",
+        SandboxLease = "SandboxLease",
+    }
+}
 
 words! {
     /// The six capability keys.
@@ -101,7 +115,8 @@ impl Capability {
 }
 
 words! {
-    /// Why a capability is on or off: the gates, in the order API.md section 3 checks them.
+    /// Why a capability is on or off: the gates, in the order docs/contract.md
+    /// ("Status") lists them.
     /// `Granted` means none removed it.
     pub enum Reason (as_str, parse) {
         PluginIdentityFailed = "PluginIdentityFailed",
@@ -132,5 +147,74 @@ words! {
     pub enum DriverKind (as_str, parse) {
         SandboxProvider = "sandbox_provider",
         EnvironmentDriver = "environment_driver",
+    }
+}
+
+words! {
+    /// The types of the conditions sandcap writes (docs/contract.md, "Status"): `Resolved`,
+    /// `ConfigResolved` and `PluginIdentity` on a lease; `WorkerVerified`, `Ready` and
+    /// `ConfigSchemasCompiled` on a provider.
+    pub enum ConditionType (as_str, parse) {
+        Resolved = "Resolved",
+        ConfigResolved = "ConfigResolved",
+        PluginIdentity = "PluginIdentity",
+        WorkerVerified = "WorkerVerified",
+        Ready = "Ready",
+        ConfigSchemasCompiled = "ConfigSchemasCompiled",
+    }
+}
+
+words! {
+    /// The reasons of those conditions, and of the Events a provider's capability changes record.
+    pub enum ConditionReason (as_str, parse) {
+        // SandboxLease `Resolved`
+        Resolved = "Resolved",
+        // SandboxLease `PluginIdentity` (and `Resolved`, `ConfigResolved` when it fails)
+        Pinned = "Pinned",
+        PluginIdentityFailed = "PluginIdentityFailed",
+        ProviderNotFound = "ProviderNotFound",
+        PinnedProviderGone = "PinnedProviderGone",
+        ProviderRecreated = "ProviderRecreated",
+        PluginKeyChanged = "PluginKeyChanged",
+        DriverChanged = "DriverChanged",
+        DriverNotDeclared = "DriverNotDeclared",
+        NotSandboxProvider = "NotSandboxProvider",
+        // SandboxLease `ConfigResolved`
+        ConfigResolved = "ConfigResolved",
+        ConfigNotAnObject = "ConfigNotAnObject",
+        SecretNotFound = "SecretNotFound",
+        SecretKeyNotFound = "SecretKeyNotFound",
+        SecretNotJson = "SecretNotJson",
+        SecretNotAnObject = "SecretNotAnObject",
+        SchemaViolated = "SchemaViolated",
+        // SandboxProvider `WorkerVerified` and `Ready`
+        ProbeSucceeded = "ProbeSucceeded",
+        ProbeFailed = "ProbeFailed",
+        NoMethodsAdvertised = "NoMethodsAdvertised",
+        CapabilitiesResolved = "CapabilitiesResolved",
+        WorkerNotVerified = "WorkerNotVerified",
+        // SandboxProvider `ConfigSchemasCompiled` (the last two also on a lease's `ConfigResolved`)
+        Compiled = "Compiled",
+        SchemaDoesNotCompile = "SchemaDoesNotCompile",
+        SchemaOverBudget = "SchemaOverBudget",
+        // Events on a SandboxProvider
+        CapabilitiesGranted = "CapabilitiesGranted",
+        CapabilitiesRevoked = "CapabilitiesRevoked",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_methods_are_those_the_capabilities_need() {
+        let mut needed: Vec<&str> = Vec::new();
+        for method in Capability::ALL.iter().flat_map(|c| c.required_methods()) {
+            if !needed.contains(method) {
+                needed.push(method);
+            }
+        }
+        assert_eq!(needed, WORKER_METHODS);
     }
 }

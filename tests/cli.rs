@@ -1,16 +1,16 @@
-//! The built `sandcap` binary on `examples/` and on bad input (API.md section 6).
+//! The built `sandcap` binary on `examples/` and on bad input (docs/contract.md, "Command line").
 
-mod common;
+mod support;
 
 use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::LazyLock;
 
-use common::ALL_METHODS;
+use sandcap::vocabulary::WORKER_METHODS;
 use serde_json::{Value, json};
 
 /// Every worker method, as `--worker-methods` takes them.
-static ALL: LazyLock<String> = LazyLock::new(|| ALL_METHODS.join(","));
+static ALL: LazyLock<String> = LazyLock::new(|| WORKER_METHODS.join(","));
 
 fn sandcap(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sandcap"))
@@ -183,7 +183,7 @@ fn resolve_without_worker_methods_verifies_nothing_unless_the_provider_status_sa
     let dir = tempfile::tempdir().unwrap();
     let mut provider: Value =
         serde_saphyr::from_str(&std::fs::read_to_string("examples/provider-legacy.yaml").unwrap()).unwrap();
-    provider["status"] = json!({"worker": {"probe": "Succeeded", "supportedMethods": ALL_METHODS, "message": ""}});
+    provider["status"] = json!({"worker": {"probe": "Succeeded", "supportedMethods": WORKER_METHODS, "message": ""}});
     let file = write(dir.path(), "p.json", &provider.to_string());
     let r: Value = serde_json::from_slice(&sandcap(&["resolve", "--provider", &file, "-o", "json"]).stdout).unwrap();
     assert_eq!(r["capabilities"]["reusableLeases"], true, "legacy flag read as reusableLeases");
@@ -318,6 +318,31 @@ fn bad_input_gets_a_one_line_error_naming_the_file() {
         stdout(&o),
         "DENIED SandboxProvider/empty: SandboxProvider.sandcap.dev \"empty\" is invalid: spec.environmentDrivers: Invalid value: 0: spec.environmentDrivers in body should have at least 1 items\n"
     );
+}
+
+/// A full disk or a closed pipe must not pass for a complete output: every offline command
+/// exits 2 with one line on stderr.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_failed_write_exits_2_with_one_line() {
+    let commands: [&[&str]; 3] = [
+        &["crds"],
+        &["validate", "examples/provider-full.yaml"],
+        &["resolve", "--provider", "examples/provider-full.yaml", "--worker-methods", &ALL],
+    ];
+    for args in commands {
+        let full = std::fs::File::create("/dev/full").expect("/dev/full opens");
+        let o = Command::new(env!("CARGO_BIN_EXE_sandcap"))
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdout(full)
+            .output()
+            .expect("sandcap runs");
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("sandcap: cannot write the output: "), "{args:?}: {err}");
+    }
 }
 
 #[test]

@@ -1,13 +1,15 @@
-//! One table-driven test per rule of API.md section 1 (and the reason order of section 3).
+//! One table-driven test per rule of docs/contract.md, "Capabilities" (and the reason order of
+//! "Status").
 
-mod common;
+mod support;
 
-use common::*;
 use sandcap::api::{LeasePolicy, Pinned, SandboxLeaseStatus};
 use sandcap::contract::{
     self, Capability, Declared, Narrowing, Reason, Verified, resolve, resolve_driver, resolve_lease,
 };
+use sandcap::vocabulary::DriverKind;
 use serde_json::json;
+use support::fixtures::*;
 
 use Capability::*;
 
@@ -158,9 +160,9 @@ fn declared_shows_only_present_keys_with_the_legacy_flag_folded_in() {
 
 #[test]
 fn non_sandbox_provider_drivers_are_never_read() {
-    for kind in [Some("environment_driver"), None] {
+    for kind in [Some(DriverKind::EnvironmentDriver), None] {
         let mut d = full_driver();
-        d.kind = kind.map(Into::into);
+        d.kind = kind;
         let r = resolve_driver(&all_verified(), &d);
         assert!(Capability::ALL.iter().all(|c| !r.is_granted(*c) && reason(&r, *c) == Reason::PluginIdentityFailed));
     }
@@ -356,7 +358,7 @@ fn identity_failures_turn_everything_off_whatever_the_worker_says() {
     let mut driver_gone = acme();
     driver_gone.spec.environment_drivers[0].driver_key = "other".into();
     let mut kind_changed = acme();
-    kind_changed.spec.environment_drivers[0].kind = Some("environment_driver".into());
+    kind_changed.spec.environment_drivers[0].kind = Some(DriverKind::EnvironmentDriver);
     let mut plugin_changed = acme();
     plugin_changed.spec.plugin_key = "evil.plugin".into();
     let table = [

@@ -9,8 +9,9 @@ use sandcap::api::{SandboxProvider, SandboxProviderSpec};
 use sandcap::probe::{
     AddressClass, AllowedCidrs, MAX_ANSWER_BYTES, ProbeError, ProbeOutcome, Prober, parse_worker_url,
 };
+use sandcap::vocabulary::WORKER_METHODS;
 use serde_json::Value;
-use support::{ALL_METHODS, Worker, all_true, provider};
+use support::{Worker, all_true, provider};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -132,7 +133,7 @@ async fn a_tls_failure_is_named_without_the_peers_words() {
 
 #[tokio::test]
 async fn a_host_name_resolving_to_loopback_is_refused_unless_allowed() {
-    let worker = Worker::with_methods(&ALL_METHODS);
+    let worker = Worker::with_methods(&WORKER_METHODS);
     // `localhost` is not checked by name here: only the addresses it resolves to are.
     let by_name = worker.url.replace("127.0.0.1", "localhost");
     let refused = probe_allowing(&by_name, Duration::from_secs(5), AllowedCidrs::default()).await;
@@ -255,14 +256,14 @@ async fn http_errors_fail_and_redirects_are_not_followed() {
     let (url, _) = serve_once(http("503 Service Unavailable", "", "busy")).await;
     assert!(failure(probe(&url).await).ends_with("the worker answered HTTP 503 Service Unavailable"));
 
-    let worker = Worker::with_methods(&ALL_METHODS);
+    let worker = Worker::with_methods(&WORKER_METHODS);
     let (url, _) = serve_once(http("307 Temporary Redirect", &format!("location: {}\r\n", worker.url), "")).await;
     assert!(failure(probe(&url).await).ends_with("the worker answered HTTP 307 Temporary Redirect"));
 }
 
 #[tokio::test]
 async fn a_worker_url_is_not_probed_without_the_flag() {
-    let worker = Worker::with_methods(&ALL_METHODS);
+    let worker = Worker::with_methods(&WORKER_METHODS);
     let provider: SandboxProvider = serde_json::from_value(provider("acme", &worker.url, all_true())).unwrap();
     let refused = Prober::new(Duration::from_secs(5), false, loopback(), "test").probe(&provider).await;
     assert_eq!(refused.reason(), "endpoint");
@@ -287,7 +288,7 @@ fn resolve_with_worker_url(url: &str) -> (Value, String) {
 
 #[test]
 fn resolve_probes_a_worker_url_live() {
-    let worker = Worker::with_methods(&ALL_METHODS);
+    let worker = Worker::with_methods(&WORKER_METHODS);
     let (record, stderr) = resolve_with_worker_url(&worker.url);
     assert_eq!(record["capabilities"]["nativeSyncIn"], true, "{record}");
     assert_eq!(record["effectivePolicy"], "ReuseByEnvironment");

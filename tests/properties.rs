@@ -1,17 +1,17 @@
 //! Property tests for the invariants of `effective = verified ∩ declared ∩ narrowing`.
 
-mod common;
+mod support;
 
-use common::ALL_METHODS;
 use proptest::prelude::*;
 use sandcap::api::{DeclaredCapabilities, DriverDeclaration, LeasePolicy};
 use sandcap::contract::{Capability, Declared, Narrowing, Reason, Verified, resolve, resolve_driver};
 use sandcap::validation::{ALREADY_STORED, MAX_WARNING_LEN, Options, REVIEWED, Shape, identify, review};
+use sandcap::vocabulary::{DriverKind, WORKER_METHODS};
 use serde_json::{Value, json};
 
 fn verified() -> impl Strategy<Value = Verified> {
     let noise = prop::sample::select(vec!["initialize", "environmentTeleport", "", "environmentexecute"]);
-    (prop::sample::subsequence(ALL_METHODS.to_vec(), 0..=6), prop::collection::vec(noise, 0..3), any::<bool>())
+    (prop::sample::subsequence(WORKER_METHODS.to_vec(), 0..=6), prop::collection::vec(noise, 0..3), any::<bool>())
         .prop_map(
             |(methods, noise, failed)| {
                 if failed { Verified::nothing() } else { Verified::methods(methods.into_iter().chain(noise)) }
@@ -33,7 +33,7 @@ fn driver() -> impl Strategy<Value = DriverDeclaration> {
             }
             DriverDeclaration {
                 driver_key: "d".into(),
-                kind: Some(if sandbox { "sandbox_provider" } else { "environment_driver" }.into()),
+                kind: Some(if sandbox { DriverKind::SandboxProvider } else { DriverKind::EnvironmentDriver }),
                 supports_reusable_leases: legacy,
                 sandbox_capabilities: has_caps.then_some(caps),
                 ..Default::default()
@@ -111,8 +111,8 @@ proptest! {
     #[test]
     fn fewer_verified_methods_never_grant_more(d in driver(), n in narrowing(), drop in 0usize..6) {
         let declared = Declared::from_driver(&d);
-        let all = resolve(&common::all_verified(), &declared, &n);
-        let fewer = resolve(&common::verified_without(&[ALL_METHODS[drop]]), &declared, &n);
+        let all = resolve(&support::fixtures::all_verified(), &declared, &n);
+        let fewer = resolve(&support::fixtures::verified_without(&[WORKER_METHODS[drop]]), &declared, &n);
         for cap in Capability::ALL {
             prop_assert!(!fewer.is_granted(cap) || all.is_granted(cap));
         }

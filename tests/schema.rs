@@ -1,14 +1,15 @@
-//! Layer 1 (API.md section 5): one test per rule the CRD carries, through the offline evaluator
-//! and through `sandcap validate`'s verdict. The expected texts are what kube-apiserver 1.37.2
-//! answered for the same objects (and 1.33.13 where its forms differ).
+//! The CRD layer (docs/contract.md, "Resources and who enforces what"): one test per rule the CRD
+//! carries, through the offline evaluator and through `sandcap validate`'s verdict. The expected
+//! texts are what kube-apiserver 1.37.2 answered for the same objects (and 1.33.13 where its forms
+//! differ).
 
-mod common;
+mod support;
 
-use common::*;
 use sandcap::cli::judge;
 use sandcap::schema::{Server, check};
 use sandcap::validation::Options;
 use serde_json::{Value, json};
+use support::fixtures::*;
 
 const D0: &str = "/spec/environmentDrivers/0";
 const SEMVER: &str = r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-((0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(\+([0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*))?$";

@@ -1,12 +1,13 @@
-//! The webhook's rules (API.md section 5, layer 2), one test each: what the apiserver cannot
-//! check from the CRD. Layer 1 (the CRD itself) is tests/schema.rs.
+//! The webhook's rules (docs/contract.md, "Resources and who enforces what": the webhook layer),
+//! one test each: what the apiserver cannot check from the CRD. Layer 1 (the CRD itself) is
+//! tests/schema.rs.
 
-mod common;
+mod support;
 
-use common::*;
 use sandcap::probe::AllowedCidrs;
 use sandcap::validation::{ALREADY_STORED, MAX_PER_KIND, MAX_WARNING_LEN, MAX_WARNINGS, Options, REVIEWED, review};
 use serde_json::{Value, json};
+use support::fixtures::*;
 
 fn deny(object: &Value) -> String {
     let v = review(object, None, &Options::default());

@@ -35,7 +35,7 @@ use super::relations::Relations;
 use crate::api::{SandboxLease, SandboxProvider, SecretKeyRef};
 use crate::contract::SecretLookup;
 use crate::metrics::{KindLabels, Metrics};
-use crate::validation::Kind;
+use crate::vocabulary::Kind;
 
 /// The label a Secret must carry to serve as a lease's `configFrom` (an admin's explicit choice):
 /// only such Secrets are watched, so no other Secret is ever requested or held in memory.

@@ -17,6 +17,7 @@ use super::error::Error;
 use super::status::{Conditions, apply_status, now};
 use crate::api::{SandboxLease, SandboxLeaseStatus, SandboxProvider};
 use crate::contract::{self, Capability, LeaseResolution, Verified};
+use crate::vocabulary::{ConditionReason as Why, ConditionType as Type};
 
 /// The watches re-trigger a lease whenever something it reads changes; this periodic pass is a
 /// safety net only, and costs no request when nothing changed.
@@ -61,23 +62,24 @@ pub fn lease_status(lease: &SandboxLease, r: &LeaseResolution, now: &Time) -> Sa
                 "pinned to provider uid {}, pluginKey {}, driver {}",
                 p.provider_uid, p.plugin_key, p.driver_key
             );
-            conditions.set("PluginIdentity", true, "Pinned", message)
+            conditions.set(Type::PluginIdentity, true, Why::Pinned, message)
         }
         // Identity holds but nothing to pin: the provider has no uid (never from a real apiserver).
         (Ok(()), None) => {
-            conditions.set("PluginIdentity", false, "PluginIdentityFailed", "the provider has no uid to pin".into())
+            let message = "the provider has no uid to pin".into();
+            conditions.set(Type::PluginIdentity, false, Why::PluginIdentityFailed, message)
         }
-        (Err(why), _) => conditions.set("PluginIdentity", false, why.reason(), why.to_string()),
+        (Err(why), _) => conditions.set(Type::PluginIdentity, false, why.reason(), why.to_string()),
     };
     let config = match &r.config {
         Some(Ok(())) => {
             let message = format!("config and {} configFrom entries resolved and valid", lease.spec.config_from.len());
-            conditions.set_tri("ConfigResolved", "True", "ConfigResolved", message)
+            conditions.set_tri(Type::ConfigResolved, "True", Why::ConfigResolved, message)
         }
-        Some(Err(why)) => conditions.set_tri("ConfigResolved", "False", why.reason(), why.to_string()),
+        Some(Err(why)) => conditions.set_tri(Type::ConfigResolved, "False", why.reason(), why.to_string()),
         None => {
             let message = "config is resolved once the plugin identity check passes".to_string();
-            conditions.set_tri("ConfigResolved", "Unknown", "PluginIdentityFailed", message)
+            conditions.set_tri(Type::ConfigResolved, "Unknown", Why::PluginIdentityFailed, message)
         }
     };
     let caps = &r.resolution.capabilities;
@@ -85,11 +87,12 @@ pub fn lease_status(lease: &SandboxLease, r: &LeaseResolution, now: &Time) -> Sa
     let resolved = match &r.identity {
         Ok(()) => {
             let list = if granted.is_empty() { "none".to_string() } else { granted.join(", ") };
-            conditions.set("Resolved", true, "Resolved", format!("{} of 6 capabilities granted: {list}", granted.len()))
+            let message = format!("{} of {} capabilities granted: {list}", granted.len(), Capability::ALL.len());
+            conditions.set(Type::Resolved, true, Why::Resolved, message)
         }
         Err(_) => {
             let message = "every capability is off: the plugin identity check failed".to_string();
-            conditions.set("Resolved", false, "PluginIdentityFailed", message)
+            conditions.set(Type::Resolved, false, Why::PluginIdentityFailed, message)
         }
     };
     SandboxLeaseStatus {

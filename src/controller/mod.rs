@@ -1,4 +1,5 @@
-//! The operator half: two kube-runtime controllers that write the status docs/contract.md describes (Status).
+//! The operator half: two kube-runtime controllers that write the status docs/contract.md
+//! ("Status") describes.
 //!
 //! - The provider controller probes each provider's worker (on a spec change and every probe
 //!   interval) and publishes `SandboxProvider.status`: the verified methods and, per driver,

@@ -23,6 +23,7 @@ use crate::contract::{self, Capability, Declared};
 use crate::metrics::ProbeLabels;
 use crate::probe::{ProbeOutcome, Prober};
 use crate::text;
+use crate::vocabulary::{ConditionReason as Why, ConditionType as Type};
 
 /// Reconciles one provider: probes its worker if a probe is due, then applies the status if it
 /// differs from the published one, and records an Event for every capability that turned on or off.
@@ -97,7 +98,7 @@ pub fn provider_status(provider: &SandboxProvider, worker: WorkerStatus, now: &T
             let resolution = contract::resolve_driver(&verified, driver);
             DriverStatus {
                 driver_key: driver.driver_key.clone(),
-                kind: driver.kind.clone(),
+                kind: driver.kind,
                 declared: Declared::from_driver(driver).present(),
                 capabilities: resolution.capabilities,
                 explanations: resolution.explanations,
@@ -105,26 +106,32 @@ pub fn provider_status(provider: &SandboxProvider, worker: WorkerStatus, now: &T
         })
         .collect();
     let (verified_ok, reason, message) = match worker.probe {
-        ProbeResult::Failed => (false, "ProbeFailed", worker.message.clone()),
+        ProbeResult::Failed => (false, Why::ProbeFailed, worker.message.clone()),
         ProbeResult::Succeeded if verified.is_nothing() => {
-            (false, "NoMethodsAdvertised", "the worker answered ok: true but listed no supportedMethods".into())
+            (false, Why::NoMethodsAdvertised, "the worker answered ok: true but listed no supportedMethods".into())
         }
-        ProbeResult::Succeeded => (true, "ProbeSucceeded", worker.message.clone()),
+        ProbeResult::Succeeded => (true, Why::ProbeSucceeded, worker.message.clone()),
     };
     let conditions = Conditions { generation, previous, now };
-    let worker_verified = conditions.set("WorkerVerified", verified_ok, reason, message);
+    let worker_verified = conditions.set(Type::WorkerVerified, verified_ok, reason, message);
     let schemas = config_schemas_condition(provider, &conditions);
     let ready = if verified_ok {
         let granted: Vec<String> = drivers
             .iter()
             .map(|d| {
-                format!("{} {}/6", d.driver_key, Capability::ALL.iter().filter(|c| d.capabilities.get(**c)).count())
+                let on = Capability::ALL.iter().filter(|c| d.capabilities.get(**c)).count();
+                format!("{} {on}/{}", d.driver_key, Capability::ALL.len())
             })
             .collect();
-        conditions.set("Ready", true, "CapabilitiesResolved", format!("capabilities granted: {}", granted.join(", ")))
+        conditions.set(
+            Type::Ready,
+            true,
+            Why::CapabilitiesResolved,
+            format!("capabilities granted: {}", granted.join(", ")),
+        )
     } else {
         let message = "the worker is not verified, so every capability is off".to_string();
-        conditions.set("Ready", false, "WorkerNotVerified", message)
+        conditions.set(Type::Ready, false, Why::WorkerNotVerified, message)
     };
     SandboxProviderStatus {
         observed_generation: generation,
@@ -149,13 +156,13 @@ fn config_schemas_condition(provider: &SandboxProvider, conditions: &Conditions)
         let declared = drivers.iter().filter(|d| d.config_schema.is_some()).count();
         let message =
             format!("{declared} of {} drivers declare a configSchema; each compiles within the budget", drivers.len());
-        return conditions.set("ConfigSchemasCompiled", true, "Compiled", message);
+        return conditions.set(Type::ConfigSchemasCompiled, true, Why::Compiled, message);
     }
     let over = failures.iter().any(|(_, e)| matches!(e, SchemaError::OverBudget { .. }));
-    let reason = if over { "SchemaOverBudget" } else { "SchemaDoesNotCompile" };
+    let reason = if over { Why::SchemaOverBudget } else { Why::SchemaDoesNotCompile };
     let message: Vec<String> = failures.iter().map(|(key, e)| format!("driver {key}: {e}")).collect();
     let message = text::clip(&message.join("; "), MAX_CONDITION_MESSAGE);
-    conditions.set("ConfigSchemasCompiled", false, reason, message)
+    conditions.set(Type::ConfigSchemasCompiled, false, reason, message)
 }
 
 /// The longest condition message sandcap writes (the apiserver allows 32,768 bytes).
@@ -180,7 +187,7 @@ async fn record_capability_changes(provider: &SandboxProvider, desired: &Sandbox
             }
             let event = Event {
                 type_: if on { EventType::Normal } else { EventType::Warning },
-                reason: if on { "CapabilitiesGranted" } else { "CapabilitiesRevoked" }.into(),
+                reason: if on { Why::CapabilitiesGranted } else { Why::CapabilitiesRevoked }.to_string(),
                 note: Some(format!(
                     "driver {}: {} now {}",
                     driver.driver_key,

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::error::Error;
-use crate::validation::Kind;
+use crate::vocabulary::{ConditionReason, ConditionType, Kind};
 
 /// The field manager of every write: status, the certificate Secret, the webhook's caBundle.
 pub const FIELD_MANAGER: &str = "sandcap";
@@ -47,12 +47,13 @@ pub struct Conditions<'a> {
 }
 
 impl Conditions<'_> {
-    pub fn set(&self, type_: &str, status: bool, reason: &str, message: String) -> Condition {
+    pub fn set(&self, type_: ConditionType, status: bool, reason: ConditionReason, message: String) -> Condition {
         self.set_tri(type_, if status { "True" } else { "False" }, reason, message)
     }
 
     /// `status` is `True`, `False` or `Unknown`.
-    pub fn set_tri(&self, type_: &str, status: &str, reason: &str, message: String) -> Condition {
+    pub fn set_tri(&self, type_: ConditionType, status: &str, reason: ConditionReason, message: String) -> Condition {
+        let type_ = type_.as_str();
         let last_transition_time = self
             .previous
             .iter()
@@ -61,7 +62,7 @@ impl Conditions<'_> {
         Condition {
             type_: type_.into(),
             status: status.into(),
-            reason: reason.into(),
+            reason: reason.to_string(),
             message,
             observed_generation: self.generation,
             last_transition_time,

@@ -15,7 +15,9 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use rustls::client::danger::ServerCertVerifier;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime, pem::PemObject};
-use sandcap::certs::{self, Action, BundleSync, CA_PUBLISH_GRACE, CA_RETIRE_GRACE, CertOptions, Material, Outcome};
+use sandcap::certs::{
+    self, BundleSync, CA_PUBLISH_GRACE, CA_RETIRE_GRACE, CertOptions, Material, Reconciled, Rotation,
+};
 use serde_json::{Value, json};
 
 use crate::cluster::{Cluster, client_from};
@@ -131,14 +133,14 @@ pub async fn self_managed_certificates_with_the_charts_rbac(c: Arc<Cluster>) {
         let sa = sa.clone();
         async move { certs::reconcile(&sa, &opts(), now).await.expect("reconcile") }
     };
-    let expected = |action: Action, ca_bundle: BundleSync| Outcome { action, ca_bundle };
+    let expected = |rotation: Rotation, ca_bundle: BundleSync| Reconciled { rotation, ca_bundle };
     let secrets = Api::<Secret>::namespaced(admin.clone(), NAMESPACE);
     let configs = Api::<ValidatingWebhookConfiguration>::all(admin.clone());
 
     // Created and published when absent; nothing else is touched.
     reset(&c, &admin, &install, true).await;
     let outcome = reconcile(t0()).await;
-    assert!(matches!(outcome.action, Action::Create { .. }), "{outcome:?}");
+    assert!(matches!(outcome.rotation, Rotation::Create { .. }), "{outcome:?}");
     assert_eq!(outcome.ca_bundle, BundleSync::Patched);
     let stored = secrets.get(SECRET).await.expect("the Secret");
     assert_eq!(stored.type_.as_deref(), Some("kubernetes.io/tls"));
@@ -155,7 +157,7 @@ pub async fn self_managed_certificates_with_the_charts_rbac(c: Arc<Cluster>) {
     let (secret_version, config_version) =
         (resource_version(&secrets, SECRET).await, resource_version(&configs, "sandcap").await);
     for later in [Duration::ZERO, DAY, 200 * DAY] {
-        assert_eq!(reconcile(t0() + later).await, expected(Action::Keep, BundleSync::UpToDate));
+        assert_eq!(reconcile(t0() + later).await, expected(Rotation::Keep, BundleSync::UpToDate));
     }
     assert_eq!(resource_version(&secrets, SECRET).await, secret_version);
     assert_eq!(resource_version(&configs, "sandcap").await, config_version);
@@ -163,7 +165,7 @@ pub async fn self_managed_certificates_with_the_charts_rbac(c: Arc<Cluster>) {
     // The serving certificate is renewed near expiry, the bundle untouched.
     let first = material(&admin).await;
     let now = t0() + 250 * DAY;
-    assert!(matches!(reconcile(now).await.action, Action::RenewServing { .. }));
+    assert!(matches!(reconcile(now).await.rotation, Rotation::RenewServing { .. }));
     let renewed = material(&admin).await;
     assert_eq!(renewed.ca.cert().pem(), first.ca.cert().pem());
     assert_ne!(renewed.serving.cert().pem(), first.serving.cert().pem());
@@ -175,14 +177,14 @@ pub async fn self_managed_certificates_with_the_charts_rbac(c: Arc<Cluster>) {
     // The CA rotates without ever breaking trust: publish, wait, promote, retire.
     let old = material(&admin).await;
     let mut now = t0() + 7 * YEAR;
-    assert_eq!(reconcile(now).await, expected(Action::PrepareNextCa, BundleSync::Patched));
+    assert_eq!(reconcile(now).await, expected(Rotation::PrepareNextCa, BundleSync::Patched));
     let next = material(&admin).await.next_ca.expect("a next CA");
     assert_eq!(published_bundle(&admin).await, format!("{}{}", old.ca.cert().pem(), next.cert().pem()));
-    assert!(matches!(reconcile(now).await.action, Action::RenewServing { .. }));
+    assert!(matches!(reconcile(now).await.rotation, Rotation::RenewServing { .. }));
     let served_before = material(&admin).await.serving;
-    assert_eq!(reconcile(now).await.action, Action::Keep, "not before the publish grace");
+    assert_eq!(reconcile(now).await.rotation, Rotation::Keep, "not before the publish grace");
     now += CA_PUBLISH_GRACE;
-    assert_eq!(reconcile(now).await, expected(Action::PromoteNextCa, BundleSync::Patched));
+    assert_eq!(reconcile(now).await, expected(Rotation::PromoteNextCa, BundleSync::Patched));
     let promoted = material(&admin).await;
     assert_eq!(promoted.ca.cert().pem(), next.cert().pem());
     let bundle = published_bundle(&admin).await;
@@ -190,7 +192,7 @@ pub async fn self_managed_certificates_with_the_charts_rbac(c: Arc<Cluster>) {
     apiserver_trusts(&bundle, served_before.cert().pem(), now).unwrap();
     apiserver_trusts(&bundle, promoted.serving.cert().pem(), now).unwrap();
     now += CA_RETIRE_GRACE;
-    assert_eq!(reconcile(now).await, expected(Action::DropRetiredCa, BundleSync::Patched));
+    assert_eq!(reconcile(now).await, expected(Rotation::DropRetiredCa, BundleSync::Patched));
     let bundle = published_bundle(&admin).await;
     assert_eq!(bundle, next.cert().pem());
     assert!(apiserver_trusts(&bundle, served_before.cert().pem(), now).is_err(), "the old CA is no longer trusted");
@@ -199,7 +201,7 @@ pub async fn self_managed_certificates_with_the_charts_rbac(c: Arc<Cluster>) {
     let mut tampered = configs.get("sandcap").await.unwrap();
     tampered.webhooks.as_mut().unwrap()[1].client_config.ca_bundle = Some(ByteString(b"stale".to_vec()));
     configs.replace("sandcap", &PostParams::default(), &tampered).await.unwrap();
-    assert_eq!(reconcile(now).await, expected(Action::Keep, BundleSync::Patched));
+    assert_eq!(reconcile(now).await, expected(Rotation::Keep, BundleSync::Patched));
     assert_eq!(published_bundle(&admin).await, material(&admin).await.ca.cert().pem());
 
     // An unusable Secret is replaced in place (its type is immutable, so it is kept).
@@ -212,7 +214,7 @@ pub async fn self_managed_certificates_with_the_charts_rbac(c: Arc<Cluster>) {
     };
     secrets.create(&PostParams::default(), &broken).await.unwrap();
     let outcome = reconcile(t0()).await;
-    assert_eq!(outcome.action, Action::Create { reason: "the Secret is unusable: ca.crt is missing".into() });
+    assert_eq!(outcome.rotation, Rotation::Create { reason: "the Secret is unusable: ca.crt is missing".into() });
     assert_eq!(secrets.get(SECRET).await.unwrap().type_.as_deref(), Some("Opaque"));
     apiserver_trusts(&published_bundle(&admin).await, material(&admin).await.serving.cert().pem(), t0()).unwrap();
 
@@ -220,9 +222,9 @@ pub async fn self_managed_certificates_with_the_charts_rbac(c: Arc<Cluster>) {
     reset(&c, &admin, &install, false).await;
     assert_eq!(reconcile(t0()).await.ca_bundle, BundleSync::ConfigMissing);
     let now = t0() + 7 * YEAR;
-    assert_eq!(reconcile(now).await.action, Action::PrepareNextCa);
+    assert_eq!(reconcile(now).await.rotation, Rotation::PrepareNextCa);
     reconcile(now).await;
-    assert_eq!(reconcile(now + 30 * DAY).await, expected(Action::Keep, BundleSync::ConfigMissing));
+    assert_eq!(reconcile(now + 30 * DAY).await, expected(Rotation::Keep, BundleSync::ConfigMissing));
     let m = material(&admin).await;
     assert!(m.next_ca.is_some() && m.retired_ca.is_none());
 
@@ -231,14 +233,14 @@ pub async fn self_managed_certificates_with_the_charts_rbac(c: Arc<Cluster>) {
     let replicas: Vec<_> = (0..3).map(|_| tokio::spawn(reconcile(t0()))).collect();
     let mut creates = 0;
     for replica in replicas {
-        creates += usize::from(matches!(replica.await.unwrap().action, Action::Create { .. }));
+        creates += usize::from(matches!(replica.await.unwrap().rotation, Rotation::Create { .. }));
     }
     assert!(creates >= 1);
     let m = material(&admin).await;
     let bundle = published_bundle(&admin).await;
     assert_eq!(bundle, m.ca.cert().pem(), "the published CA is the stored one");
     apiserver_trusts(&bundle, m.serving.cert().pem(), t0()).unwrap();
-    assert_eq!(reconcile(t0()).await, expected(Action::Keep, BundleSync::UpToDate));
+    assert_eq!(reconcile(t0()).await, expected(Rotation::Keep, BundleSync::UpToDate));
 
     // The whole loop, as installed: `sandcap run` creates the certificate, a stand-in for the
     // kubelet mounts it, and the apiserver calls the webhook by its Service name (through the
@@ -404,7 +406,7 @@ pub async fn only_the_ca_bundle_is_sandcaps_to_change(c: Arc<Cluster>) {
         .await
         .expect("a caBundle patch is allowed");
     let outcome = certs::reconcile(&sa, &opts(), t0()).await.expect("reconcile under the policy");
-    assert!(matches!(outcome.action, Action::Create { .. }), "{outcome:?}");
+    assert!(matches!(outcome.rotation, Rotation::Create { .. }), "{outcome:?}");
     assert_eq!(outcome.ca_bundle, BundleSync::Patched);
     assert_eq!(published_bundle(&admin).await, material(&admin).await.ca.cert().pem());
 

@@ -7,11 +7,12 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use sandcap::config_schema::{BUDGET, Limit};
+use sandcap::vocabulary::WORKER_METHODS;
 use serde_json::{Value, json};
 
 use crate::cluster::Cluster;
 use crate::install::{self, Install, Sandcap, eventually, ok};
-use crate::support::{ALL_METHODS, Worker, all_true, hostile, lease, provider, secret};
+use crate::support::{Worker, all_true, hostile, lease, provider, secret};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -67,7 +68,7 @@ pub async fn status_narrowing_and_recovery_with_the_charts_rbac(c: Arc<Cluster>)
     const OUTSIDE: &str = "e2e-outside";
     install::crds(&c);
     let install = Install::chart(&c, json!({"secretNamespaces": [NS]})).await;
-    let worker = Worker::with_methods(&ALL_METHODS);
+    let worker = Worker::with_methods(&WORKER_METHODS);
     let sandcap = Sandcap::start(
         &c,
         &install,
@@ -247,7 +248,7 @@ pub async fn leases_follow_their_provider_after_a_restart(c: Arc<Cluster>) {
     install::crds(&c);
     let install = Install::chart(&c, json!({})).await;
     install::namespaces(&c, &[NS]);
-    let worker = Worker::with_methods(&ALL_METHODS);
+    let worker = Worker::with_methods(&WORKER_METHODS);
     let mut providers: Vec<Value> =
         (0..300).map(|i| provider(&format!("e2e-r{i:03}"), &worker.url, all_true())).collect();
     let names: Vec<String> = (0..6).map(|i| format!("lease-{i}")).collect();
@@ -279,7 +280,7 @@ pub async fn a_standby_takes_over_and_every_lease_follows(c: Arc<Cluster>) {
     install::crds(&c);
     let install = Install::chart(&c, json!({})).await;
     install::namespaces(&c, &[NS]);
-    let worker = Worker::with_methods(&ALL_METHODS);
+    let worker = Worker::with_methods(&WORKER_METHODS);
     let mut acme = provider("e2e-leader", &worker.url, all_true());
     let names: Vec<String> = (0..5).map(|i| format!("lease-{i}")).collect();
     let mut objects = vec![acme.clone()];
@@ -333,7 +334,7 @@ pub async fn recovers_from_an_apiserver_outage(c: Arc<Cluster>) {
     install::crds(&c);
     let install = Install::chart(&c, json!({})).await;
     install::namespaces(&c, &[NS]);
-    let worker = Worker::with_methods(&ALL_METHODS);
+    let worker = Worker::with_methods(&WORKER_METHODS);
     let mut acme = provider("e2e-outage", &worker.url, all_true());
     install::apply(&c, &[acme.clone(), lease(NS, "lease", "e2e-outage", json!({}))]);
     let mut sandcap = Sandcap::start(&c, &install, "outage", &ELECTED);
@@ -358,7 +359,7 @@ pub async fn a_probe_with_the_same_answer_re_resolves_no_lease(c: Arc<Cluster>) 
     const NS: &str = "e2e-quiet";
     install::crds(&c);
     let install = Install::chart(&c, json!({"secretNamespaces": [NS]})).await;
-    let worker = Worker::with_methods(&ALL_METHODS);
+    let worker = Worker::with_methods(&WORKER_METHODS);
     let names: Vec<String> = (0..20).map(|i| format!("lease-{i}")).collect();
     let mut objects = vec![
         provider("e2e-quiet", &worker.url, all_true()),
@@ -434,7 +435,7 @@ pub async fn a_hostile_provider_stored_without_the_webhook(c: Arc<Cluster>) {
     install::crds(&c);
     let install = Install::chart(&c, json!({})).await;
     install::namespaces(&c, &[NS]);
-    let worker = Worker::with_methods(&ALL_METHODS);
+    let worker = Worker::with_methods(&WORKER_METHODS);
     // As the chart runs it: webhook and controllers in one process, whose memory is the point.
     let mut sandcap = Sandcap::start(&c, &install, "hostile", &[]);
     sandcap.ready().await;

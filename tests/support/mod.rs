@@ -1,5 +1,6 @@
-//! Shared by the probe, budget and end-to-end tests and the benchmarks: the reference worker as a
-//! real process, and test objects (hostile ones in [`hostile`]).
+//! The one support module of the tests and the benchmarks: the reference worker as a real
+//! process and JSON objects for a live cluster (here), typed objects and manifests for the tests
+//! of the pure core ([`fixtures`]), hostile input ([`hostile`]).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
@@ -8,16 +9,8 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::{Value, json};
 
+pub mod fixtures;
 pub mod hostile;
-
-pub const ALL_METHODS: [&str; 6] = [
-    "environmentDestroyLease",
-    "environmentExecute",
-    "environmentReleaseLease",
-    "environmentResumeLease",
-    "environmentSyncIn",
-    "environmentSyncOut",
-];
 
 /// The reference worker (`examples/reference-worker.rs`) running as a child process; killed on drop.
 pub struct Worker {

@@ -1,34 +1,26 @@
-//! Fluent builders for test objects, shared by the integration tests.
-#![allow(dead_code)]
+//! Fluent builders for typed test objects and the raw JSON manifests the webhook sees, for the
+//! tests of the pure core (contract, validation, schema, properties, CLI).
 
 use sandcap::api::{
     ConfigSource, DeclaredCapabilities, DriverDeclaration, LeasePolicy, ProviderRef, SandboxLease, SandboxLeaseSpec,
     SandboxProvider, SandboxProviderSpec, SecretKeyRef, ServiceRef, WorkerRef, WorkloadRef,
 };
 use sandcap::contract::{Capability, SecretLookup, Verified};
+use sandcap::vocabulary::{DriverKind, WORKER_METHODS};
 use serde_json::{Value, json};
 
-pub const ALL_METHODS: [&str; 6] = [
-    "environmentResumeLease",
-    "environmentReleaseLease",
-    "environmentDestroyLease",
-    "environmentSyncIn",
-    "environmentSyncOut",
-    "environmentExecute",
-];
-
 pub fn all_verified() -> Verified {
-    Verified::methods(ALL_METHODS)
+    Verified::methods(WORKER_METHODS)
 }
 
 pub fn verified_without(missing: &[&str]) -> Verified {
-    Verified::methods(ALL_METHODS.into_iter().filter(|m| !missing.contains(m)))
+    Verified::methods(WORKER_METHODS.into_iter().filter(|m| !missing.contains(m)))
 }
 
 pub fn driver(key: &str) -> DriverDeclaration {
     DriverDeclaration {
         driver_key: key.into(),
-        kind: Some("sandbox_provider".into()),
+        kind: Some(DriverKind::SandboxProvider),
         display_name: Some("Kubernetes".into()),
         ..Default::default()
     }
