@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use sandcap::api::{DriverDeclaration, SandboxLease, SandboxLeaseSpec, ProviderRef};
+use sandcap::api::{DriverDeclaration, SandboxLease};
 use sandcap::config_schema::{BUDGET, Deadline, SchemaError};
 use sandcap::contract::{self, ConfigFailure, SecretLookup};
 use serde_json::Value;
@@ -39,14 +39,11 @@ fuzz_target!(|data: &[u8]| {
     let driver: DriverDeclaration =
         serde_json::from_value(serde_json::json!({"driverKey": "k", "kind": "sandbox_provider", "displayName": "K", "configSchema": schema}))
             .expect("a driver with any schema value deserializes");
-    let lease = SandboxLease::new(
-        "l",
-        SandboxLeaseSpec {
-            provider_ref: ProviderRef { name: "p".into(), driver_key: "k".into() },
-            config: Some(config),
-            ..Default::default()
-        },
-    );
+    let lease: SandboxLease = serde_json::from_value(serde_json::json!({
+        "apiVersion": "sandcap.dev/v1alpha1", "kind": "SandboxLease", "metadata": {"name": "l", "namespace": "n"},
+        "spec": {"providerRef": {"name": "p", "driverKey": "k"}, "config": config},
+    }))
+    .expect("a lease with any config value deserializes");
     match contract::resolve_config(&lease, &driver, |_| SecretLookup::MissingSecret) {
         Ok(_) => assert!(compiled.is_ok(), "a config passed a schema that did not compile"),
         Err(ConfigFailure::SchemaOverBudget(_) | ConfigFailure::SchemaDoesNotCompile(_)) => assert!(compiled.is_err()),
