@@ -58,7 +58,7 @@ pub const BUDGET: Budget = Budget {
     max_patterns: 64,
     pattern_bytes: 4 * 1024 * 1024,
     patterns_bytes: 8 * 1024 * 1024,
-    pattern_cache_bytes: 1024 * 1024,
+    pattern_cache_bytes: 256 * 1024,
     backtrack_steps: 1_000_000,
     deadline: Duration::from_secs(1),
 };
@@ -145,9 +145,11 @@ pub fn compile_within(schema: &Value, budget: &Budget, deadline: Deadline) -> Re
         Deadline::Shared(at) => (at, false),
     };
     let (result, held) = match compile_measured(schema, budget, deadline) {
-        // What the compiled schema holds: its patterns as measured, and its own size several
-        // times over (compiled keywords, names, locations).
-        Ok((validator, pattern_bytes)) => (Ok(validator), pattern_bytes + weight * 16),
+        // What the compiled schema holds: its patterns as measured, the matching cache each may
+        // grow, and its own size several times over (compiled keywords, names, locations).
+        Ok((validator, (pattern_bytes, patterns))) => {
+            (Ok(validator), pattern_bytes + patterns * budget.pattern_cache_bytes + weight * 16)
+        }
         // With a shared deadline, time spent on the other schemas of the object counts: the
         // refusal is not this schema's own verdict.
         Err(e @ SchemaError::OverBudget { limit: Limit::Deadline { .. }, .. }) if !own => return Err(e),
@@ -159,12 +161,13 @@ pub fn compile_within(schema: &Value, budget: &Budget, deadline: Deadline) -> Re
     result
 }
 
-/// Compiles a schema that passed [`measure`]; returns it with the number of its patterns.
+/// Compiles a schema that passed [`measure`]; returns it with what its patterns take and how many
+/// there are.
 fn compile_measured(
     schema: &Value,
     budget: &Budget,
     deadline: Instant,
-) -> Result<(Arc<Validator>, usize), SchemaError> {
+) -> Result<(Arc<Validator>, (usize, usize)), SchemaError> {
     let patterns = patterns(schema, budget)?;
     let mut left = budget.patterns_bytes;
     for (at, pattern) in &patterns {
@@ -182,7 +185,7 @@ fn compile_measured(
         .map(Arc::new)
         .map_err(|e| SchemaError::Invalid { at: String::new(), message: e.to_string() })?;
     check_deadline(budget, deadline)?;
-    Ok((validator, budget.patterns_bytes - left))
+    Ok((validator, (budget.patterns_bytes - left, patterns.len())))
 }
 
 fn cache() -> std::sync::MutexGuard<'static, Cache> {
