@@ -92,7 +92,7 @@ fn a_spent_deadline_refuses_for_time() {
         Err(SchemaError::OverBudget { limit: Limit::Deadline { max }, .. }) => assert_eq!(max, budget.deadline),
         other => panic!("{:?}", other.map(|_| "compiled")),
     }
-    // A refusal for a shared deadline is not remembered: the schema compiles with time of its own.
+    // A refusal for time is not remembered: the schema compiles with time of its own.
     assert!(compile_within(&schema, &budget, Deadline::Own).is_ok());
 }
 

@@ -37,9 +37,12 @@ fuzz_target!(|data: &[u8]| {
         let parts = |shape: Shape, v: &Value| shape.decode(&v.to_string()).expect("serde_json's own output decodes");
         let (object, old) = (&review["request"]["object"], &review["request"]["oldObject"]);
         let old_parts = parts(REVIEWED, old);
-        assert_eq!(
-            validation::review(&parts(REVIEWED, object), Some(&old_parts), &options),
-            validation::review(object, Some(old), &options)
-        );
+        let from_parts = validation::review(&parts(REVIEWED, object), Some(&old_parts), &options);
+        let whole = validation::review(object, Some(old), &options);
+        // A refusal for time depends on the machine's load, not on the input.
+        let timed_out = |v: &validation::Verdict| v.problems.iter().any(|p| p.message.contains("takes longer than"));
+        if !timed_out(&from_parts) && !timed_out(&whole) {
+            assert_eq!(from_parts, whole);
+        }
     }
 });
