@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use sandcap::api::{DriverDeclaration, SandboxLease};
-use sandcap::config_schema::{BUDGET, Deadline, SchemaError};
+use sandcap::config_schema::{BUDGET, Deadline, Limit, SchemaError};
 use sandcap::contract::{self, ConfigFailure, SecretLookup};
 use serde_json::Value;
 
@@ -53,6 +53,10 @@ fuzz_target!(|data: &[u8]| {
         "spec": {"providerRef": {"name": "p", "driverKey": "k"}, "config": config},
     }))
     .expect("a lease with any config value deserializes");
+    // A refusal for time depends on the machine's load: the second compile may have had the time.
+    if matches!(compiled, Err(SchemaError::OverBudget { limit: Limit::Deadline { .. }, .. })) {
+        return;
+    }
     match contract::resolve_config(&lease, &driver, |_| SecretLookup::MissingSecret) {
         Ok(_) => assert!(compiled.is_ok(), "a config passed a schema that did not compile"),
         Err(ConfigFailure::SchemaOverBudget(_) | ConfigFailure::SchemaDoesNotCompile(_)) => assert!(compiled.is_err()),
