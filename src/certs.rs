@@ -34,7 +34,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use x509_parser::pem::Pem;
 
-use crate::controller::FIELD_MANAGER;
+use crate::vocabulary::FIELD_MANAGER;
 
 const HOUR: Duration = Duration::from_secs(60 * 60);
 

@@ -1,16 +1,14 @@
 //! The command line (docs/contract.md, "Command line"). `run` starts the servers
-//! ([`crate::server::run`], under the tokio runtime `main` builds); the offline commands
+//! ([`crate::run::run`], under the tokio runtime `main` builds); the offline commands
 //! `validate`, `resolve` and `crds` read manifests from files and call the same pure functions the
 //! webhook and the controllers call.
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use base64::Engine;
-use clap::{ArgAction, Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 use ipnet::IpNet;
 use kube::CustomResourceExt;
 use serde::Serialize;
@@ -18,7 +16,6 @@ use serde_json::Value;
 
 use crate::api::{Capabilities, Explanation, LeasePolicy, SandboxLease, SandboxProvider, SecretKeyRef};
 use crate::contract::{self, SecretLookup, Verified};
-use crate::controller::SecretScope;
 use crate::probe::{self, AllowedCidrs, ProbeOutcome, Prober};
 use crate::schema;
 use crate::validation::{self, Options};
@@ -35,7 +32,7 @@ pub struct Cli {
 pub enum Command {
     /// Serve the admission webhook (HTTPS) and the controllers, with an admin port for probes and
     /// metrics. Stops gracefully on SIGTERM or SIGINT.
-    Run(Box<RunArgs>),
+    Run(Box<crate::run::RunArgs>),
     #[command(flatten)]
     Offline(Offline),
 }
@@ -63,124 +60,6 @@ pub enum TableOutput {
     #[default]
     Table,
     Json,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    #[default]
-    Text,
-    Json,
-}
-
-/// `sandcap run`. Every flag can also be set by the environment variable shown in `--help`.
-/// Durations are written like `10s`, `5m` or `1h 30m`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct RunArgs {
-    /// Address of the HTTPS admission listener (`POST /validate`).
-    #[arg(long, env = "SANDCAP_WEBHOOK_ADDR", default_value = "0.0.0.0:8443")]
-    pub webhook_addr: SocketAddr,
-    /// Address of the plain-HTTP admin listener: /healthz, /readyz, /metrics.
-    #[arg(long, env = "SANDCAP_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
-    pub admin_addr: SocketAddr,
-    /// PEM certificate chain (leaf first) for the webhook; polled and reloaded when it changes.
-    #[arg(long, env = "SANDCAP_TLS_CERT", requires = "tls_key", conflicts_with = "tls_self_signed")]
-    pub tls_cert: Option<PathBuf>,
-    /// PEM private key matching --tls-cert.
-    #[arg(long, env = "SANDCAP_TLS_KEY", requires = "tls_cert")]
-    pub tls_key: Option<PathBuf>,
-    /// Serve an in-memory self-signed certificate for localhost and 127.0.0.1 (local use).
-    #[arg(long, env = "SANDCAP_TLS_SELF_SIGNED")]
-    pub tls_self_signed: bool,
-    /// How often the certificate files are polled for changes.
-    #[arg(long, env = "SANDCAP_TLS_RELOAD_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
-    pub tls_reload_interval: Duration,
-    /// Run only the admission webhook (no cluster access needed).
-    #[arg(long, env = "SANDCAP_WEBHOOK_ONLY", conflicts_with = "controllers_only")]
-    pub webhook_only: bool,
-    /// Run only the controllers.
-    #[arg(long, env = "SANDCAP_CONTROLLERS_ONLY")]
-    pub controllers_only: bool,
-    /// Accept and probe `spec.worker.url` in providers.
-    #[arg(long, env = "SANDCAP_ALLOW_WORKER_URLS")]
-    pub allow_worker_urls: bool,
-    /// Loopback, link-local, cloud metadata and unspecified addresses that worker URLs may reach
-    /// nonetheless, as CIDRs, comma-separated (e.g. `127.0.0.0/8,::1/128` for a worker beside
-    /// sandcap). Every other address is allowed with --allow-worker-urls.
-    #[arg(long, env = "SANDCAP_WORKER_URL_ALLOWED_CIDRS", value_delimiter = ',', value_name = "CIDRS")]
-    pub worker_url_allowed_cidrs: Vec<IpNet>,
-    /// How often every provider's worker is probed again.
-    #[arg(long, env = "SANDCAP_PROBE_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
-    pub probe_interval: Duration,
-    /// Timeout of one worker probe.
-    #[arg(long, env = "SANDCAP_PROBE_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
-    pub probe_timeout: Duration,
-    /// Elect one controller leader through a coordination.k8s.io Lease (`--leader-elect=false` to
-    /// turn off).
-    #[arg(
-        long,
-        env = "SANDCAP_LEADER_ELECT",
-        default_value_t = true,
-        num_args = 0..=1,
-        default_missing_value = "true",
-        require_equals = true,
-        action = ArgAction::Set
-    )]
-    pub leader_elect: bool,
-    /// Namespace of the leader-election Lease [default: --pod-namespace].
-    #[arg(long, env = "SANDCAP_LEADER_ELECTION_NAMESPACE")]
-    pub leader_election_namespace: Option<String>,
-    /// Name of the leader-election Lease.
-    #[arg(long, env = "SANDCAP_LEADER_ELECTION_NAME", default_value = "sandcap-controller")]
-    pub leader_election_name: String,
-    /// The namespace sandcap runs in (set from the downward API).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
-    pub pod_namespace: String,
-    /// This replica's identity for leader election [default: the hostname].
-    #[arg(long, env = "POD_NAME")]
-    pub pod_name: Option<String>,
-    /// After SIGTERM or SIGINT, how long the shutdown may take before the process exits non-zero
-    /// without waiting further (a second signal exits at once).
-    #[arg(long, env = "SANDCAP_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
-    pub shutdown_timeout: Duration,
-    /// Log format.
-    #[arg(long, env = "SANDCAP_LOG_FORMAT", value_enum, default_value_t)]
-    pub log_format: LogFormat,
-    /// Namespaces whose Secrets leases may read for configFrom, comma-separated; `*` means every
-    /// namespace, an empty value none (give the operator RBAC to match).
-    #[arg(long, env = "SANDCAP_SECRET_NAMESPACES", default_value = "*")]
-    pub secret_namespaces: SecretScope,
-    /// Keep a CA and serving certificate in a Secret and the webhook configuration's caBundle in
-    /// sync with it.
-    #[arg(long, env = "SANDCAP_SELF_MANAGED_CERTS")]
-    pub self_managed_certs: bool,
-    /// The Secret (in --pod-namespace) holding ca.crt, tls.crt and tls.key.
-    #[arg(long, env = "SANDCAP_CERT_SECRET_NAME", default_value = "sandcap-webhook-tls")]
-    pub cert_secret_name: String,
-    /// The ValidatingWebhookConfiguration whose caBundle is kept in sync.
-    #[arg(long, env = "SANDCAP_WEBHOOK_CONFIG_NAME", default_value = "sandcap")]
-    pub webhook_config_name: String,
-    /// The webhook Service: the serving certificate names <svc>, <svc>.<ns> and <svc>.<ns>.svc.
-    #[arg(long, env = "SANDCAP_SERVICE_NAME", default_value = "sandcap-webhook")]
-    pub service_name: String,
-}
-
-impl RunArgs {
-    pub fn leader_election_namespace(&self) -> &str {
-        self.leader_election_namespace.as_deref().unwrap_or(&self.pod_namespace)
-    }
-
-    pub fn worker_url_allowed_cidrs(&self) -> AllowedCidrs {
-        AllowedCidrs::new(self.worker_url_allowed_cidrs.iter().copied())
-    }
-
-    /// The leader-election identity: --pod-name, else the hostname.
-    pub fn identity(&self) -> String {
-        self.pod_name.clone().unwrap_or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|h| h.trim().to_string())
-                .unwrap_or_else(|_| "sandcap".to_string())
-        })
-    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -608,7 +487,11 @@ fn load_secrets(paths: &[PathBuf]) -> Result<Secrets, CliError> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::run::RunArgs;
+    use crate::telemetry::LogFormat;
 
     fn run_args(args: &[&str]) -> Result<RunArgs, clap::Error> {
         let cli = Cli::try_parse_from(["sandcap", "run"].iter().chain(args))?;

@@ -5,6 +5,7 @@
 //! (the apiserver's verdict on an object, offline) and [`validation`] (the webhook's rules);
 //! everything else is a thin shell that feeds them and writes their answers somewhere.
 
+pub mod admin;
 pub mod admission;
 pub mod api;
 pub mod certs;
@@ -12,11 +13,14 @@ pub mod cli;
 pub mod config_schema;
 pub mod contract;
 pub mod controller;
+pub mod listener;
 pub mod metrics;
 pub mod probe;
+pub mod run;
 pub mod schema;
-pub mod server;
+pub mod telemetry;
 pub mod text;
 pub mod tls;
 pub mod validation;
 pub mod vocabulary;
+pub mod webhook;
