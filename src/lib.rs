@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config_schema;
 pub mod contract;
 pub mod controller;
+pub mod decode;
 pub mod listener;
 pub mod metrics;
 pub mod probe;
