@@ -3,7 +3,7 @@
 //! expire and keeps the `caBundle` of its ValidatingWebhookConfiguration in sync, so the chart
 //! carries no key material (identical renders, no GitOps drift) and the webhook never lapses.
 //!
-//! The pure core decides ([`decide`]) and produces the next Secret contents ([`carry_out`]); the
+//! The pure core decides ([`rotation::decide`]) and produces the next Secret contents ([`carry_out`]); the
 //! thin shell ([`reconcile`], [`run_self_managed`]) reads the Secret and the webhook configuration,
 //! and writes with resourceVersion preconditions, so any number of replicas can run it at once:
 //! a replica that loses a race gets a conflict, re-reads, and finds the winner's work.

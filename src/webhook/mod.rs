@@ -1,5 +1,5 @@
-//! The admission listener: HTTPS with a certificate kept current, serving [`handler`]'s
-//! `POST /validate`. The answers come from [`crate::admission::handle`].
+//! The admission listener: HTTPS with a certificate kept current, serving the review
+//! handler's `POST /validate`. The answers come from [`crate::admission::handle`].
 
 mod handler;
 
