@@ -1,5 +1,5 @@
 //! The load test's baseline: the webhook's exact transport (rustls, hyper, axum, the same limits
-//! and layers via `sandcap::server::serve_https`) with a handler that reads the body and returns a
+//! and layers via `sandcap::listener::serve_https`) with a handler that reads the body and returns a
 //! fixed AdmissionReview. `benches/webhook-load.sh` compares `sandcap run` against it.
 //!
 //!     cargo run --release --example trivial-tls-server -- 127.0.0.1:9443
@@ -11,8 +11,8 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::http::header;
 use axum::routing::post;
+use sandcap::listener::{Limits, bind, serve_https};
 use sandcap::metrics::Metrics;
-use sandcap::server::{self, Limits};
 use sandcap::tls::{self, CertResolver};
 use tokio_util::sync::CancellationToken;
 
@@ -30,12 +30,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     resolver.install(&tls::self_signed()?, &metrics);
     let app = Router::new()
         .route("/validate", post(|_body: Bytes| async { ([(header::CONTENT_TYPE, "application/json")], FIXED) }));
-    let listener = server::bind(addr).await?;
+    let listener = bind(addr).await?;
     let shutdown = CancellationToken::new();
     eprintln!("trivial handler listening on https://{addr}/validate");
     let limits = Limits::default();
     tokio::select! {
-        () = server::serve_https(listener, tls::server_config(resolver), app, &limits, shutdown.clone()) => Ok(()),
-        forced = server::watch_signals(shutdown, limits.drain_timeout) => Err(forced.into()),
+        () = serve_https(listener, tls::server_config(resolver), app, &limits, shutdown.clone()) => Ok(()),
+        forced = sandcap::run::watch_signals(shutdown, limits.drain_timeout) => Err(forced.into()),
     }
 }

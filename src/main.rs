@@ -1,7 +1,8 @@
 use std::io::Write as _;
 
 use clap::Parser;
-use sandcap::cli::{self, Cli, Command, RunArgs};
+use sandcap::cli::{self, Cli, Command};
+use sandcap::run::RunArgs;
 
 // Every review allocates its parsed object and answer; mimalloc's per-thread free lists make that
 // cheaper than glibc malloc under load (see docs/webhook.md, "Speed").
@@ -31,7 +32,7 @@ fn serve(args: RunArgs) -> i32 {
             return 1;
         }
     };
-    let code = match runtime.block_on(sandcap::server::run(args)) {
+    let code = match runtime.block_on(sandcap::run::run(args)) {
         Ok(()) => 0,
         Err(e) => {
             report(&e);

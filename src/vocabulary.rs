@@ -46,6 +46,9 @@ macro_rules! words {
 
 pub(crate) use words;
 
+/// The field manager of every write: status, the certificate Secret, the webhook's caBundle.
+pub const FIELD_MANAGER: &str = "sandcap";
+
 pub const METHOD_RESUME_LEASE: &str = "environmentResumeLease";
 pub const METHOD_RELEASE_LEASE: &str = "environmentReleaseLease";
 pub const METHOD_DESTROY_LEASE: &str = "environmentDestroyLease";

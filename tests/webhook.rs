@@ -14,10 +14,12 @@ use rcgen::{
 };
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
+use sandcap::admin::{self, Readiness};
+use sandcap::listener::{self, Limits};
 use sandcap::metrics::Metrics;
-use sandcap::server::{self, Limits, Readiness, Webhook};
 use sandcap::tls::CertSource;
 use sandcap::validation::Options;
+use sandcap::webhook::{self, Webhook};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -130,7 +132,7 @@ struct Harness {
     webhook: SocketAddr,
     admin: SocketAddr,
     shutdown: CancellationToken,
-    stopped: JoinHandle<Result<(), server::ServerError>>,
+    stopped: JoinHandle<Result<(), sandcap::tls::CertLoadError>>,
 }
 
 fn test_limits() -> Limits {
@@ -154,11 +156,11 @@ async fn start(certificate: CertSource) -> Harness {
     let metrics = Metrics::register(&mut registry);
     let readiness = Readiness::default();
     let shutdown = CancellationToken::new();
-    let admin_app = server::admin_router(Arc::new(registry), readiness.clone());
+    let admin_app = admin::admin_router(Arc::new(registry), readiness.clone());
     let admin_limits = Limits { max_connections: 4, ..test_limits() };
-    tokio::spawn(server::serve_admin(admin, admin_app, admin_limits, shutdown.clone()));
+    tokio::spawn(admin::serve_admin(admin, admin_app, admin_limits, shutdown.clone()));
     let webhook = Webhook { listener, certificate, options: Options::default(), limits: test_limits() };
-    let stopped = tokio::spawn(server::serve_webhook(webhook, metrics, readiness, shutdown.clone()));
+    let stopped = tokio::spawn(webhook::serve_webhook(webhook, metrics, readiness, shutdown.clone()));
     Harness { webhook: webhook_addr, admin: admin_addr, shutdown, stopped }
 }
 
@@ -456,7 +458,7 @@ async fn objects_of_the_wrong_shape_are_denied_with_the_field() {
 #[tokio::test]
 async fn oversized_bodies_wrong_paths_and_methods_are_refused() {
     let (harness, client, _ca, _volume) = serving().await;
-    let huge = vec![b' '; server::MAX_BODY + 1];
+    let huge = vec![b' '; listener::MAX_BODY + 1];
     assert_eq!(post(&client, &harness, huge).await.0, 413);
     let status = |request: reqwest::RequestBuilder| async move { request.send().await.unwrap().status() };
     assert_eq!(status(client.post(harness.url("/mutate")).body("{}")).await, 404);
@@ -476,7 +478,7 @@ async fn an_oversized_chunked_body_is_cut_off_while_streaming() {
         let head = b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n";
         writer.write_all(head).await?;
         let chunk = vec![b' '; 64 * 1024];
-        for _ in 0..=server::MAX_BODY / chunk.len() + 1 {
+        for _ in 0..=listener::MAX_BODY / chunk.len() + 1 {
             writer.write_all(format!("{:x}\r\n", chunk.len()).as_bytes()).await?;
             writer.write_all(&chunk).await?;
             writer.write_all(b"\r\n").await?;

@@ -13,9 +13,10 @@ use kube::{Client, Resource, ResourceExt};
 
 use super::cache::{Caches, Queue};
 use super::error::Error;
-use super::status::{FIELD_MANAGER, kind_label};
+use super::status::kind_label;
 use crate::metrics::{FailureLabels, KindLabels, Metrics};
 use crate::probe::Prober;
+use crate::vocabulary::FIELD_MANAGER;
 
 /// No reconcile may take longer (a probe has its own, shorter timeout): one that does fails and is
 /// retried, so nothing can keep a controller's queue, or shutdown, waiting forever.

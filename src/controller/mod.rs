@@ -8,7 +8,7 @@
 //!   provider's published status and the lease's `configFrom` Secrets. It is re-triggered by its
 //!   provider's changes and by changes of a Secret it references, not by a full resync.
 //!
-//! Both write status by server-side apply (field manager [`FIELD_MANAGER`], forced) and write
+//! Both write status by server-side apply (field manager [`crate::vocabulary::FIELD_MANAGER`], forced) and write
 //! nothing when the desired status equals the current one. With leader election only the holder of
 //! the `coordination.k8s.io/v1` Lease runs them.
 //!
@@ -41,7 +41,6 @@ use context::{Context, error_policy, reconciler};
 pub use error::Error;
 use lease::reconcile_lease;
 use provider::reconcile_provider;
-pub use status::FIELD_MANAGER;
 
 use crate::metrics::Metrics;
 use crate::probe::{AllowedCidrs, Prober};

@@ -9,10 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::error::Error;
-use crate::vocabulary::{ConditionReason, ConditionType, Kind};
-
-/// The field manager of every write: status, the certificate Secret, the webhook's caBundle.
-pub const FIELD_MANAGER: &str = "sandcap";
+use crate::vocabulary::{ConditionReason, ConditionType, FIELD_MANAGER, Kind};
 
 /// The `kind` label of the controller metrics.
 pub fn kind_label<K: Resource<DynamicType = ()>>() -> &'static str {

@@ -6,14 +6,14 @@
 //! `sandcap validate` both call [`review`], so they can never disagree, and every problem is
 //! reported at once with its Kubernetes field path.
 
-use std::borrow::Cow;
+mod verdict;
+
 use std::fmt;
 use std::sync::LazyLock;
 use std::time::Instant;
 
 use serde::de::DeserializeOwned;
-use serde::de::value::SeqAccessDeserializer;
-use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -22,13 +22,13 @@ use crate::api::{
     WorkerRef, WorkloadRef,
 };
 use crate::config_schema::{self, Deadline};
+pub use crate::decode::Shape;
 use crate::probe::AllowedCidrs;
 use crate::schema;
 use crate::text;
 use crate::vocabulary::{Capability, DriverKind, Kind, REMOVED_KEYS};
-
-/// Kubernetes refuses admission warnings longer than this, so ours stay below it.
-pub const MAX_WARNING_LEN: usize = 120;
+use verdict::MAX_PROBLEM;
+pub use verdict::{MAX_PER_KIND, MAX_WARNING_LEN, MAX_WARNINGS, Problem, Verdict, truncate_warning};
 
 /// Operator settings that change what is admitted.
 #[derive(Clone, Debug, Default)]
@@ -36,79 +36,6 @@ pub struct Options {
     pub allow_worker_urls: bool,
     /// Refused addresses that worker URLs may reach nonetheless ([`crate::probe`]).
     pub worker_url_allowed_cidrs: AllowedCidrs,
-}
-
-/// One problem: `<field path>: <problem>`. `kind` names the rule, in the plural form the
-/// summary of omitted problems uses ("unknown fields").
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Problem {
-    pub path: String,
-    pub message: String,
-    pub kind: &'static str,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
-    }
-}
-
-/// The answer for one object: allowed when there are no problems.
-///
-/// Bounded whatever the object holds: at most [`MAX_PER_KIND`] problems of each kind are kept
-/// (every kind found is shown), the others only counted in `omitted`; at most [`MAX_WARNINGS`]
-/// warnings. A denial of an object of 300,000 unknown keys is a few kilobytes.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Verdict {
-    pub problems: Vec<Problem>,
-    /// Problems found beyond [`MAX_PER_KIND`], by kind, in the order the kinds were first found.
-    pub omitted: Vec<(&'static str, usize)>,
-    pub warnings: Vec<String>,
-}
-
-/// Problems of one kind that a denial lists; more are counted.
-pub const MAX_PER_KIND: usize = 8;
-/// Warnings an answer carries; more are counted in a last warning.
-pub const MAX_WARNINGS: usize = 16;
-/// The longest problem text (a `configSchema`'s compile error can quote the schema).
-const MAX_PROBLEM: usize = 512;
-
-impl Verdict {
-    pub fn allowed(&self) -> bool {
-        self.problems.is_empty() && self.omitted.is_empty()
-    }
-
-    /// Problems found, listed or counted.
-    pub fn problem_count(&self) -> usize {
-        self.problems.len() + self.omitted.iter().map(|(_, n)| n).sum::<usize>()
-    }
-
-    /// The denial message of docs/contract.md: one `<path>: <problem>` per problem, joined by
-    /// `; `, then `and <n> more <kind>` for each kind with problems omitted.
-    pub fn message(&self) -> String {
-        let listed = self.problems.iter().map(ToString::to_string);
-        let omitted = self.omitted.iter().map(|(kind, n)| format!("and {n} more {kind}"));
-        listed.chain(omitted).collect::<Vec<_>>().join("; ")
-    }
-
-    /// Whether another problem of `kind` would be listed rather than counted.
-    fn lists(&self, kind: &str) -> bool {
-        self.problems.iter().filter(|p| p.kind == kind).count() < MAX_PER_KIND
-    }
-
-    fn omit(&mut self, kind: &'static str) {
-        match self.omitted.iter_mut().find(|(k, _)| *k == kind) {
-            Some((_, n)) => *n += 1,
-            None => self.omitted.push((kind, 1)),
-        }
-    }
-
-    /// Keeps one warning more than is shown, to know that some did not fit.
-    fn warn(&mut self, warning: String) {
-        if self.warnings.len() <= MAX_WARNINGS {
-            self.warnings.push(truncate_warning(warning));
-        }
-    }
 }
 
 /// Starts the warning for a problem that the stored object already has (see [`review`]).
@@ -189,113 +116,6 @@ pub const REVIEWED: Shape = Shape::Keys(&[
     ("metadata", Shape::Keys(&[("name", Shape::Whole), ("generateName", Shape::Whole)])),
     ("spec", Shape::Whole),
 ]);
-
-/// Which parts of a JSON document to build into a [`Value`]: all of it, or some keys of an object,
-/// each with its own shape. Other keys are checked for syntax and skipped without allocating. A
-/// value that is not an object where the shape names keys is built whole, so the rules still see
-/// (and name) its real type.
-#[derive(Clone, Copy, Debug)]
-pub enum Shape {
-    Whole,
-    Keys(&'static [(&'static str, Shape)]),
-}
-
-impl Shape {
-    /// Decodes one JSON document. Errors are serde_json's, including its nesting limit of 128
-    /// levels in the parts built (skipped parts are scanned without recursion).
-    pub fn decode(self, json: &str) -> serde_json::Result<Value> {
-        let mut deserializer = serde_json::Deserializer::from_str(json);
-        let value = self.deserialize(&mut deserializer)?;
-        deserializer.end()?;
-        Ok(value)
-    }
-}
-
-impl<'de> DeserializeSeed<'de> for Shape {
-    type Value = Value;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        match self {
-            Shape::Whole => Value::deserialize(deserializer),
-            Shape::Keys(keys) => deserializer.deserialize_any(KeysVisitor(keys)),
-        }
-    }
-}
-
-struct KeysVisitor(&'static [(&'static str, Shape)]);
-
-impl<'de> Visitor<'de> for KeysVisitor {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut built = Map::new();
-        while let Some(Key(key)) = map.next_key()? {
-            match self.0.iter().find(|(name, _)| *name == key) {
-                // Inserting keeps the last of duplicate keys, as serde_json's own Value does.
-                Some((_, shape)) => drop(built.insert(key.into_owned(), map.next_value_seed(*shape)?)),
-                None => drop(map.next_value::<IgnoredAny>()?),
-            }
-        }
-        Ok(Value::Object(built))
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Value, A::Error> {
-        Value::deserialize(SeqAccessDeserializer::new(seq))
-    }
-
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(v.into())
-    }
-
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(v.into())
-    }
-
-    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(v.into())
-    }
-
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(v.into())
-    }
-
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-}
-
-/// An object key, borrowed from the input unless it had escapes: skipped keys cost no allocation.
-struct Key<'de>(Cow<'de, str>);
-
-impl<'de> Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl<'de> Visitor<'de> for KeyVisitor {
-            type Value = Key<'de>;
-
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an object key")
-            }
-
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Borrowed(v)))
-            }
-
-            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v.to_owned())))
-            }
-        }
-        deserializer.deserialize_str(KeyVisitor)
-    }
-}
 
 /// The fields of each object in `spec` that has fields, in the order [`crate::api`] declares
 /// them (the order a denial lists them in). Derived once, so that a field added to a type is
@@ -556,18 +376,6 @@ impl Checker {
             }
         }
     }
-}
-
-/// The apiserver drops warnings of 120 characters or more; a longer one keeps its start (which
-/// names the field) and ends in an ellipsis, cut on a character boundary. Applied where warnings
-/// are made, so the webhook and `sandcap validate` give the same text.
-pub fn truncate_warning(warning: String) -> String {
-    const ELLIPSIS: &str = "...";
-    // Bytes bound characters from above, so counting bytes keeps every client's count in range.
-    if warning.len() < MAX_WARNING_LEN {
-        return warning;
-    }
-    format!("{}{ELLIPSIS}", text::prefix(&warning, MAX_WARNING_LEN - 1 - ELLIPSIS.len()))
 }
 
 /// A field's value; `null` counts as absent, as the CRD schema (nullable) lets it through.

@@ -1,0 +1,263 @@
+//! `SandboxLease`: one run's lease on a provider's driver, and what sandcap resolved for it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::vocabulary::LeasePolicy;
+use crate::vocabulary::{Capability, Reason};
+
+use super::rules::*;
+
+/// One run's lease on a provider's driver.
+#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "sandcap.dev",
+    version = "v1alpha1",
+    kind = "SandboxLease",
+    doc = "One run's lease on a SandboxProvider's driver. sandcap resolves which capabilities the run gets (verified by the worker, declared by the driver, narrowed by this lease) and writes them into status.",
+    namespaced,
+    shortname = "sbl",
+    category = "sandcap",
+    status = "SandboxLeaseStatus",
+    derive = "Default",
+    printcolumn = r#"{"name":"Provider","type":"string","jsonPath":".spec.providerRef.name"}"#,
+    printcolumn = r#"{"name":"Driver","type":"string","jsonPath":".spec.providerRef.driverKey"}"#,
+    printcolumn = r#"{"name":"Policy","type":"string","jsonPath":".spec.policy","description":"requested policy"}"#,
+    printcolumn = r#"{"name":"Effective Policy","type":"string","jsonPath":".status.effectivePolicy","description":"the policy the lease gets"}"#,
+    printcolumn = r#"{"name":"Resolved","type":"string","jsonPath":".status.conditions[?(@.type==\"Resolved\")].status"}"#,
+    printcolumn = r#"{"name":"Reuse","type":"boolean","jsonPath":".status.capabilities.reusableLeases"}"#,
+    printcolumn = r#"{"name":"SyncIn","type":"boolean","jsonPath":".status.capabilities.nativeSyncIn"}"#,
+    printcolumn = r#"{"name":"SyncOut","type":"boolean","jsonPath":".status.capabilities.nativeSyncOut"}"#,
+    printcolumn = r#"{"name":"Sessions","type":"boolean","jsonPath":".status.capabilities.persistentProcessSessions"}"#,
+    printcolumn = r#"{"name":"Control","type":"boolean","jsonPath":".status.capabilities.independentControlCommands"}"#,
+    printcolumn = r#"{"name":"Output","type":"boolean","jsonPath":".status.capabilities.incrementalSessionOutput"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.policy) || self.policy != 'ReuseByEnvironment' || (has(self.environment) && self.environment != '')",
+    "message": "environment is required when policy is ReuseByEnvironment",
+    "fieldPath": ".environment"
+}]))]
+pub struct SandboxLeaseSpec {
+    /// The provider and driver this lease runs on. Immutable: to use another provider or driver,
+    /// create a new SandboxLease.
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self == oldSelf",
+        "message": "providerRef is immutable: to use another provider or driver, create a new SandboxLease"
+    }]))]
+    pub provider_ref: ProviderRef,
+    /// `Ephemeral` (the default): a fresh environment per run. `ReuseByEnvironment`: runs with the
+    /// same `environment` reuse one, if the driver's reusableLeases capability is effective;
+    /// otherwise the lease gets `Ephemeral` (see status.effectivePolicy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "policy_schema")]
+    pub policy: Option<LeasePolicy>,
+    /// The environment runs share under `ReuseByEnvironment` (required with that policy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxLength" = 253))]
+    pub environment: Option<String>,
+    /// The backend as the provider reported it; `job` means Job-backed, which turns native file
+    /// sync off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxLength" = 63))]
+    pub backend: Option<String>,
+    /// The workload running this lease; a `batch/v1` Job makes the lease Job-backed (native file
+    /// sync off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_ref: Option<WorkloadRef>,
+    /// Set true when the run cannot use native file sync: turns nativeSyncIn and nativeSyncOut off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native_file_sync_unsupported: Option<bool>,
+    /// Inline, non-secret provider config (a JSON object of at most 128 keys); merged with
+    /// `configFrom` and checked against the driver's configSchema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "lease_config")]
+    pub config: Option<Value>,
+    /// Up to 16 Secret keys, each holding a JSON object, merged over `config` in order. The Secret
+    /// must carry the label `sandcap.dev/config-source: "true"`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("maxItems" = MAX_CONFIG_SOURCES))]
+    pub config_from: Vec<ConfigSource>,
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(skip)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+impl SandboxLeaseSpec {
+    pub fn policy(&self) -> LeasePolicy {
+        self.policy.unwrap_or_default()
+    }
+}
+
+/// A provider's driver.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
+pub struct ProviderRef {
+    /// Name of the SandboxProvider.
+    #[schemars(extend("pattern" = DNS_SUBDOMAIN_PATTERN, "maxLength" = DNS_SUBDOMAIN_MAX))]
+    pub name: String,
+    /// One of the provider's `environmentDrivers[].driverKey`, declared with kind sandbox_provider.
+    #[schemars(extend("pattern" = KEY_PATTERN, "maxLength" = 253))]
+    pub driver_key: String,
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(skip)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+/// The object that runs the lease's workload.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
+pub struct WorkloadRef {
+    /// API version of the workload, such as batch/v1.
+    #[schemars(extend("maxLength" = 253))]
+    pub api_version: String,
+    /// Kind of the workload, such as Job.
+    #[schemars(extend("maxLength" = 63))]
+    pub kind: String,
+    /// Name of the workload.
+    #[schemars(extend("maxLength" = 253))]
+    pub name: String,
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(skip)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+impl WorkloadRef {
+    pub fn is_batch_job(&self) -> bool {
+        self.api_version == "batch/v1" && self.kind == "Job"
+    }
+}
+
+/// One source of provider config.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
+pub struct ConfigSource {
+    /// A key of a Secret in the lease's namespace whose value is a JSON object.
+    pub secret_key_ref: SecretKeyRef,
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(skip)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+/// A key of a Secret in the lease's namespace.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
+pub struct SecretKeyRef {
+    /// Name of the Secret.
+    #[schemars(extend("pattern" = DNS_SUBDOMAIN_PATTERN, "maxLength" = DNS_SUBDOMAIN_MAX))]
+    pub name: String,
+    /// Key in the Secret's data.
+    #[schemars(extend("pattern" = SECRET_KEY_PATTERN, "maxLength" = 253))]
+    pub key: String,
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(skip)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+/// All six capabilities, each on or off.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Capabilities {
+    /// Leases may be resumed, released and destroyed (reuse by environment).
+    pub reusable_leases: bool,
+    /// The plugin syncs files into the sandbox itself.
+    pub native_sync_in: bool,
+    /// The plugin syncs files out of the sandbox itself.
+    pub native_sync_out: bool,
+    /// Processes survive between executions.
+    pub persistent_process_sessions: bool,
+    /// Control commands run alongside an execution.
+    pub independent_control_commands: bool,
+    /// Output streams while a session runs.
+    pub incremental_session_output: bool,
+}
+
+impl Capabilities {
+    pub fn get(&self, cap: Capability) -> bool {
+        match cap {
+            Capability::ReusableLeases => self.reusable_leases,
+            Capability::NativeSyncIn => self.native_sync_in,
+            Capability::NativeSyncOut => self.native_sync_out,
+            Capability::PersistentProcessSessions => self.persistent_process_sessions,
+            Capability::IndependentControlCommands => self.independent_control_commands,
+            Capability::IncrementalSessionOutput => self.incremental_session_output,
+        }
+    }
+
+    pub fn set(&mut self, cap: Capability, on: bool) {
+        let slot = match cap {
+            Capability::ReusableLeases => &mut self.reusable_leases,
+            Capability::NativeSyncIn => &mut self.native_sync_in,
+            Capability::NativeSyncOut => &mut self.native_sync_out,
+            Capability::PersistentProcessSessions => &mut self.persistent_process_sessions,
+            Capability::IndependentControlCommands => &mut self.independent_control_commands,
+            Capability::IncrementalSessionOutput => &mut self.incremental_session_output,
+        };
+        *slot = on;
+    }
+}
+
+/// Why one capability is on or off: `reason` is the first gate that removed it, or `Granted`.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Explanation {
+    /// The capability key.
+    pub capability: Capability,
+    /// Whether the capability is effective.
+    pub granted: bool,
+    /// The first gate that removed the capability, or `Granted`.
+    pub reason: Reason,
+    /// The specifics: the missing method, the Secret that could not be read (never its value).
+    pub message: String,
+}
+
+/// What sandcap resolved for this lease.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxLeaseStatus {
+    /// The spec generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Resolved`, `ConfigResolved` and `PluginIdentity`.
+    #[serde(default)]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// The provider identity pinned on the first resolution; a later mismatch turns every
+    /// capability off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<Pinned>,
+    /// The policy the lease gets: `ReuseByEnvironment` only when reusableLeases is effective.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "policy_schema")]
+    pub effective_policy: Option<LeasePolicy>,
+    /// The six capabilities after this lease's narrowing.
+    #[serde(default)]
+    pub capabilities: Capabilities,
+    /// Why each capability is on or off.
+    #[serde(default)]
+    pub explanations: Vec<Explanation>,
+}
+
+/// The exact plugin identity a lease was first resolved against.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Pinned {
+    /// `metadata.uid` of the provider.
+    #[serde(rename = "providerUID")]
+    pub provider_uid: String,
+    /// `spec.pluginKey` of the provider.
+    pub plugin_key: String,
+    /// The lease's `providerRef.driverKey`.
+    pub driver_key: String,
+}

@@ -1,0 +1,274 @@
+//! `SandboxProvider`: the plugin's declarations, and what sandcap found about its worker.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::vocabulary::{Capability, DriverKind};
+
+use super::lease::{Capabilities, Explanation};
+use super::rules::*;
+
+/// A sandbox-provider plugin: its driver declarations and where its live worker answers
+/// `initialize`. The controller probes the worker and writes, per driver, which of the six
+/// capabilities are verified, declared and effective into `status`.
+#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "sandcap.dev",
+    version = "v1alpha1",
+    kind = "SandboxProvider",
+    doc = "A sandbox-provider plugin registered with sandcap: its identity, its live worker and the environment drivers it declares. sandcap probes the worker and reports each driver's capabilities in status.",
+    shortname = "sbp",
+    category = "sandcap",
+    status = "SandboxProviderStatus",
+    derive = "Default",
+    printcolumn = r#"{"name":"Plugin","type":"string","jsonPath":".spec.pluginKey"}"#,
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".spec.version"}"#,
+    printcolumn = r#"{"name":"Worker","type":"string","jsonPath":".status.worker.probe"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reuse","type":"boolean","jsonPath":".status.drivers[0].capabilities.reusableLeases","description":"first driver"}"#,
+    printcolumn = r#"{"name":"SyncIn","type":"boolean","jsonPath":".status.drivers[0].capabilities.nativeSyncIn","description":"first driver"}"#,
+    printcolumn = r#"{"name":"SyncOut","type":"boolean","jsonPath":".status.drivers[0].capabilities.nativeSyncOut","description":"first driver"}"#,
+    printcolumn = r#"{"name":"Sessions","type":"boolean","priority":1,"jsonPath":".status.drivers[0].capabilities.persistentProcessSessions","description":"first driver"}"#,
+    printcolumn = r#"{"name":"Control","type":"boolean","priority":1,"jsonPath":".status.drivers[0].capabilities.independentControlCommands","description":"first driver"}"#,
+    printcolumn = r#"{"name":"Output","type":"boolean","priority":1,"jsonPath":".status.drivers[0].capabilities.incrementalSessionOutput","description":"first driver"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
+pub struct SandboxProviderSpec {
+    /// Plugin identity: lowercase letters, digits, '.', '_' and '-', starting with a letter or
+    /// digit. Immutable: to register another plugin, create a new SandboxProvider.
+    #[schemars(extend("pattern" = KEY_PATTERN, "maxLength" = 253))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self == oldSelf",
+        "message": "pluginKey is immutable: to register another plugin, create a new SandboxProvider"
+    }]))]
+    pub plugin_key: String,
+    /// Plugin version, a semantic version such as 1.4.0.
+    #[schemars(extend("pattern" = SEMVER_PATTERN, "maxLength" = 128))]
+    pub version: String,
+    /// Where the live worker answers the JSON-RPC `initialize` probe: set exactly one of
+    /// `service` or `url`.
+    pub worker: WorkerRef,
+    /// The plugin's driver declarations, 1 to 64, each with a unique `driverKey`.
+    #[schemars(extend("minItems" = 1, "maxItems" = MAX_DRIVERS))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["driverKey"]))]
+    pub environment_drivers: Vec<DriverDeclaration>,
+    /// Keys the webhook rejects; kept so they are never pruned silently.
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(skip)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+/// Where the worker answers: exactly one of `service` or `url`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.service) != has(self.url)",
+    "message": "set exactly one of service or url"
+}]))]
+pub struct WorkerRef {
+    /// The in-cluster Service in front of the worker (the usual choice).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceRef>,
+    /// An absolute http:// or https:// URL of the worker. Refused unless the operator runs with
+    /// `--allow-worker-urls`; prefer `service`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxLength" = 2048))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",
+        "message": "must be an absolute http:// or https:// URL"
+    }]))]
+    pub url: Option<String>,
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(skip)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+/// A Service port that serves the worker's JSON-RPC endpoint over HTTP.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
+pub struct ServiceRef {
+    /// Namespace of the Service (an RFC 1123 label).
+    #[schemars(extend("pattern" = DNS_LABEL_PATTERN, "maxLength" = DNS_LABEL_MAX))]
+    pub namespace: String,
+    /// Name of the Service (an RFC 1123 label).
+    #[schemars(extend("pattern" = DNS_LABEL_PATTERN, "maxLength" = DNS_LABEL_MAX))]
+    pub name: String,
+    /// Service port, 1 to 65535.
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+    /// HTTP path of the JSON-RPC endpoint, starting with '/'; '/' when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = "^/", "maxLength" = 1024))]
+    pub path: Option<String>,
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(skip)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+/// One driver the plugin declares.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
+pub struct DriverDeclaration {
+    /// The driver's key, unique within the provider; leases name it in `providerRef.driverKey`.
+    /// Lowercase letters, digits, '.', '_' and '-', starting with a letter or digit.
+    #[schemars(extend("pattern" = KEY_PATTERN, "maxLength" = 253))]
+    pub driver_key: String,
+    /// `sandbox_provider` (sandcap resolves its capabilities) or `environment_driver` (sandcap
+    /// never reads its capabilities); omitted counts as neither.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "driver_kind_schema")]
+    pub kind: Option<DriverKind>,
+    /// Name shown to people, 1 to 100 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("minLength" = 1, "maxLength" = 100))]
+    pub display_name: Option<String>,
+    /// What the driver does, at most 500 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxLength" = 500))]
+    pub description: Option<String>,
+    /// JSON Schema (draft 2020-12 unless its `$schema` names another) that a lease's resolved
+    /// config must pass; the webhook refuses one that does not compile. At most 64 keywords.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "driver_config_schema")]
+    pub config_schema: Option<Value>,
+    /// Legacy spelling of `sandboxCapabilities.reusableLeases`, read only when the nested key is
+    /// absent; when both are set the nested key wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supports_reusable_leases: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "capabilities_schema")]
+    pub sandbox_capabilities: Option<DeclaredCapabilities>,
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(skip)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+impl DriverDeclaration {
+    pub fn is_sandbox_provider(&self) -> bool {
+        self.kind == Some(DriverKind::SandboxProvider)
+    }
+}
+
+/// The six capability keys a driver may declare. Omitted = defer to the worker, except the opt-in
+/// keys `reusableLeases` and `incrementalSessionOutput`. Its schema is a map of booleans
+/// ([`capabilities_schema`]) rather than these fields, so that a typo'd or removed key reaches
+/// the CRD's rules instead of being pruned.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DeclaredCapabilities {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reusable_leases: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native_sync_in: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native_sync_out: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_process_sessions: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub independent_control_commands: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incremental_session_output: Option<bool>,
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra: BTreeMap<String, Value>,
+}
+
+impl DeclaredCapabilities {
+    pub fn get(&self, cap: Capability) -> Option<bool> {
+        match cap {
+            Capability::ReusableLeases => self.reusable_leases,
+            Capability::NativeSyncIn => self.native_sync_in,
+            Capability::NativeSyncOut => self.native_sync_out,
+            Capability::PersistentProcessSessions => self.persistent_process_sessions,
+            Capability::IndependentControlCommands => self.independent_control_commands,
+            Capability::IncrementalSessionOutput => self.incremental_session_output,
+        }
+    }
+
+    pub fn set(&mut self, cap: Capability, value: Option<bool>) {
+        let slot = match cap {
+            Capability::ReusableLeases => &mut self.reusable_leases,
+            Capability::NativeSyncIn => &mut self.native_sync_in,
+            Capability::NativeSyncOut => &mut self.native_sync_out,
+            Capability::PersistentProcessSessions => &mut self.persistent_process_sessions,
+            Capability::IndependentControlCommands => &mut self.independent_control_commands,
+            Capability::IncrementalSessionOutput => &mut self.incremental_session_output,
+        };
+        *slot = value;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Status
+
+/// What sandcap found: the worker's probe and, per driver, the provider-level capabilities.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxProviderStatus {
+    /// The spec generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `WorkerVerified` (the last probe succeeded) and `Ready`.
+    #[serde(default)]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// The last probe of the worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<WorkerStatus>,
+    /// One entry per declared driver: verified ∩ declared, before any lease narrows it.
+    #[serde(default)]
+    pub drivers: Vec<DriverStatus>,
+}
+
+/// The last `initialize` probe of the worker.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerStatus {
+    /// The methods the worker advertised; empty when the probe failed (nothing is verified).
+    #[serde(default)]
+    pub supported_methods: Vec<String>,
+    /// `Succeeded` or `Failed` (timeout, connection error, JSON-RPC error, `ok: false`).
+    pub probe: ProbeResult,
+    /// When the probe ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_probe_time: Option<Time>,
+    /// What the probe found, or why it failed.
+    #[serde(default)]
+    pub message: String,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum ProbeResult {
+    Succeeded,
+    #[default]
+    Failed,
+}
+
+/// One driver's provider-level resolution.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DriverStatus {
+    /// The driver's `driverKey`.
+    pub driver_key: String,
+    /// The driver's declared kind; only `sandbox_provider` drivers get capabilities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "driver_kind_status_schema")]
+    pub kind: Option<DriverKind>,
+    /// The keys the declaration sets (legacy flag folded in).
+    #[serde(default)]
+    pub declared: BTreeMap<String, bool>,
+    /// The six capabilities at provider level.
+    pub capabilities: Capabilities,
+    /// Why each capability is on or off.
+    #[serde(default)]
+    pub explanations: Vec<Explanation>,
+}

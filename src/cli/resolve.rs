@@ -1,0 +1,233 @@
+//! `sandcap resolve`: the capability resolution the controller would write, from files and, with
+//! `--worker-url`, one live probe.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use clap::ValueEnum;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::error::CliError;
+use super::manifests::load_objects;
+use super::validate::judge;
+use crate::api::{Capabilities, Explanation, LeasePolicy, SandboxLease, SandboxProvider, SecretKeyRef};
+use crate::contract::{self, SecretLookup, Verified};
+use crate::probe::{self, AllowedCidrs, ProbeOutcome, Prober};
+use crate::schema;
+use crate::validation::{self, Options};
+use crate::vocabulary::Kind;
+
+#[derive(Debug, Clone, Copy, Default, ValueEnum)]
+pub enum TableOutput {
+    #[default]
+    Table,
+    Json,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ResolveArgs {
+    /// The SandboxProvider manifest.
+    #[arg(long)]
+    pub provider: PathBuf,
+    /// Resolve only this driver (default: the lease's driver, or every driver).
+    #[arg(long)]
+    pub driver: Option<String>,
+    /// A SandboxLease manifest: resolve at lease level, with every narrowing.
+    #[arg(long)]
+    pub lease: Option<PathBuf>,
+    /// Secret manifests for the lease's configFrom; a Secret not given is a missing Secret.
+    #[arg(long = "secret")]
+    pub secrets: Vec<PathBuf>,
+    /// The worker's verified methods (default: the provider file's status.worker.supportedMethods).
+    #[arg(long, value_delimiter = ',', conflicts_with = "worker_url")]
+    pub worker_methods: Option<Vec<String>>,
+    /// Probe the worker at this http(s) URL live (JSON-RPC `initialize`) and use what it verifies;
+    /// a failed probe verifies nothing.
+    #[arg(long)]
+    pub worker_url: Option<String>,
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: TableOutput,
+}
+
+/// One driver's resolution, in the JSON shape docs/contract.md ("Command line") gives.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResolveRecord {
+    driver_key: String,
+    effective_policy: LeasePolicy,
+    capabilities: Capabilities,
+    explanations: Vec<Explanation>,
+}
+
+pub(super) fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, CliError> {
+    let provider: SandboxProvider = load_one(&args.provider, Kind::SandboxProvider)?;
+    let verified = match (&args.worker_methods, &args.worker_url) {
+        (Some(methods), _) => Verified::methods(methods.iter().map(|m| m.trim()).filter(|m| !m.is_empty())),
+        (None, Some(url)) => probe_live(url, &provider)?,
+        (None, None) => contract::verified_from_status(&provider),
+    };
+    let records = match &args.lease {
+        Some(lease_path) => {
+            let lease: SandboxLease = load_one(lease_path, Kind::SandboxLease)?;
+            if let Some(driver) = &args.driver
+                && *driver != lease.spec.provider_ref.driver_key
+            {
+                return Err(CliError::Usage(format!(
+                    "--driver {driver} does not match the lease's providerRef.driverKey {}",
+                    lease.spec.provider_ref.driver_key
+                )));
+            }
+            let secrets = load_secrets(&args.secrets)?;
+            // The lease names its provider: a file for another provider means that provider is absent.
+            let provider = (provider.metadata.name == Some(lease.spec.provider_ref.name.clone())).then_some(&provider);
+            let r = contract::resolve_lease(&lease, provider, &verified, |r| secrets.lookup(r));
+            vec![ResolveRecord {
+                driver_key: r.driver_key,
+                effective_policy: r.effective_policy,
+                capabilities: r.resolution.capabilities,
+                explanations: r.resolution.explanations,
+            }]
+        }
+        None => {
+            let drivers: Vec<_> = provider
+                .spec
+                .environment_drivers
+                .iter()
+                .filter(|d| args.driver.as_ref().is_none_or(|k| *k == d.driver_key))
+                .collect();
+            if drivers.is_empty() {
+                return Err(CliError::Usage(format!(
+                    "{}: the provider declares no driver {}",
+                    args.provider.display(),
+                    args.driver.as_deref().unwrap_or("at all")
+                )));
+            }
+            drivers
+                .into_iter()
+                .map(|d| {
+                    let r = contract::resolve_driver(&verified, d);
+                    let policy = contract::effective_policy(&r);
+                    ResolveRecord {
+                        driver_key: d.driver_key.clone(),
+                        effective_policy: policy,
+                        capabilities: r.capabilities,
+                        explanations: r.explanations,
+                    }
+                })
+                .collect()
+        }
+    };
+    match args.output {
+        TableOutput::Json if records.len() == 1 => {
+            writeln!(out, "{}", serde_json::to_string_pretty(&records[0]).expect("serializes"))
+        }
+        TableOutput::Json => writeln!(out, "{}", serde_json::to_string_pretty(&records).expect("serializes")),
+        TableOutput::Table => records.iter().try_for_each(|r| write_table(out, r)),
+    }?;
+    Ok(0)
+}
+
+/// One live probe; a failure is reported on stderr and verifies nothing, as in the controller.
+fn probe_live(url: &str, provider: &SandboxProvider) -> Result<Verified, CliError> {
+    let url = probe::parse_worker_url(url).map_err(|e| CliError::Usage(format!("--worker-url {e}")))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Usage(format!("cannot start the probe: {e}")))?;
+    let prober = Prober::new(probe::DEFAULT_TIMEOUT, true, AllowedCidrs::any(), "sandcap-resolve");
+    let outcome = runtime.block_on(prober.probe_url(&url, &provider.spec));
+    if let ProbeOutcome::Failed(failure) = &outcome {
+        // Not eprintln!, which panics when stderr is a closed pipe (see main.rs).
+        let _ = writeln!(std::io::stderr(), "sandcap: {failure}; nothing is verified");
+    }
+    Ok(outcome.verified())
+}
+
+fn write_table(out: &mut dyn Write, r: &ResolveRecord) -> std::io::Result<()> {
+    writeln!(out, "DRIVER {}  EFFECTIVE POLICY {}", r.driver_key, r.effective_policy.as_str())?;
+    writeln!(out, "{:<28} {:<8} {:<36} MESSAGE", "CAPABILITY", "GRANTED", "REASON")?;
+    for e in &r.explanations {
+        writeln!(out, "{:<28} {:<8} {:<36} {}", e.capability.key(), e.granted, e.reason.as_str(), e.message)?;
+    }
+    Ok(())
+}
+
+/// Loads exactly one object of `kind`, refusing one the webhook would deny.
+fn load_one<T: serde::de::DeserializeOwned>(path: &Path, kind: Kind) -> Result<T, CliError> {
+    let shown = path.display().to_string();
+    let mut objects = load_objects(path)?;
+    if objects.len() != 1 {
+        return Err(CliError::Parse {
+            path: shown,
+            message: format!("expected one {kind}, found {} objects", objects.len()),
+        });
+    }
+    let object = objects.remove(0);
+    let (found, name) = validation::identify(&object);
+    if found != kind.as_str() {
+        return Err(CliError::Object { path: shown, kind: found, name, message: format!("expected a {kind}") });
+    }
+    // The worker URL is the caller's own to probe (or not: --worker-url replaces it).
+    let options = Options { allow_worker_urls: true, worker_url_allowed_cidrs: AllowedCidrs::any() };
+    if let Err((message, _)) = judge(&object, &options, schema::Server::default()) {
+        return Err(CliError::Object { path: shown, kind: found, name, message: format!("denied: {message}") });
+    }
+    serde_json::from_value(object).map_err(|e| CliError::Object {
+        path: shown,
+        kind: found,
+        name,
+        message: e.to_string(),
+    })
+}
+
+/// Secrets given with `--secret`, by name.
+struct Secrets(BTreeMap<String, BTreeMap<String, Vec<u8>>>);
+
+impl Secrets {
+    fn lookup(&self, r: &SecretKeyRef) -> SecretLookup {
+        match self.0.get(&r.name) {
+            None => SecretLookup::MissingSecret,
+            Some(data) => data.get(&r.key).map_or(SecretLookup::MissingKey, |v| SecretLookup::Found(v.clone())),
+        }
+    }
+}
+
+fn load_secrets(paths: &[PathBuf]) -> Result<Secrets, CliError> {
+    let mut secrets = BTreeMap::new();
+    for path in paths {
+        for object in load_objects(path)? {
+            let (kind, name) = validation::identify(&object);
+            let err = |message: String| CliError::Object {
+                path: path.display().to_string(),
+                kind: kind.clone(),
+                name: name.clone(),
+                message,
+            };
+            if kind != "Secret" {
+                return Err(err("expected a Secret".into()));
+            }
+            let mut data = BTreeMap::new();
+            if let Some(map) = object.get("data").and_then(Value::as_object) {
+                for (key, value) in map {
+                    let encoded = value.as_str().ok_or_else(|| err(format!("data.{key} is not a string")))?;
+                    let bytes = base64::engine::general_purpose::STANDARD
+                        .decode(encoded)
+                        .map_err(|_| err(format!("data.{key} is not valid base64")))?;
+                    data.insert(key.clone(), bytes);
+                }
+            }
+            // stringData wins over data, as the apiserver merges them.
+            if let Some(map) = object.get("stringData").and_then(Value::as_object) {
+                for (key, value) in map {
+                    let text = value.as_str().ok_or_else(|| err(format!("stringData.{key} is not a string")))?;
+                    data.insert(key.clone(), text.as_bytes().to_vec());
+                }
+            }
+            secrets.insert(name, data);
+        }
+    }
+    Ok(Secrets(secrets))
+}

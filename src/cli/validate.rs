@@ -1,0 +1,108 @@
+//! `sandcap validate`: what the cluster would answer for every object in the files.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::ValueEnum;
+use ipnet::IpNet;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::error::CliError;
+use super::manifests::load_objects;
+use crate::probe::AllowedCidrs;
+use crate::schema;
+use crate::validation::{self, Options};
+use crate::vocabulary::Kind;
+
+#[derive(Debug, Clone, Copy, Default, ValueEnum)]
+pub enum Output {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ValidateArgs {
+    /// YAML or JSON files; multi-document and `kind: List` files are read object by object.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: Output,
+    /// Judge as an operator started with --allow-worker-urls would.
+    #[arg(long, env = "SANDCAP_ALLOW_WORKER_URLS")]
+    pub allow_worker_urls: bool,
+    /// Judge as an operator started with this --worker-url-allowed-cidrs would.
+    #[arg(long, env = "SANDCAP_WORKER_URL_ALLOWED_CIDRS", value_delimiter = ',', value_name = "CIDRS")]
+    pub worker_url_allowed_cidrs: Vec<IpNet>,
+    /// Write the apiserver's messages as this Kubernetes minor does: 1.33 or 1.37 (their forms
+    /// differ slightly).
+    #[arg(long, default_value = "1.37", value_parser = parse_server)]
+    pub kubernetes_version: schema::Server,
+}
+
+fn parse_server(minor: &str) -> Result<schema::Server, String> {
+    match minor {
+        "1.33" => Ok(schema::Server::V1_33),
+        "1.37" => Ok(schema::Server::V1_37),
+        _ => Err("the message forms are known for 1.33 and 1.37".into()),
+    }
+}
+
+#[derive(Serialize)]
+struct ValidateRecord {
+    kind: String,
+    name: String,
+    allowed: bool,
+    message: String,
+    warnings: Vec<String>,
+}
+
+/// What `kubectl apply` would print for one object: the apiserver's own verdict (layer one, the
+/// CRD) if it rejects, else the webhook's (layer two), which the apiserver asks only then. `Ok`
+/// holds the warnings of an admitted object, `Err` the denial message and any warnings.
+pub fn judge(object: &Value, options: &Options, server: schema::Server) -> Result<Vec<String>, (String, Vec<String>)> {
+    if let Err(rejection) = schema::check(object, None, server) {
+        return Err((rejection.message(), Vec::new()));
+    }
+    let verdict = validation::review(object, None, options);
+    if verdict.allowed() { Ok(verdict.warnings) } else { Err((verdict.message(), verdict.warnings)) }
+}
+
+pub(super) fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
+    let options = Options {
+        allow_worker_urls: args.allow_worker_urls,
+        worker_url_allowed_cidrs: AllowedCidrs::new(args.worker_url_allowed_cidrs.iter().copied()),
+    };
+    let mut records = Vec::new();
+    for path in &args.files {
+        for object in load_objects(path)? {
+            let (kind, name) = validation::identify(&object);
+            if Kind::from_kind(&kind).is_none() {
+                return Err(CliError::Object {
+                    path: path.display().to_string(),
+                    kind,
+                    name,
+                    message: "unknown kind: sandcap validates SandboxProvider and SandboxLease".into(),
+                });
+            }
+            records.push(match judge(&object, &options, args.kubernetes_version) {
+                Ok(warnings) => ValidateRecord { kind, name, allowed: true, message: String::new(), warnings },
+                Err((message, warnings)) => ValidateRecord { kind, name, allowed: false, message, warnings },
+            });
+        }
+    }
+    let denied = records.iter().any(|r| !r.allowed);
+    match args.output {
+        Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&records).expect("records serialize")),
+        Output::Text => records.iter().try_for_each(|r| {
+            if r.allowed {
+                writeln!(out, "ALLOWED {}/{}", r.kind, r.name)?;
+            } else {
+                writeln!(out, "DENIED {}/{}: {}", r.kind, r.name, r.message)?;
+            }
+            r.warnings.iter().try_for_each(|w| writeln!(out, "WARNING {}/{}: {w}", r.kind, r.name))
+        }),
+    }?;
+    Ok(i32::from(denied))
+}

@@ -1,0 +1,143 @@
+//! Where a worker URL may not lead: the refused address classes, the operator's exceptions, and
+//! the resolver that applies them to the addresses actually connected to.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+
+use ipnet::IpNet;
+use reqwest::Url;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+
+use crate::vocabulary::words;
+
+words! {
+    /// The addresses a worker URL may not reach unless the operator allows them: each reaches the
+    /// node sandcap runs on, or the cloud's instance metadata service (credentials, among other
+    /// things), rather than a worker.
+    pub enum AddressClass (as_str, parse) {
+        /// 127.0.0.0/8, ::1: sandcap's own pod.
+        Loopback = "loopback",
+        /// 169.254.0.0/16, fe80::/10: the node's link.
+        LinkLocal = "link-local",
+        /// The metadata services of the major clouds.
+        Metadata = "cloud metadata",
+        /// 0.0.0.0/8, `::`: connecting there reaches the local host.
+        Unspecified = "unspecified",
+    }
+}
+
+pub(super) const GCE_AWS_AZURE_METADATA: IpAddr = IpAddr::V4(Ipv4Addr::new(169, 254, 169, 254));
+pub(super) const METADATA: [IpAddr; 3] = [
+    GCE_AWS_AZURE_METADATA,
+    // AWS over IPv6 (Nitro instances).
+    IpAddr::V6(Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)),
+    // Alibaba Cloud.
+    IpAddr::V4(Ipv4Addr::new(100, 100, 100, 200)),
+];
+
+/// The class of `ip`, if worker URLs may not reach it. An IPv4-mapped IPv6 address
+/// (`::ffff:127.0.0.1`) reaches the IPv4 address, so it is classed as that.
+pub fn classify(ip: IpAddr) -> Option<AddressClass> {
+    let ip = ip.to_canonical();
+    if METADATA.contains(&ip) {
+        return Some(AddressClass::Metadata);
+    }
+    match ip {
+        IpAddr::V4(v4) if v4.is_loopback() => Some(AddressClass::Loopback),
+        IpAddr::V4(v4) if v4.is_link_local() => Some(AddressClass::LinkLocal),
+        IpAddr::V4(v4) if v4.octets()[0] == 0 => Some(AddressClass::Unspecified),
+        IpAddr::V6(v6) if v6.is_loopback() => Some(AddressClass::Loopback),
+        IpAddr::V6(v6) if v6.is_unicast_link_local() => Some(AddressClass::LinkLocal),
+        IpAddr::V6(v6) if v6.is_unspecified() => Some(AddressClass::Unspecified),
+        _ => None,
+    }
+}
+
+/// Host names that always stand for a refused address, and the address each stands for. They are
+/// refused by name as well, so that the webhook, which resolves nothing, can deny them.
+pub(super) fn named_address(name: &str) -> Option<IpAddr> {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    if name == "localhost" || name.ends_with(".localhost") {
+        // RFC 6761: every name under localhost is loopback.
+        return Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+    const METADATA_NAMES: [&str; 5] =
+        ["metadata", "metadata.google.internal", "metadata.goog", "instance-data", "instance-data.ec2.internal"];
+    METADATA_NAMES.contains(&name).then_some(GCE_AWS_AZURE_METADATA)
+}
+
+/// `--worker-url-allowed-cidrs`: the refused addresses worker URLs may reach nonetheless (a worker
+/// on loopback in a test, say). Addresses outside every class are always allowed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllowedCidrs(Arc<[IpNet]>);
+
+impl AllowedCidrs {
+    pub fn new(cidrs: impl IntoIterator<Item = IpNet>) -> AllowedCidrs {
+        AllowedCidrs(cidrs.into_iter().collect())
+    }
+
+    /// Every address: for `sandcap resolve --worker-url`, whose URL is its caller's own.
+    pub fn any() -> AllowedCidrs {
+        AllowedCidrs::new([IpNet::V4(Default::default()), IpNet::V6(Default::default())])
+    }
+
+    /// The class that refuses `ip`, if it has one and no CIDR allows it (in either of its forms).
+    pub fn refuses(&self, ip: IpAddr) -> Option<AddressClass> {
+        let allowed = |ip: IpAddr| self.0.iter().any(|net| net.contains(&ip));
+        classify(ip).filter(|_| !allowed(ip) && !allowed(ip.to_canonical()))
+    }
+
+    /// The class that refuses a URL's host as written (an IP literal, or a name from
+    /// [`named_address`]); other names are checked as they are resolved.
+    pub fn refuses_host(&self, url: &Url) -> Option<AddressClass> {
+        let ip = literal_ip(url).or_else(|| named_address(url.host_str()?))?;
+        self.refuses(ip)
+    }
+}
+
+/// Resolves host names for the probe and keeps only the addresses worker URLs may reach, so the
+/// check holds for the address actually connected to, whatever the name (one that rebinds
+/// between checks included). A Service's name resolves to its cluster IP, which no class holds.
+#[derive(Debug)]
+pub(super) struct GuardedResolver {
+    pub(super) allowed: AllowedCidrs,
+}
+
+/// Why [`GuardedResolver`] gave no address; found again in the request error's causes.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ResolveError {
+    #[error("the name does not resolve")]
+    Lookup,
+    #[error("the name resolves only to {0} addresses")]
+    Refused(AddressClass),
+}
+
+impl Resolve for GuardedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let allowed = self.allowed.clone();
+        Box::pin(async move {
+            let found = tokio::net::lookup_host((name.as_str(), 0)).await.map_err(|_| ResolveError::Lookup)?;
+            let mut refused = None;
+            let kept: Vec<SocketAddr> = found
+                .filter(|addr| match allowed.refuses(addr.ip()) {
+                    Some(class) => {
+                        refused.get_or_insert(class);
+                        false
+                    }
+                    None => true,
+                })
+                .collect();
+            match refused {
+                Some(class) if kept.is_empty() => Err(ResolveError::Refused(class).into()),
+                _ if kept.is_empty() => Err(ResolveError::Lookup.into()),
+                _ => Ok(Box::new(kept.into_iter()) as Addrs),
+            }
+        })
+    }
+}
+
+/// The URL's host if it is an IP address. The URL parser writes every IPv4 spelling
+/// (2130706433, 0x7f.1, 0177.0.0.1) as dotted decimal, and an IPv6 one in brackets.
+pub(super) fn literal_ip(url: &Url) -> Option<IpAddr> {
+    url.host_str()?.trim_start_matches('[').trim_end_matches(']').parse().ok()
+}

@@ -1,0 +1,206 @@
+//! The worker probe (docs/contract.md, "Capabilities": what verifies): one JSON-RPC 2.0
+//! `initialize` over HTTP POST.
+//!
+//! Everything that can go wrong is fail-closed: the outcome is `Failed` with its class
+//! ([`ProbeError`]), and the caller verifies nothing. The worker is untrusted input, so the answer
+//! is bounded in time and size, redirects are not followed, and messages never quote the answer
+//! (its body, a JSON-RPC error's text, a peer certificate's names) or a URL's credentials or query
+//! (either may carry a token): only the class, a status or error code, and sandcap's own words.
+//!
+//! A worker URL is chosen by whoever may create a provider, so it may not reach the node's or the
+//! cloud's own services ([`AddressClass`]) unless the operator allows those addresses
+//! (`--worker-url-allowed-cidrs`). The check holds where the connection is made: an IP literal is
+//! checked before the request, and a host name's addresses are filtered as it is resolved.
+
+mod addresses;
+mod answer;
+mod endpoint;
+mod error;
+#[cfg(test)]
+mod tests;
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use reqwest::Url;
+
+use crate::api::{SandboxProvider, SandboxProviderSpec, WorkerRef};
+use crate::contract::Verified;
+
+pub use addresses::{AddressClass, AllowedCidrs, classify};
+use addresses::{GuardedResolver, ResolveError, literal_ip};
+use answer::{initialize_request, parse_answer};
+pub use endpoint::{endpoint, parse_worker_url, redacted};
+pub use error::{MAX_ANSWER_BYTES, ProbeError, ProbeFailure};
+
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What one probe found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProbeOutcome {
+    /// The worker answered `ok: true`; `methods` is its `supportedMethods`, sorted, without duplicates.
+    Succeeded { methods: Vec<String> },
+    /// Nothing is verified; the failure's message is safe to publish.
+    Failed(ProbeFailure),
+}
+
+impl ProbeOutcome {
+    pub fn verified(&self) -> Verified {
+        match self {
+            ProbeOutcome::Succeeded { methods } => Verified::methods(methods.iter().cloned()),
+            ProbeOutcome::Failed(_) => Verified::nothing(),
+        }
+    }
+
+    /// The `result` label of the probe metric.
+    pub fn label(&self) -> &'static str {
+        match self {
+            ProbeOutcome::Succeeded { .. } => "succeeded",
+            ProbeOutcome::Failed(_) => "failed",
+        }
+    }
+
+    /// The `reason` label of the probe metric: the failure's class, empty on success.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ProbeOutcome::Succeeded { .. } => "",
+            ProbeOutcome::Failed(failure) => failure.error.reason(),
+        }
+    }
+}
+
+/// Probes workers. Cheap to clone: the HTTP connection pool is shared.
+#[derive(Clone, Debug)]
+pub struct Prober {
+    http: reqwest::Client,
+    timeout: Duration,
+    allow_worker_urls: bool,
+    allowed_cidrs: AllowedCidrs,
+    instance_id: String,
+    next_id: Arc<AtomicU64>,
+}
+
+impl Prober {
+    /// `timeout` bounds connecting and the whole exchange; `allow_worker_urls` and
+    /// `allowed_cidrs` are the operator's flags of the same names; `instance_id` is sent as
+    /// `instanceInfo.instanceId` (the operator's identity).
+    pub fn new(
+        timeout: Duration,
+        allow_worker_urls: bool,
+        allowed_cidrs: AllowedCidrs,
+        instance_id: impl Into<String>,
+    ) -> Prober {
+        crate::tls::install_default_provider();
+        let http = reqwest::Client::builder()
+            .connect_timeout(timeout)
+            .timeout(timeout)
+            // A redirect would let a worker point the operator at another address.
+            .redirect(reqwest::redirect::Policy::none())
+            // Through a proxy, the proxy would resolve the name and the address check would not hold.
+            .no_proxy()
+            .dns_resolver(Arc::new(GuardedResolver { allowed: allowed_cidrs.clone() }))
+            .user_agent(concat!("sandcap/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .expect("a client with these settings always builds");
+        Prober {
+            http,
+            timeout,
+            allow_worker_urls,
+            allowed_cidrs,
+            instance_id: instance_id.into(),
+            next_id: Arc::default(),
+        }
+    }
+
+    /// Where the worker of `worker` answers, under this prober's flags (see [`endpoint`]).
+    pub fn endpoint(&self, worker: &WorkerRef) -> Result<Url, ProbeError> {
+        endpoint(worker, self.allow_worker_urls, &self.allowed_cidrs)
+    }
+
+    /// Probes the provider's worker at the endpoint its spec names.
+    pub async fn probe(&self, provider: &SandboxProvider) -> ProbeOutcome {
+        match self.endpoint(&provider.spec.worker) {
+            Ok(url) => self.probe_url(&url, &provider.spec).await,
+            Err(error) => ProbeOutcome::Failed(ProbeFailure { endpoint: None, error }),
+        }
+    }
+
+    /// Probes the worker at `url` with the manifest built from `spec`.
+    pub async fn probe_url(&self, url: &Url, spec: &SandboxProviderSpec) -> ProbeOutcome {
+        // An IP literal is connected to without resolving, so it is checked here; a name is
+        // checked by the resolver, on every address it resolves to.
+        let result = match literal_ip(url).and_then(|ip| self.allowed_cidrs.refuses(ip)) {
+            Some(class) => Err(ProbeError::RefusedAddress(class)),
+            None => self.initialize(url, spec).await,
+        };
+        match result {
+            Ok(methods) => ProbeOutcome::Succeeded { methods },
+            Err(error) => ProbeOutcome::Failed(ProbeFailure { endpoint: Some(redacted(url)), error }),
+        }
+    }
+
+    async fn initialize(&self, url: &Url, spec: &SandboxProviderSpec) -> Result<Vec<String>, ProbeError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let request = initialize_request(id, spec, &self.instance_id);
+        let response = self
+            .http
+            .post(url.clone())
+            .header(http::header::ACCEPT, "application/json")
+            .json(&request)
+            .send()
+            .await
+            .map_err(|e| self.classify_error(&e))?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(ProbeError::HttpStatus(status));
+        }
+        let body = self.read_bounded(response).await?;
+        parse_answer(&body, id)
+    }
+
+    /// Reads the body chunk by chunk and gives up as soon as it passes the bound.
+    async fn read_bounded(&self, mut response: reqwest::Response) -> Result<Vec<u8>, ProbeError> {
+        if response.content_length().is_some_and(|n| n > MAX_ANSWER_BYTES as u64) {
+            return Err(ProbeError::TooLarge);
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| self.classify_error(&e))? {
+            if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+                return Err(ProbeError::TooLarge);
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+
+    /// The class of a transport error, from its chain of causes. Their text is not used: a TLS
+    /// error can carry the names in the peer's certificate, and reqwest's own names the URL.
+    fn classify_error(&self, e: &reqwest::Error) -> ProbeError {
+        if e.is_timeout() {
+            return ProbeError::Timeout(self.timeout);
+        }
+        let mut kind = None;
+        let mut cause = std::error::Error::source(e);
+        while let Some(c) = cause {
+            match c.downcast_ref::<ResolveError>() {
+                Some(ResolveError::Refused(class)) => return ProbeError::RefusedAddress(*class),
+                Some(ResolveError::Lookup) => return ProbeError::Dns,
+                None if c.is::<rustls::Error>() => return ProbeError::Tls,
+                None => {}
+            }
+            cause = match c.downcast_ref::<io::Error>() {
+                Some(io) if io.kind() == io::ErrorKind::ConnectionRefused => return ProbeError::ConnectionRefused,
+                Some(io) => {
+                    // The innermost kind is the most precise. An io::Error's source() skips the
+                    // error it wraps (a TLS error, another io::Error), so the walk goes through it.
+                    kind = Some(io.kind());
+                    io.get_ref().map(|inner| inner as &(dyn std::error::Error + 'static))
+                }
+                None => c.source(),
+            };
+        }
+        if e.is_connect() { ProbeError::Connect(kind) } else { ProbeError::Transport(kind) }
+    }
+}

@@ -1,0 +1,304 @@
+//! `sandcap run`: its flags, and the wiring of the admin port, the webhook, the controllers and
+//! the certificate keeper under one shutdown token, with signals and the shutdown deadline.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::header;
+use clap::ArgAction;
+use ipnet::IpNet;
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+
+use crate::admin::{Readiness, admin_router, serve_admin};
+use crate::certs::{self, CertOptions};
+use crate::controller::{self, ControllerOptions, SecretScope};
+use crate::listener::{BindError, Limits, bind};
+use crate::metrics::{ApiLabels, Metrics};
+use crate::probe::AllowedCidrs;
+use crate::telemetry::{LogFormat, init_tracing};
+use crate::tls::{CertLoadError, CertSource};
+use crate::validation::Options;
+use crate::webhook::{Webhook, serve_webhook};
+
+/// `sandcap run`. Every flag can also be set by the environment variable shown in `--help`.
+/// Durations are written like `10s`, `5m` or `1h 30m`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Address of the HTTPS admission listener (`POST /validate`).
+    #[arg(long, env = "SANDCAP_WEBHOOK_ADDR", default_value = "0.0.0.0:8443")]
+    pub webhook_addr: SocketAddr,
+    /// Address of the plain-HTTP admin listener: /healthz, /readyz, /metrics.
+    #[arg(long, env = "SANDCAP_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
+    pub admin_addr: SocketAddr,
+    /// PEM certificate chain (leaf first) for the webhook; polled and reloaded when it changes.
+    #[arg(long, env = "SANDCAP_TLS_CERT", requires = "tls_key", conflicts_with = "tls_self_signed")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key matching --tls-cert.
+    #[arg(long, env = "SANDCAP_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Serve an in-memory self-signed certificate for localhost and 127.0.0.1 (local use).
+    #[arg(long, env = "SANDCAP_TLS_SELF_SIGNED")]
+    pub tls_self_signed: bool,
+    /// How often the certificate files are polled for changes.
+    #[arg(long, env = "SANDCAP_TLS_RELOAD_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub tls_reload_interval: Duration,
+    /// Run only the admission webhook (no cluster access needed).
+    #[arg(long, env = "SANDCAP_WEBHOOK_ONLY", conflicts_with = "controllers_only")]
+    pub webhook_only: bool,
+    /// Run only the controllers.
+    #[arg(long, env = "SANDCAP_CONTROLLERS_ONLY")]
+    pub controllers_only: bool,
+    /// Accept and probe `spec.worker.url` in providers.
+    #[arg(long, env = "SANDCAP_ALLOW_WORKER_URLS")]
+    pub allow_worker_urls: bool,
+    /// Loopback, link-local, cloud metadata and unspecified addresses that worker URLs may reach
+    /// nonetheless, as CIDRs, comma-separated (e.g. `127.0.0.0/8,::1/128` for a worker beside
+    /// sandcap). Every other address is allowed with --allow-worker-urls.
+    #[arg(long, env = "SANDCAP_WORKER_URL_ALLOWED_CIDRS", value_delimiter = ',', value_name = "CIDRS")]
+    pub worker_url_allowed_cidrs: Vec<IpNet>,
+    /// How often every provider's worker is probed again.
+    #[arg(long, env = "SANDCAP_PROBE_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub probe_interval: Duration,
+    /// Timeout of one worker probe.
+    #[arg(long, env = "SANDCAP_PROBE_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub probe_timeout: Duration,
+    /// Elect one controller leader through a coordination.k8s.io Lease (`--leader-elect=false` to
+    /// turn off).
+    #[arg(
+        long,
+        env = "SANDCAP_LEADER_ELECT",
+        default_value_t = true,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        require_equals = true,
+        action = ArgAction::Set
+    )]
+    pub leader_elect: bool,
+    /// Namespace of the leader-election Lease [default: --pod-namespace].
+    #[arg(long, env = "SANDCAP_LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+    /// Name of the leader-election Lease.
+    #[arg(long, env = "SANDCAP_LEADER_ELECTION_NAME", default_value = "sandcap-controller")]
+    pub leader_election_name: String,
+    /// The namespace sandcap runs in (set from the downward API).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub pod_namespace: String,
+    /// This replica's identity for leader election [default: the hostname].
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+    /// After SIGTERM or SIGINT, how long the shutdown may take before the process exits non-zero
+    /// without waiting further (a second signal exits at once).
+    #[arg(long, env = "SANDCAP_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub shutdown_timeout: Duration,
+    /// Log format.
+    #[arg(long, env = "SANDCAP_LOG_FORMAT", value_enum, default_value_t)]
+    pub log_format: LogFormat,
+    /// Namespaces whose Secrets leases may read for configFrom, comma-separated; `*` means every
+    /// namespace, an empty value none (give the operator RBAC to match).
+    #[arg(long, env = "SANDCAP_SECRET_NAMESPACES", default_value = "*")]
+    pub secret_namespaces: SecretScope,
+    /// Keep a CA and serving certificate in a Secret and the webhook configuration's caBundle in
+    /// sync with it.
+    #[arg(long, env = "SANDCAP_SELF_MANAGED_CERTS")]
+    pub self_managed_certs: bool,
+    /// The Secret (in --pod-namespace) holding ca.crt, tls.crt and tls.key.
+    #[arg(long, env = "SANDCAP_CERT_SECRET_NAME", default_value = "sandcap-webhook-tls")]
+    pub cert_secret_name: String,
+    /// The ValidatingWebhookConfiguration whose caBundle is kept in sync.
+    #[arg(long, env = "SANDCAP_WEBHOOK_CONFIG_NAME", default_value = "sandcap")]
+    pub webhook_config_name: String,
+    /// The webhook Service: the serving certificate names <svc>, <svc>.<ns> and <svc>.<ns>.svc.
+    #[arg(long, env = "SANDCAP_SERVICE_NAME", default_value = "sandcap-webhook")]
+    pub service_name: String,
+}
+
+impl RunArgs {
+    pub fn leader_election_namespace(&self) -> &str {
+        self.leader_election_namespace.as_deref().unwrap_or(&self.pod_namespace)
+    }
+
+    pub fn worker_url_allowed_cidrs(&self) -> AllowedCidrs {
+        AllowedCidrs::new(self.worker_url_allowed_cidrs.iter().copied())
+    }
+
+    /// The leader-election identity: --pod-name, else the hostname.
+    pub fn identity(&self) -> String {
+        self.pod_name.clone().unwrap_or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "sandcap".to_string())
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    #[error("give --tls-cert and --tls-key, or --tls-self-signed")]
+    NoCertificate,
+    #[error(transparent)]
+    Certificate(#[from] CertLoadError),
+    #[error("no Kubernetes client configuration (in-cluster or kubeconfig): {0}")]
+    Kube(kube::Error),
+    #[error("controllers: {0}")]
+    Controller(Box<crate::controller::Error>),
+    #[error("shutdown did not finish within {}; exiting without waiting further", humantime::format_duration(*.0))]
+    ShutdownTimeout(Duration),
+    #[error("{0} received again during shutdown; exiting at once")]
+    SignalAgain(&'static str),
+}
+
+/// Runs `sandcap run` until SIGTERM or SIGINT: the admin port always; the webhook unless
+/// `--controllers-only`; the controllers (behind leader election) unless `--webhook-only`; and with
+/// `--self-managed-certs`, the certificate keeper on every replica (the webhook's readiness waits
+/// for the certificate it writes, so it must not wait for readiness itself).
+///
+/// A shutdown that outlives `--shutdown-timeout`, or a second signal, ends it with an error at
+/// once, whatever is still running: the caller must not wait for the runtime's tasks either.
+pub async fn run(args: RunArgs) -> Result<(), RunError> {
+    init_tracing(args.log_format);
+    let shutdown = CancellationToken::new();
+    // Its own task, so that it fires even while the tasks it cuts short do not yield.
+    let mut forced = tokio::spawn(watch_signals(shutdown.clone(), args.shutdown_timeout));
+    tokio::select! {
+        result = serve(&args, shutdown) => result,
+        Ok(forced) = &mut forced => {
+            tracing::error!(error = %forced, "shutdown cut short");
+            Err(forced)
+        }
+    }
+}
+
+async fn serve(args: &RunArgs, shutdown: CancellationToken) -> Result<(), RunError> {
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let readiness = if args.controllers_only { Readiness::without_webhook() } else { Readiness::default() };
+
+    let admin = bind(args.admin_addr).await?;
+    let admin =
+        serve_admin(admin, admin_router(Arc::new(registry), readiness.clone()), Limits::admin(), shutdown.clone());
+    let admin = async {
+        admin.await;
+        Ok(())
+    };
+    let needs_cluster = !args.webhook_only || args.self_managed_certs;
+    let client = if needs_cluster { Some(kube_client(&metrics).await.map_err(RunError::Kube)?) } else { None };
+
+    let controllers = async {
+        match (&client, args.webhook_only) {
+            (Some(client), false) => {
+                let options = ControllerOptions {
+                    probe_interval: args.probe_interval,
+                    probe_timeout: args.probe_timeout,
+                    allow_worker_urls: args.allow_worker_urls,
+                    worker_url_allowed_cidrs: args.worker_url_allowed_cidrs(),
+                    leader_elect: args.leader_elect,
+                    lease_name: args.leader_election_name.clone(),
+                    lease_namespace: args.leader_election_namespace().to_string(),
+                    identity: args.identity(),
+                    secret_namespaces: args.secret_namespaces.clone(),
+                };
+                controller::run(client.clone(), options, metrics.clone(), shutdown.clone())
+                    .await
+                    .map_err(|e| RunError::Controller(Box::new(e)))
+            }
+            _ => Ok(()),
+        }
+    };
+    let certificates = async {
+        if let (Some(client), true) = (&client, args.self_managed_certs) {
+            let options = CertOptions {
+                secret_name: args.cert_secret_name.clone(),
+                namespace: args.pod_namespace.clone(),
+                service_name: args.service_name.clone(),
+                webhook_config_name: args.webhook_config_name.clone(),
+                check_interval: CERT_CHECK_INTERVAL,
+            };
+            certs::run_self_managed(client.clone(), options, shutdown.clone()).await;
+        }
+        Ok(())
+    };
+    let webhook = async {
+        if args.controllers_only {
+            return Ok(());
+        }
+        let webhook = Webhook {
+            listener: bind(args.webhook_addr).await?,
+            certificate: cert_source(args)?,
+            options: Options {
+                allow_worker_urls: args.allow_worker_urls,
+                worker_url_allowed_cidrs: args.worker_url_allowed_cidrs(),
+            },
+            limits: Limits::default(),
+        };
+        Ok(serve_webhook(webhook, metrics.clone(), readiness, shutdown.clone()).await?)
+    };
+    tokio::try_join!(admin, webhook, controllers, certificates)?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The client of every controller and of the certificate keeper: each request it makes is counted
+/// in `sandcap_api_requests_total`, so the cost of the controllers is visible.
+async fn kube_client(metrics: &Metrics) -> Result<kube::Client, kube::Error> {
+    let config = kube::Config::infer().await.map_err(kube::Error::InferConfig)?;
+    let requests = metrics.api_requests.clone();
+    let count = tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
+        requests.get_or_create(&ApiLabels::of(request.method(), request.uri())).inc();
+        request
+    });
+    Ok(kube::client::ClientBuilder::try_from(client_config(config))?.with_layer(&count).build())
+}
+
+/// Names sandcap in the User-Agent of every request. A write that names no field manager is
+/// recorded under the User-Agent up to its first `/`, and kube sends none (the apiserver then
+/// says `unknown`); kube's event Recorder names no field manager and cannot be told one.
+pub fn client_config(mut config: kube::Config) -> kube::Config {
+    let agent = concat!("sandcap/", env!("CARGO_PKG_VERSION"));
+    config.headers.push((header::USER_AGENT, header::HeaderValue::from_static(agent)));
+    config
+}
+
+/// Two GETs per replica per check; renewal starts months before expiry, so a minute is plenty.
+const CERT_CHECK_INTERVAL: Duration = Duration::from_secs(60);
+
+fn cert_source(args: &RunArgs) -> Result<CertSource, RunError> {
+    match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            Ok(CertSource::Files { cert: cert.clone(), key: key.clone(), interval: args.tls_reload_interval })
+        }
+        _ if args.tls_self_signed => Ok(CertSource::SelfSigned),
+        _ => Err(RunError::NoCertificate),
+    }
+}
+
+/// Cancels `shutdown` on the first SIGTERM or SIGINT; then returns why the shutdown must be cut
+/// short: a second signal, or `deadline` passed. Never returns while neither happens.
+pub async fn watch_signals(shutdown: CancellationToken, deadline: Duration) -> RunError {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::error!("cannot install signal handlers; stop with SIGKILL");
+        return std::future::pending().await;
+    };
+    let mut next = async || {
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        }
+    };
+    let name = next().await;
+    tracing::info!(
+        signal = name,
+        deadline = %humantime::format_duration(deadline),
+        "shutting down: no new connections, finishing in-flight work; a second signal exits at once"
+    );
+    shutdown.cancel();
+    tokio::select! {
+        name = next() => RunError::SignalAgain(name),
+        () = tokio::time::sleep(deadline) => RunError::ShutdownTimeout(deadline),
+    }
+}

@@ -1,0 +1,55 @@
+//! The admission listener: HTTPS with a certificate kept current, serving the review
+//! handler's `POST /validate`. The answers come from [`crate::admission::handle`].
+
+mod handler;
+
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::admin::Readiness;
+use crate::listener::{Limits, serve_https};
+use crate::metrics::Metrics;
+use crate::tls::{self, CertLoadError, CertResolver, CertSource};
+use crate::validation::Options;
+
+/// The admission listener's configuration.
+pub struct Webhook {
+    pub listener: TcpListener,
+    pub certificate: CertSource,
+    pub options: Options,
+    pub limits: Limits,
+}
+
+/// Serves admission reviews over HTTPS until `shutdown`, keeping the certificate current meanwhile.
+/// Marks `readiness` once listening (it turns ready when the first certificate loads).
+pub async fn serve_webhook(
+    webhook: Webhook,
+    metrics: Metrics,
+    readiness: Readiness,
+    shutdown: CancellationToken,
+) -> Result<(), CertLoadError> {
+    let resolver = Arc::new(CertResolver::default());
+    let watcher = match webhook.certificate {
+        CertSource::SelfSigned => {
+            resolver.install(&tls::self_signed()?, &metrics);
+            tracing::info!("serving a self-signed certificate for localhost and 127.0.0.1");
+            None
+        }
+        CertSource::Files { cert, key, interval } => {
+            let watch = tls::watch_files(cert, key, interval, resolver.clone(), metrics.clone(), shutdown.clone());
+            Some(tokio::spawn(watch))
+        }
+    };
+    readiness.webhook_listening(resolver.clone());
+    if let Ok(addr) = webhook.listener.local_addr() {
+        tracing::info!(%addr, "admission webhook listening (POST /validate)");
+    }
+    let app = handler::webhook_router(webhook.options, metrics, &webhook.limits);
+    serve_https(webhook.listener, tls::server_config(resolver), app, &webhook.limits, shutdown).await;
+    if let Some(watcher) = watcher {
+        // It ends with the same shutdown token.
+        let _ = watcher.await;
+    }
+    Ok(())
+}
