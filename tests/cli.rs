@@ -260,6 +260,7 @@ fn bad_input_gets_a_one_line_error_naming_the_file() {
     let malformed_json = write(d, "bad.json", "{\"apiVersion\": \"sandcap.dev/v1alpha1\",");
     let unknown_kind = write(d, "cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\n");
     let scalar = write(d, "scalar.yaml", "just a string\n");
+    let third = write(d, "third.yaml", "---\n---\n# nothing\n---\njust a string\n");
     let not_json_secret = write(
         d,
         "s.yaml",
@@ -280,6 +281,7 @@ fn bad_input_gets_a_one_line_error_naming_the_file() {
         (vec!["validate", &malformed_json], "bad.json: document 1: not valid YAML or JSON"),
         (vec!["validate", &unknown_kind], "cm.yaml: ConfigMap/cm: unknown kind"),
         (vec!["validate", &scalar], "scalar.yaml: document 1: expected a Kubernetes object, got a string"),
+        (vec!["validate", &third], "third.yaml: document 3: expected a Kubernetes object, got a string"),
         (vec!["validate", "/nonexistent/p.yaml"], "/nonexistent/p.yaml: cannot read"),
         (
             vec!["resolve", "--provider", &no_drivers],

@@ -12,8 +12,10 @@ pub fn load_objects(path: &Path) -> Result<Vec<Value>, CliError> {
     let text = std::fs::read_to_string(path).map_err(|source| CliError::Read { path: shown.clone(), source })?;
     let mut objects = Vec::new();
     let mut reader = text.as_bytes();
-    // Empty and null documents are skipped by the parser, so they are not counted.
-    for (i, doc) in serde_saphyr::read_with_options::<_, Value>(&mut reader, yaml_options()).enumerate() {
+    let numbers = document_numbers(&text);
+    let documents = serde_saphyr::read_with_options::<_, Value>(&mut reader, yaml_options());
+    for (read, doc) in documents.enumerate() {
+        let i = numbers.get(read).map_or(read, |n| n - 1);
         let value = doc.map_err(|e| CliError::Parse {
             path: shown.clone(),
             message: format!("document {}: not valid YAML or JSON: {}", i + 1, one_line(&e)),
@@ -68,4 +70,60 @@ fn one_line(e: &serde_saphyr::Error) -> String {
         snippets: serde_saphyr::SnippetMode::Off,
     };
     e.render_with_options(options).split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The number, counted in the file, of each document the parser hands over. The parser skips
+/// empty and null documents, which a person counting `---` lines still counts. Markers are lines
+/// starting with `---` or `...` (YAML forbids either at the start of a line inside a document);
+/// what comes before the first `---` is a document only if it holds something.
+fn document_numbers(text: &str) -> Vec<usize> {
+    fn holds(lines: &[&str]) -> (bool, bool) {
+        let content: Vec<&str> = lines
+            .iter()
+            .map(|l| l.trim())
+            .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('%'))
+            .collect();
+        let null = matches!(content.as_slice(), [one] if matches!(*one, "null" | "Null" | "NULL" | "~"));
+        (!content.is_empty(), null)
+    }
+    let marker =
+        |line: &str, m: &str| line.strip_prefix(m).is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t']));
+    let (mut numbers, mut counted, mut lines, mut explicit) = (Vec::new(), 0, Vec::new(), false);
+    let mut finish = |lines: &mut Vec<&str>, explicit: bool| {
+        let (something, null) = holds(lines);
+        if explicit || something {
+            counted += 1;
+            if something && !null {
+                numbers.push(counted);
+            }
+        }
+        lines.clear();
+    };
+    for line in text.lines() {
+        if marker(line, "---") {
+            finish(&mut lines, explicit);
+            explicit = true;
+            lines.push(&line[3..]);
+        } else if marker(line, "...") {
+            finish(&mut lines, explicit);
+            explicit = false;
+        } else {
+            lines.push(line);
+        }
+    }
+    finish(&mut lines, explicit);
+    numbers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::document_numbers;
+
+    #[test]
+    fn empty_and_null_documents_are_counted_as_a_person_counts_them() {
+        assert_eq!(document_numbers("a: 1\n"), [1]);
+        assert_eq!(document_numbers("---\na: 1\n---\nb: 2\n"), [1, 2]);
+        assert_eq!(document_numbers("---\n---\n# comment\n---\n[1, 2\n"), [3]);
+        assert_eq!(document_numbers("# head\n---\nnull\n--- {a: 1}\n...\n---\nb: 2\n"), [2, 3]);
+    }
 }
