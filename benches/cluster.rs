@@ -298,6 +298,8 @@ fn main() {
     if std::env::args().any(|a| a == "--list" || a == "--test") {
         return; // `cargo test --benches` only checks that it builds.
     }
+    // The cluster's clients (reqwest, kube) use rustls with the process's default crypto provider.
+    sandcap::tls::install_default_provider();
     let bin = cluster::build_all().expect("cluster binaries").pop().expect("a minor");
     println!("Kubernetes {}", bin.version());
     let c = Arc::new(Cluster::start(bin));

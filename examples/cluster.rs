@@ -26,6 +26,8 @@ fn main() {
         std::process::exit(2);
     };
     let (bin_dir, state) = (PathBuf::from(bin_dir), PathBuf::from(state));
+    // The cluster's clients (reqwest, kube) use rustls with the process's default crypto provider.
+    sandcap::tls::install_default_provider();
     std::fs::create_dir_all(&state).expect("state dir");
     let minor = bin_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let cluster = Cluster::start(Binaries { minor, dir: bin_dir });
