@@ -146,9 +146,10 @@ pub fn compile_within(schema: &Value, budget: &Budget, deadline: Deadline) -> Re
     };
     let (result, held) = match compile_measured(schema, budget, deadline) {
         // What the compiled schema holds: its patterns as measured, the matching cache each may
-        // grow, and its own size several times over (compiled keywords, names, locations).
+        // grow, and its own size several times over (compiled keywords, names, locations, and the
+        // copy the cache keeps to compare).
         Ok((validator, (pattern_bytes, patterns))) => {
-            (Ok(validator), pattern_bytes + patterns * budget.pattern_cache_bytes + weight * 16)
+            (Ok(validator), pattern_bytes + patterns * budget.pattern_cache_bytes + held_copy(weight))
         }
         // Time depends on the machine's load and, with a shared deadline, on the other schemas of
         // the object. Within the other limits a schema compiles well within the deadline on an
@@ -157,7 +158,7 @@ pub fn compile_within(schema: &Value, budget: &Budget, deadline: Deadline) -> Re
         Err(e @ SchemaError::OverBudget { limit: Limit::Deadline { .. }, .. }) => return Err(e),
         // A refusal keeps only the schema (within the weight limit) and its message, so that a
         // stored hostile schema costs its compile once, not once per lease.
-        Err(e) => (Err(e), weight),
+        Err(e) => (Err(e), held_copy(weight)),
     };
     cache().insert(schema, held, result.clone());
     result
@@ -344,6 +345,15 @@ struct Cache {
 /// What the cache may hold: a few dozen honest schemas, and never more than a small part of the
 /// chart's memory limit (docs/webhook.md, "Memory").
 const CACHE_BYTES: usize = 32 * 1024 * 1024;
+/// Schemas the cache holds at most, whatever they weigh: every lookup compares against them.
+const CACHE_ENTRIES: usize = 256;
+
+/// What keeping a copy of a schema of `weight` takes: a parsed JSON value is several times its
+/// text (found by fuzzing: weighed as its text, a cache of small refused schemas grew past the
+/// budget), plus the entry itself.
+fn held_copy(weight: usize) -> usize {
+    weight * 16 + 1024
+}
 
 static CACHE: Mutex<Cache> = Mutex::new(Cache { entries: VecDeque::new(), held: 0 });
 
@@ -367,11 +377,29 @@ impl Cache {
         if weight > CACHE_BYTES || self.entries.iter().any(|(s, _, _)| s == schema) {
             return;
         }
-        while self.held + weight > CACHE_BYTES {
+        while self.held + weight > CACHE_BYTES || self.entries.len() >= CACHE_ENTRIES {
             let Some((_, evicted, _)) = self.entries.pop_back() else { break };
             self.held -= evicted;
         }
         self.held += weight;
         self.entries.push_front((schema.clone(), weight, compiled));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by fuzzing: thousands of small refused schemas must not grow the cache past its
+    /// bounds, counted in entries and in bytes as a parsed copy weighs.
+    #[test]
+    fn many_small_schemas_stay_within_the_cache_bounds() {
+        for i in 0..2 * CACHE_ENTRIES {
+            let _ = compile(&serde_json::json!({"type": format!("no-such-type-{i}")}), Deadline::Own);
+        }
+        let cache = cache();
+        assert!(cache.entries.len() <= CACHE_ENTRIES, "{} entries", cache.entries.len());
+        assert!(cache.held <= CACHE_BYTES);
+        assert!(cache.entries.iter().all(|(_, held, _)| *held >= 1024));
     }
 }
