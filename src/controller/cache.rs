@@ -30,9 +30,10 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tokio_util::sync::CancellationToken;
 
+use super::cached::CachedLease;
 use super::error::Error;
-use super::relations::Relations;
-use crate::api::{SandboxLease, SandboxProvider, SecretKeyRef};
+use super::relations::{Relations, reference};
+use crate::api::{SandboxProvider, SecretKeyRef};
 use crate::contract::SecretLookup;
 use crate::metrics::{KindLabels, Metrics};
 use crate::vocabulary::Kind;
@@ -48,7 +49,7 @@ pub const LIST_DEADLINE: Duration = Duration::from_secs(120);
 #[derive(Clone)]
 pub struct Caches {
     pub providers: Store<SandboxProvider>,
-    pub leases: Store<SandboxLease>,
+    pub leases: Store<CachedLease>,
     pub secrets: SecretCache,
     /// Which leases read which provider and Secret.
     pub relations: Relations,
@@ -57,7 +58,7 @@ pub struct Caches {
 /// What re-triggers reconciles.
 pub struct Triggers {
     pub providers: UnboundedReceiver<ObjectRef<SandboxProvider>>,
-    pub leases: UnboundedReceiver<ObjectRef<SandboxLease>>,
+    pub leases: UnboundedReceiver<ObjectRef<CachedLease>>,
 }
 
 /// The objects of one kind that were triggered and not yet reconciled (a set, as the controller's
@@ -103,7 +104,7 @@ impl<K: Resource<DynamicType = ()>> Queue<K> {
 #[derive(Clone)]
 pub struct Queues {
     pub providers: Queue<SandboxProvider>,
-    pub leases: Queue<SandboxLease>,
+    pub leases: Queue<CachedLease>,
 }
 
 impl Queues {
@@ -219,7 +220,7 @@ impl<K: Resource<DynamicType = ()> + Clone> Seen<K> {
                 Vec::new()
             }
             watcher::Event::InitApply(obj) | watcher::Event::Apply(obj) => {
-                let key = ObjectRef::from_obj(obj);
+                let key = reference(obj);
                 if let (watcher::Event::InitApply(_), Some(listing)) = (event, self.listing.as_mut()) {
                     listing.insert(key.clone());
                 }
@@ -227,7 +228,7 @@ impl<K: Resource<DynamicType = ()> + Clone> Seen<K> {
                 if self.values.insert(key.clone(), view) == Some(view) { Vec::new() } else { vec![key] }
             }
             watcher::Event::Delete(obj) => {
-                let key = ObjectRef::from_obj(obj);
+                let key = reference(obj);
                 self.values.remove(&key);
                 vec![key]
             }
@@ -279,8 +280,9 @@ impl Caches {
         let (provider_tx, lease_tx) = (queues.providers.clone(), queues.leases.clone());
         let (providers, provider_events) =
             watch(Api::<SandboxProvider>::all(client.clone()), watcher::Config::default());
-        let (leases, lease_events) =
-            watch(Api::<SandboxLease>::all(client.clone()), watcher::Config::default().any_semantic());
+        // Listed in pages (kube's default, 500): a list "from any version" (`resourceVersion=0`)
+        // would be served whole from the apiserver's cache, every lease in one response.
+        let (leases, lease_events) = watch(Api::<CachedLease>::all(client.clone()), watcher::Config::default());
         let selector = watcher::Config::default().labels(&format!("{CONFIG_SOURCE_LABEL}=true"));
         let mut secrets = SecretCache::default();
         let mut secret_watches = Vec::new();

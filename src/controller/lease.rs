@@ -12,6 +12,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
 use super::cache::SecretCache;
+use super::cached::CachedLease;
 use super::context::Context;
 use super::error::Error;
 use super::status::{Conditions, apply_status, now};
@@ -24,13 +25,13 @@ use crate::vocabulary::{ConditionReason as Why, ConditionType as Type};
 const RESYNC: Duration = Duration::from_secs(3600);
 
 /// Resolves one lease and applies its status if it differs from the published one.
-pub async fn reconcile_lease(lease: Arc<SandboxLease>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile_lease(lease: Arc<CachedLease>, ctx: Arc<Context>) -> Result<Action, Error> {
     let provider = ctx.caches.providers.get(&ObjectRef::new(&lease.spec.provider_ref.name));
     // Checking the config compiles the driver's configSchema unless it is cached: CPU work
     // (bounded by the compile budget), off the async workers.
     let resolution = tokio::task::block_in_place(|| resolve(&lease, provider.as_deref(), &ctx.caches.secrets));
     let desired = lease_status(&lease, &resolution, &now());
-    if lease.status.as_ref() != Some(&desired) {
+    if !lease.is_published(&desired) {
         let namespace = lease.namespace().unwrap_or_default();
         let api = Api::<SandboxLease>::namespaced(ctx.client.clone(), &namespace);
         apply_status(&api, &lease.name_any(), &desired).await?;
@@ -48,14 +49,10 @@ fn resolve(lease: &SandboxLease, provider: Option<&SandboxProvider>, secrets: &S
 
 /// The status a lease should have after this resolution: pure, everything it reads is passed in.
 /// `pinned` is set once, from the first resolution whose identity check passed, and kept.
-pub fn lease_status(lease: &SandboxLease, r: &LeaseResolution, now: &Time) -> SandboxLeaseStatus {
-    let previous = lease.status.as_ref();
-    let conditions = Conditions {
-        generation: lease.metadata.generation,
-        previous: previous.map(|s| s.conditions.as_slice()).unwrap_or_default(),
-        now,
-    };
-    let pinned = previous.and_then(|s| s.pinned.clone()).or_else(|| r.pin.clone());
+pub fn lease_status(lease: &CachedLease, r: &LeaseResolution, now: &Time) -> SandboxLeaseStatus {
+    let previous = lease.conditions();
+    let conditions = Conditions { generation: lease.metadata.generation, previous: &previous, now };
+    let pinned = lease.status.as_ref().and_then(|s| s.pinned.clone()).or_else(|| r.pin.clone());
     let identity = match (&r.identity, &pinned) {
         (Ok(()), Some(p)) => {
             let message = format!(
@@ -115,9 +112,11 @@ mod tests {
 
     const METHODS: [&str; 3] = ["environmentExecute", "environmentSyncIn", "environmentSyncOut"];
 
-    /// The status `lease` gets against `provider` (no Secrets in the cache) at `now`.
+    /// The status `lease`, as the cache keeps it, gets against `provider` (no Secrets in the
+    /// cache) at `now`.
     fn status_at(lease: &SandboxLease, provider: Option<&SandboxProvider>, now: &Time) -> SandboxLeaseStatus {
-        lease_status(lease, &resolve(lease, provider, &SecretCache::default()), now)
+        let lease = CachedLease::from(lease.clone());
+        lease_status(&lease, &resolve(&lease, provider, &SecretCache::default()), now)
     }
 
     fn condition<'s>(status: &'s SandboxLeaseStatus, type_: &str) -> &'s Condition {
@@ -191,7 +190,9 @@ mod tests {
     fn an_unchanged_resolution_is_not_rewritten_and_a_changed_condition_alone_moves_its_time() {
         let p = provider("p").driver("k").probed_ok(&METHODS).build();
         let l = published(lease("team-a", "l").of("p", "k").build(), &p);
-        assert_eq!(Some(&status_at(&l, Some(&p), &later(T0, 3600))), l.status.as_ref());
+        let again = status_at(&l, Some(&p), &later(T0, 3600));
+        assert_eq!(Some(&again), l.status.as_ref());
+        assert!(CachedLease::from(l.clone()).is_published(&again), "nothing to write");
 
         let mut edited = l.clone();
         edited.spec.config_from = lease("x", "x").config_from("creds", "c").build().spec.config_from;

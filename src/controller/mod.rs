@@ -15,6 +15,7 @@
 //! [`contract::resolve_lease`]: crate::contract::resolve_lease
 
 pub mod cache;
+mod cached;
 mod context;
 mod error;
 #[cfg(test)]
@@ -207,7 +208,7 @@ mod tests {
     async fn every_reconcile_leaves_the_queue_as_it_starts_and_is_counted() {
         let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
         let (queues, _triggers) = cache::Queues::new(&metrics);
-        let lease = Arc::new(fixtures::lease("team-a", "l").of("p", "k").build());
+        let lease = Arc::new(cached::CachedLease::from(fixtures::lease("team-a", "l").of("p", "k").build()));
         queues.leases.send(ObjectRef::from_obj(lease.as_ref()));
         let labels = KindLabels { kind: "SandboxLease" };
         let depth = || metrics.reconcile_queue.get_or_create(&labels).get();

@@ -5,12 +5,13 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
-use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
 
+use super::cached::CachedLease;
 use crate::api::SandboxLease;
 
-type LeaseRef = ObjectRef<SandboxLease>;
+type LeaseRef = ObjectRef<CachedLease>;
 
 /// The index, shared between the watch that writes it and the watches that read it.
 #[derive(Clone, Default)]
@@ -42,8 +43,8 @@ impl Reads {
 
 impl Relations {
     /// Records what `lease` reads now (a new lease, or one whose references changed).
-    pub fn apply(&self, lease: &SandboxLease) {
-        let key = ObjectRef::from_obj(lease);
+    pub fn apply(&self, lease: &CachedLease) {
+        let key = reference(lease);
         let reads = Reads::of(lease);
         let mut index = self.0.write().expect("not poisoned");
         if index.reads.get(&key) == Some(&reads) {
@@ -76,6 +77,15 @@ impl Relations {
     }
 }
 
+/// An object's reference without its uid and resourceVersion, which take no part in comparing
+/// references: a map that holds one per object (this index, the caches' change detection) must
+/// not hold copies of them.
+pub fn reference<K: Resource<DynamicType = ()>>(obj: &K) -> ObjectRef<K> {
+    let mut key = ObjectRef::from_obj(obj);
+    key.extra = Default::default();
+    key
+}
+
 impl Index {
     fn unlink(&mut self, lease: &LeaseRef) {
         let Some(old) = self.reads.remove(lease) else { return };
@@ -102,6 +112,10 @@ mod tests {
     use super::*;
     use crate::controller::fixtures::lease;
 
+    fn cached(lease: SandboxLease) -> CachedLease {
+        lease.into()
+    }
+
     fn names(mut leases: Vec<LeaseRef>) -> Vec<String> {
         leases.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         leases.into_iter().map(|l| format!("{}/{}", l.namespace.unwrap_or_default(), l.name)).collect()
@@ -110,22 +124,25 @@ mod tests {
     #[test]
     fn a_lease_is_found_by_its_provider_and_by_each_secret_it_reads() {
         let relations = Relations::default();
-        relations.apply(&lease("team-a", "one").of("p", "k").config_from("s", "a").config_from("t", "b").build());
-        relations.apply(&lease("team-b", "two").of("p", "k").build());
-        relations.apply(&lease("team-a", "other").of("q", "k").build());
+        relations
+            .apply(&cached(lease("team-a", "one").of("p", "k").config_from("s", "a").config_from("t", "b").build()));
+        relations.apply(&cached(lease("team-b", "two").of("p", "k").build()));
+        relations.apply(&cached(lease("team-a", "other").of("q", "k").build()));
         assert_eq!(names(relations.leases_of_provider("p")), ["team-a/one", "team-b/two"]);
         assert_eq!(names(relations.leases_of_secret("team-a", "s")), ["team-a/one"]);
         assert_eq!(names(relations.leases_of_secret("team-a", "t")), ["team-a/one"]);
         // A lease reads Secrets of its own namespace only.
         assert!(relations.leases_of_secret("team-b", "s").is_empty());
         assert!(relations.leases_of_provider("nobody").is_empty());
+        let kept = relations.leases_of_provider("p");
+        assert!(kept.iter().all(|l| l.extra.uid.is_none() && l.extra.resource_version.is_none()), "lean keys");
     }
 
     #[test]
     fn a_lease_moved_to_another_provider_leaves_the_first() {
         let relations = Relations::default();
-        relations.apply(&lease("team-a", "one").of("p", "k").build());
-        relations.apply(&lease("team-a", "one").of("q", "k").build());
+        relations.apply(&cached(lease("team-a", "one").of("p", "k").build()));
+        relations.apply(&cached(lease("team-a", "one").of("q", "k").build()));
         assert!(relations.leases_of_provider("p").is_empty());
         assert_eq!(names(relations.leases_of_provider("q")), ["team-a/one"]);
         assert_eq!(relations.0.read().unwrap().by_provider.len(), 1, "no empty entry is kept");
@@ -134,8 +151,8 @@ mod tests {
     #[test]
     fn a_renamed_secret_reference_no_longer_relates_the_old_secret() {
         let relations = Relations::default();
-        relations.apply(&lease("team-a", "one").of("p", "k").config_from("old", "a").build());
-        relations.apply(&lease("team-a", "one").of("p", "k").config_from("new", "a").build());
+        relations.apply(&cached(lease("team-a", "one").of("p", "k").config_from("old", "a").build()));
+        relations.apply(&cached(lease("team-a", "one").of("p", "k").config_from("new", "a").build()));
         assert!(relations.leases_of_secret("team-a", "old").is_empty());
         assert_eq!(names(relations.leases_of_secret("team-a", "new")), ["team-a/one"]);
     }
@@ -143,10 +160,9 @@ mod tests {
     #[test]
     fn a_deleted_lease_is_in_no_relation() {
         let relations = Relations::default();
-        let one = lease("team-a", "one").of("p", "k").config_from("s", "a").build();
-        relations.apply(&one);
-        relations.apply(&lease("team-a", "two").of("p", "k").config_from("s", "a").build());
-        relations.remove(&ObjectRef::from_obj(&one));
+        relations.apply(&cached(lease("team-a", "one").of("p", "k").config_from("s", "a").build()));
+        relations.apply(&cached(lease("team-a", "two").of("p", "k").config_from("s", "a").build()));
+        relations.remove(&ObjectRef::new("one").within("team-a"));
         assert_eq!(names(relations.leases_of_provider("p")), ["team-a/two"]);
         assert_eq!(names(relations.leases_of_secret("team-a", "s")), ["team-a/two"]);
         relations.remove(&ObjectRef::new("two").within("team-a"));

@@ -1,0 +1,266 @@
+//! What the lease cache keeps of each lease: only what the next reconcile reads, so that memory
+//! grows with the leases' specs and not with their statuses or their write history.
+//!
+//! A lease is trimmed as it is decoded from the watch: its spec, name, namespace, uid, generation
+//! and resourceVersion stay; labels, annotations, managed fields and the other metadata go (nothing
+//! reads them). Of the published status stay the pin, each condition's status and
+//! `lastTransitionTime` (what a condition that keeps its status keeps), and a digest of the whole
+//! status: the reconcile writes when the status it computes hashes differently, and only then.
+
+use std::borrow::Cow;
+use std::hash::{BuildHasher, Hasher, RandomState};
+use std::ops::Deref;
+use std::sync::LazyLock;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
+use kube::Resource;
+use serde::Deserialize;
+
+use crate::api::{SandboxLease, SandboxLeaseStatus};
+use crate::vocabulary::ConditionType;
+
+/// A lease as the cache holds it: derefs to the trimmed [`SandboxLease`], whose status holds the
+/// pin alone (what the identity check reads).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(from = "SandboxLease")]
+pub struct CachedLease {
+    lease: SandboxLease,
+    /// `None` while the lease has no status.
+    published: Option<Published>,
+}
+
+/// What is kept of a published status besides the pin.
+#[derive(Clone, Debug, PartialEq)]
+struct Published {
+    digest: u64,
+    since: Box<[Since]>,
+}
+
+/// One condition's status and since when it holds it.
+#[derive(Clone, Debug, PartialEq)]
+struct Since {
+    type_: ConditionType,
+    status: &'static str,
+    at: Time,
+}
+
+/// The statuses sandcap writes; a condition in another one was not written by sandcap, and no
+/// condition sandcap computes keeps its time.
+const STATUSES: [&str; 3] = ["True", "False", "Unknown"];
+
+impl From<SandboxLease> for CachedLease {
+    fn from(lease: SandboxLease) -> Self {
+        let published = lease.status.as_ref().map(|status| Published {
+            digest: digest(status),
+            since: status
+                .conditions
+                .iter()
+                .filter_map(|c| {
+                    let type_ = ConditionType::parse(&c.type_)?;
+                    let status = STATUSES.into_iter().find(|s| *s == c.status)?;
+                    Some(Since { type_, status, at: c.last_transition_time.clone() })
+                })
+                .collect(),
+        });
+        let pinned = lease.status.and_then(|s| s.pinned);
+        let metadata = lease.metadata;
+        let lease = SandboxLease {
+            metadata: ObjectMeta {
+                name: metadata.name,
+                namespace: metadata.namespace,
+                uid: metadata.uid,
+                generation: metadata.generation,
+                resource_version: metadata.resource_version,
+                deletion_timestamp: metadata.deletion_timestamp,
+                ..ObjectMeta::default()
+            },
+            spec: lease.spec,
+            status: pinned.map(|pinned| SandboxLeaseStatus { pinned: Some(pinned), ..SandboxLeaseStatus::default() }),
+        };
+        CachedLease { lease, published }
+    }
+}
+
+impl CachedLease {
+    /// Whether `desired` is the status published now (by its digest: a status that differs in
+    /// anything, a condition's time or message included, is written).
+    pub fn is_published(&self, desired: &SandboxLeaseStatus) -> bool {
+        self.published.as_ref().is_some_and(|p| p.digest == digest(desired))
+    }
+
+    /// The published conditions as far as [`super::status::Conditions`] reads them: type, status
+    /// and `lastTransitionTime` (no reason, message or generation).
+    pub fn conditions(&self) -> Vec<Condition> {
+        let since = self.published.as_ref().map(|p| &p.since[..]).unwrap_or_default();
+        since
+            .iter()
+            .map(|s| Condition {
+                type_: s.type_.as_str().into(),
+                status: s.status.into(),
+                last_transition_time: s.at.clone(),
+                reason: String::new(),
+                message: String::new(),
+                observed_generation: None,
+            })
+            .collect()
+    }
+}
+
+impl Deref for CachedLease {
+    type Target = SandboxLease;
+
+    fn deref(&self) -> &SandboxLease {
+        &self.lease
+    }
+}
+
+/// The same resource as [`SandboxLease`]: the watch and the controller address it as such.
+impl Resource for CachedLease {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        SandboxLease::kind(dt)
+    }
+
+    fn group(dt: &()) -> Cow<'_, str> {
+        SandboxLease::group(dt)
+    }
+
+    fn version(dt: &()) -> Cow<'_, str> {
+        SandboxLease::version(dt)
+    }
+
+    fn plural(dt: &()) -> Cow<'_, str> {
+        SandboxLease::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.lease.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.lease.metadata
+    }
+}
+
+/// Keyed per process, so that no one can craft a status that collides with the one sandcap would
+/// write (and so keep it from being written).
+static KEYS: LazyLock<RandomState> = LazyLock::new(RandomState::new);
+
+/// A digest of a status as it is written: its JSON (times to the second, as the apiserver
+/// stores them and as sandcap computes them).
+fn digest(status: &SandboxLeaseStatus) -> u64 {
+    struct Digest(std::hash::DefaultHasher);
+    impl std::io::Write for Digest {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.write(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut hasher = Digest(KEYS.build_hasher());
+    // Serializing a status into a hasher cannot fail: no map with non-string keys, no I/O.
+    let _ = serde_json::to_writer(&mut hasher, status);
+    hasher.0.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::controller::fixtures::{T0, later, lease, time};
+
+    /// A status as sandcap publishes one, with a pin.
+    fn published() -> SandboxLease {
+        let mut l = lease("team-a", "l").of("p", "k").config_from("s", "a").build();
+        l.metadata.labels = Some([("team".to_string(), "a".to_string())].into());
+        l.metadata.annotations = Some([("note".to_string(), "x".repeat(1000))].into());
+        l.metadata.managed_fields = Some(vec![Default::default()]);
+        l.status = Some(
+            serde_json::from_value(json!({
+                "observedGeneration": 1,
+                "conditions": [
+                    {"type": "Resolved", "status": "True", "reason": "Resolved", "message": "1 of 6",
+                     "observedGeneration": 1, "lastTransitionTime": T0},
+                    {"type": "ConfigResolved", "status": "False", "reason": "SecretNotFound", "message": "m",
+                     "observedGeneration": 1, "lastTransitionTime": "2030-01-01T00:00:07Z"},
+                    {"type": "SomeoneElses", "status": "True", "reason": "R", "message": "",
+                     "lastTransitionTime": T0}
+                ],
+                "pinned": {"providerUID": "p-uid", "pluginKey": "acme.sandbox", "driverKey": "k"},
+                "effectivePolicy": "Ephemeral",
+                "capabilities": {"reusableLeases": false, "nativeSyncIn": false, "nativeSyncOut": false,
+                                 "persistentProcessSessions": false, "independentControlCommands": true,
+                                 "incrementalSessionOutput": false},
+                "explanations": [{"capability": "nativeSyncIn", "granted": false, "reason": "NarrowedByJobBackend",
+                                  "message": "the lease is Job-backed (spec.backend: job)"}]
+            }))
+            .unwrap(),
+        );
+        l
+    }
+
+    #[test]
+    fn only_what_a_reconcile_reads_is_kept() {
+        let full = published();
+        let cached = CachedLease::from(full.clone());
+        assert_eq!(cached.spec, full.spec);
+        let meta = &cached.metadata;
+        assert_eq!((meta.name.as_deref(), meta.namespace.as_deref()), (Some("l"), Some("team-a")));
+        assert_eq!((meta.uid.as_deref(), meta.generation), (Some("team-a-l-uid"), Some(1)));
+        assert!(meta.labels.is_none() && meta.annotations.is_none() && meta.managed_fields.is_none());
+        let status = cached.status.as_ref().expect("the pin");
+        assert_eq!(status.pinned, full.status.as_ref().unwrap().pinned);
+        assert_eq!(status, &SandboxLeaseStatus { pinned: status.pinned.clone(), ..Default::default() });
+        let kept: Vec<(String, String, Time)> =
+            cached.conditions().into_iter().map(|c| (c.type_, c.status, c.last_transition_time)).collect();
+        assert_eq!(
+            kept,
+            [("Resolved".into(), "True".into(), time(T0)), ("ConfigResolved".into(), "False".into(), later(T0, 7))],
+            "a condition sandcap does not write is not kept"
+        );
+    }
+
+    #[test]
+    fn the_published_status_compares_equal_and_any_difference_does_not() {
+        let full = published();
+        let status = full.status.clone().unwrap();
+        let cached = CachedLease::from(full);
+        assert!(cached.is_published(&status));
+        let changes: [(&str, fn(&mut SandboxLeaseStatus)); 8] = [
+            ("observedGeneration", |s| s.observed_generation = Some(2)),
+            ("a condition's time", |s| s.conditions[0].last_transition_time = later(T0, 1)),
+            ("a condition's message", |s| s.conditions[0].message.push('.')),
+            ("a condition's reason", |s| s.conditions[1].reason = "SecretKeyNotFound".into()),
+            ("a condition gone", |s| drop(s.conditions.pop())),
+            ("the pin", |s| s.pinned = None),
+            ("a capability", |s| s.capabilities.native_sync_in = true),
+            ("an explanation", |s| s.explanations.clear()),
+        ];
+        for (what, change) in changes {
+            let mut desired = status.clone();
+            change(&mut desired);
+            assert!(!cached.is_published(&desired), "{what}");
+        }
+    }
+
+    #[test]
+    fn a_lease_without_status_has_nothing_published_and_no_pin() {
+        let cached = CachedLease::from(lease("team-a", "l").of("p", "k").build());
+        assert!(cached.status.is_none() && cached.conditions().is_empty());
+        assert!(!cached.is_published(&SandboxLeaseStatus::default()));
+    }
+
+    #[test]
+    fn the_cache_decodes_a_lease_from_the_apiservers_json() {
+        let json = serde_json::to_value(published()).unwrap();
+        let cached: CachedLease = serde_json::from_value(json).unwrap();
+        assert!(cached.is_published(published().status.as_ref().unwrap()));
+        assert!(cached.metadata.annotations.is_none());
+    }
+}
