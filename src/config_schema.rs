@@ -191,6 +191,13 @@ fn compile_measured(
     Ok((validator, (budget.patterns_bytes - left, patterns.len())))
 }
 
+/// Whether [`compile`] would answer `schema` from the cache, compiling nothing: a caller on an
+/// async worker may then call it there. An entry evicted in between costs one compile, within
+/// the budget all the same.
+pub fn is_cached(schema: &Value) -> bool {
+    cache().entries.iter().any(|(s, _, _)| s == schema)
+}
+
 fn cache() -> std::sync::MutexGuard<'static, Cache> {
     // A panic while holding the lock cannot leave the cache inconsistent for a reader: every
     // change is a whole push or pop.
@@ -392,6 +399,19 @@ mod tests {
 
     /// Found by fuzzing: thousands of small refused schemas must not grow the cache past its
     /// bounds, counted in entries and in bytes as a parsed copy weighs.
+    #[test]
+    fn a_schema_is_cached_once_compiled_or_refused() {
+        for schema in [serde_json::json!({"title": "is_cached"}), serde_json::json!({"type": "is-cached-refused"})] {
+            assert!(!is_cached(&schema));
+            // Another test may fill the cache at the same time and evict it at once: try again.
+            let cached = (0..10).any(|_| {
+                let _ = compile(&schema, Deadline::Own);
+                is_cached(&schema)
+            });
+            assert!(cached, "{schema}");
+        }
+    }
+
     #[test]
     fn many_small_schemas_stay_within_the_cache_bounds() {
         for i in 0..2 * CACHE_ENTRIES {

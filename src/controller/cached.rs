@@ -232,7 +232,8 @@ mod tests {
         let status = full.status.clone().unwrap();
         let cached = CachedLease::from(full);
         assert!(cached.is_published(&status));
-        let changes: [(&str, fn(&mut SandboxLeaseStatus)); 8] = [
+        type Change = (&'static str, fn(&mut SandboxLeaseStatus));
+        let changes: [Change; 8] = [
             ("observedGeneration", |s| s.observed_generation = Some(2)),
             ("a condition's time", |s| s.conditions[0].last_transition_time = later(T0, 1)),
             ("a condition's message", |s| s.conditions[0].message.push('.')),

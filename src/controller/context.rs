@@ -92,7 +92,7 @@ impl Context {
     }
 }
 
-type ReconcileFuture = Pin<Box<dyn Future<Output = Result<Action, Error>> + Send>>;
+pub type ReconcileFuture = Pin<Box<dyn Future<Output = Result<Action, Error>> + Send>>;
 
 /// `reconcile` as a controller runs it: the object leaves `queue` (it is no longer waiting, see
 /// `sandcap_reconcile_queue_depth`) as the reconcile starts, and the reconcile is counted, timed
@@ -118,9 +118,14 @@ fn key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
 }
 
 pub fn error_policy<K: Resource<DynamicType = ()>>(obj: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
+    Action::requeue(retry_delay(obj, error, ctx))
+}
+
+/// A failed reconcile: counted, logged once, and retried after the returned delay.
+pub fn retry_delay<K: Resource<DynamicType = ()>>(obj: Arc<K>, error: &Error, ctx: Arc<Context>) -> Duration {
     let kind = kind_label::<K>();
     ctx.metrics.reconcile_failures.get_or_create(&FailureLabels { kind, error: error.metric_label() }).inc();
     let delay = ctx.backoff(obj.as_ref());
     tracing::warn!(kind, name = %obj.name_any(), namespace = obj.namespace(), %error, retry_in = ?delay, "reconcile failed");
-    Action::requeue(delay)
+    delay
 }

@@ -17,26 +17,39 @@ use super::context::Context;
 use super::error::Error;
 use super::status::{Conditions, apply_status, now};
 use crate::api::{SandboxLease, SandboxLeaseStatus, SandboxProvider};
+use crate::config_schema;
 use crate::contract::{self, Capability, LeaseResolution, Verified};
 use crate::vocabulary::{ConditionReason as Why, ConditionType as Type};
 
-/// The watches re-trigger a lease whenever something it reads changes; this periodic pass is a
-/// safety net only, and costs no request when nothing changed.
-const RESYNC: Duration = Duration::from_secs(3600);
+/// The watches re-trigger a lease whenever something it reads changes; this periodic pass over
+/// every lease is a safety net only, and costs no request when nothing changed.
+pub const RESYNC: Duration = Duration::from_secs(3600);
 
 /// Resolves one lease and applies its status if it differs from the published one.
 pub async fn reconcile_lease(lease: Arc<CachedLease>, ctx: Arc<Context>) -> Result<Action, Error> {
     let provider = ctx.caches.providers.get(&ObjectRef::new(&lease.spec.provider_ref.name));
     // Checking the config compiles the driver's configSchema unless it is cached: CPU work
-    // (bounded by the compile budget), off the async workers.
-    let resolution = tokio::task::block_in_place(|| resolve(&lease, provider.as_deref(), &ctx.caches.secrets));
+    // (bounded by the compile budget), off the async workers. A cached one is checked here, spared
+    // the hand-over of the worker's other tasks to another thread.
+    let resolve = || resolve(&lease, provider.as_deref(), &ctx.caches.secrets);
+    let resolution =
+        if compiles_nothing(&lease, provider.as_deref()) { resolve() } else { tokio::task::block_in_place(resolve) };
     let desired = lease_status(&lease, &resolution, &now());
     if !lease.is_published(&desired) {
         let namespace = lease.namespace().unwrap_or_default();
         let api = Api::<SandboxLease>::namespaced(ctx.client.clone(), &namespace);
         apply_status(&api, &lease.name_any(), &desired).await?;
     }
-    Ok(Action::requeue(RESYNC))
+    // Nothing to schedule: the loop's pass every [`RESYNC`] comes back to every lease.
+    Ok(Action::await_change())
+}
+
+/// Whether resolving `lease` compiles no configSchema: its driver declares none, or the compiled
+/// one is cached.
+fn compiles_nothing(lease: &SandboxLease, provider: Option<&SandboxProvider>) -> bool {
+    let driver = provider
+        .and_then(|p| p.spec.environment_drivers.iter().find(|d| d.driver_key == lease.spec.provider_ref.driver_key));
+    driver.and_then(|d| d.config_schema.as_ref()).is_none_or(config_schema::is_cached)
 }
 
 /// The lease against its provider's published status (if the provider exists) and the cached
@@ -171,6 +184,21 @@ mod tests {
         assert_eq!(verdict(&status, "PluginIdentity"), ("False", "ProviderNotFound"));
         assert_eq!(verdict(&status, "ConfigResolved"), ("Unknown", "PluginIdentityFailed"));
         assert_eq!(verdict(&status, "Resolved"), ("False", "PluginIdentityFailed"));
+    }
+
+    #[test]
+    fn a_schema_compiled_before_is_checked_without_leaving_the_async_worker() {
+        let l = lease("team-a", "l").of("p", "k").build();
+        let plain = provider("p").driver("k").probed_ok(&METHODS).build();
+        assert!(compiles_nothing(&l, Some(&plain)) && compiles_nothing(&l, None));
+        let schema = json!({"type": "object", "title": "compiles_nothing"});
+        let with_schema = provider("p").driver("k").config_schema(schema.clone()).probed_ok(&METHODS).build();
+        assert!(!compiles_nothing(&l, Some(&with_schema)));
+        // Another test may fill the cache at the same time and evict it at once: try again.
+        assert!((0..10).any(|_| {
+            let _ = config_schema::compile(&schema, config_schema::Deadline::Own);
+            compiles_nothing(&l, Some(&with_schema))
+        }));
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod leader;
 mod lease;
 mod provider;
 mod relations;
+mod runner;
 mod status;
 
 use std::collections::HashMap;
@@ -38,7 +39,7 @@ use kube::{Client, Resource};
 use tokio_util::sync::CancellationToken;
 
 pub use cache::{Caches, SecretScope};
-use context::{Context, error_policy, reconciler};
+use context::{Context, error_policy, reconciler, retry_delay};
 pub use error::Error;
 use lease::reconcile_lease;
 use provider::reconcile_provider;
@@ -49,7 +50,7 @@ use crate::probe::{AllowedCidrs, Prober};
 /// Probes are slow I/O; a few at a time keeps a burst of new providers from piling up sockets.
 const PROVIDER_CONCURRENCY: u16 = 16;
 /// Bounds the apiserver load when every lease is resolved at once (startup, leader change).
-const LEASE_CONCURRENCY: u16 = 32;
+const LEASE_CONCURRENCY: usize = 32;
 
 /// How the controllers run; `sandcap run` fills it from its flags.
 #[derive(Clone, Debug)]
@@ -135,12 +136,17 @@ async fn controllers(
         .graceful_shutdown_on(shutdown.clone().cancelled_owned())
         .run(reconciler(queues.providers, reconcile_provider), error_policy, ctx.clone())
         .for_each(log_outcome);
-    let lease_controller = Controller::for_stream(futures::stream::pending(), caches.leases.clone())
-        .with_config(ControllerConfig::default().concurrency(LEASE_CONCURRENCY))
-        .reconcile_on(cache::stream(triggers.leases))
-        .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(reconciler(queues.leases, reconcile_lease), error_policy, ctx)
-        .for_each(log_outcome);
+    // Leases by the loop of `runner`: a trigger is reconciled at once (a host waits for it).
+    let settings = runner::Settings { concurrency: LEASE_CONCURRENCY, resync: lease::RESYNC };
+    let lease_controller = runner::run(
+        caches.leases.clone(),
+        cache::stream(triggers.leases),
+        settings,
+        reconciler(queues.leases, reconcile_lease),
+        retry_delay,
+        ctx,
+        shutdown,
+    );
 
     tracing::info!(
         providers = caches.providers.state().len(),
