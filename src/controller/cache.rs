@@ -311,8 +311,10 @@ impl Caches {
             if let watcher::Event::Delete(p) = &event {
                 forget_provider(p.uid().as_deref().unwrap_or_default());
             }
-            for changed in spec.observe(&event) {
-                own.send(changed);
+            let changed = spec.observe(&event);
+            // A deleted object has nothing left to reconcile: its trigger would stay counted as waiting.
+            if !matches!(event, watcher::Event::Delete(_) | watcher::Event::InitDone) {
+                changed.into_iter().for_each(|p| own.send(p));
             }
             let listed = view.listed();
             for changed in view.observe(&event) {
@@ -333,14 +335,15 @@ impl Caches {
             }
             let changed = spec.observe(&event);
             match &event {
-                watcher::Event::Apply(lease) | watcher::Event::InitApply(lease) => relations.apply(lease),
+                watcher::Event::Apply(lease) | watcher::Event::InitApply(lease) => {
+                    relations.apply(lease);
+                    changed.into_iter().for_each(|l| own.send(l));
+                }
+                // Nothing to reconcile, as for a provider.
                 watcher::Event::Delete(_) | watcher::Event::InitDone => {
                     changed.iter().for_each(|l| relations.remove(l))
                 }
                 watcher::Event::Init => {}
-            }
-            for lease in changed {
-                own.send(lease);
             }
         });
 
