@@ -1,0 +1,203 @@
+//! Create -> resolved: leases created at a steady rate, each timed from its create's response to
+//! the watch event that shows it resolved, for sandcap and for "the limit": a trivial controller
+//! (in this process) that writes one status per lease from its watch, by the same server-side
+//! apply of a status of the same size. Create, watch delivery, one status write, watch delivery:
+//! what any controller of this status can approach. Rounds alternate (the limit, then sandcap,
+//! which runs only during its own rounds), and each round's leases are deleted after it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use crate::cluster::Cluster;
+use crate::controllers::resource;
+use crate::install::{self, Install, Sandcap};
+use crate::support::{Worker, all_true, lease, provider, secret};
+use crate::{NS, ms, quantile, typical_status};
+
+const PROVIDER: &str = "churn";
+/// Each rate runs this long (at least 200 leases).
+const ROUND: Duration = Duration::from_secs(5);
+
+/// Whether a lease's status shows it resolved: the `Resolved` condition of its generation.
+fn is_resolved(lease: &Value) -> bool {
+    let status = &lease["status"];
+    status["observedGeneration"] == lease["metadata"]["generation"]
+        && status["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Resolved"))
+}
+
+/// Watches the leases of round `tag` until dropped; records when each was first seen resolved.
+/// Returns once the watch has listed.
+async fn watch_resolved(
+    admin: &Client,
+    tag: &str,
+) -> (Arc<Mutex<HashMap<String, Instant>>>, tokio::task::JoinHandle<()>) {
+    let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource("SandboxLease"));
+    let seen: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let (listed, is_listed) = oneshot::channel();
+    let record = seen.clone();
+    let config = watcher::Config::default().labels(&format!("bench/round={tag}"));
+    let task = tokio::spawn(async move {
+        let mut listed = Some(listed);
+        let mut events = std::pin::pin!(watcher(api, config));
+        while let Some(event) = events.next().await {
+            let at = Instant::now();
+            match event {
+                Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
+                    let value = serde_json::to_value(&obj).expect("json");
+                    if is_resolved(&value) {
+                        record.lock().unwrap().entry(obj.metadata.name.clone().unwrap_or_default()).or_insert(at);
+                    }
+                }
+                Ok(watcher::Event::InitDone) => drop(listed.take().map(|l| l.send(()))),
+                _ => {}
+            }
+        }
+    });
+    is_listed.await.expect("the watch listed");
+    (seen, task)
+}
+
+/// The limit: for each new lease of round `tag`, one server-side apply of a typical status.
+async fn trivial_controller(admin: &Client, tag: &str) -> tokio::task::JoinHandle<()> {
+    let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource("SandboxLease"));
+    let config = watcher::Config::default().labels(&format!("bench/round={tag}"));
+    let (listed, is_listed) = oneshot::channel();
+    let task = tokio::spawn(async move {
+        let mut listed = Some(listed);
+        let mut events = std::pin::pin!(watcher(api.clone(), config));
+        let params = PatchParams::apply("limit").force();
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(watcher::Event::Apply(obj)) if obj.data.get("status").is_none_or(Value::is_null) => {
+                    let (api, params, name) = (api.clone(), params.clone(), obj.metadata.name.clone().unwrap());
+                    tokio::spawn(async move {
+                        let _ = api.patch_status(&name, &params, &Patch::Apply(typical_status())).await;
+                    });
+                }
+                Ok(watcher::Event::InitDone) => drop(listed.take().map(|l| l.send(()))),
+                _ => {}
+            }
+        }
+    });
+    is_listed.await.expect("the watch listed");
+    task
+}
+
+/// Creates `count` leases of round `tag` at `rate` a second (each on time, not after the one
+/// before); returns when each create was answered.
+async fn create_at_rate(
+    admin: &Client,
+    tag: &str,
+    rate: u32,
+    count: usize,
+    config_from: bool,
+) -> HashMap<String, Instant> {
+    let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource("SandboxLease"));
+    let spec = if config_from {
+        json!({"configFrom": [{"secretKeyRef": {"name": "creds", "key": "config.json"}}]})
+    } else {
+        json!({})
+    };
+    let started = tokio::time::Instant::now();
+    let mut creates = Vec::with_capacity(count);
+    for i in 0..count {
+        tokio::time::sleep_until(started + Duration::from_secs_f64(i as f64 / f64::from(rate))).await;
+        let name = format!("{tag}-{i}");
+        let mut object = lease(NS, &name, PROVIDER, spec.clone());
+        object["metadata"]["labels"] = json!({"bench/round": tag});
+        let object: DynamicObject = serde_json::from_value(object).expect("lease");
+        let api = api.clone();
+        creates.push(tokio::spawn(async move {
+            api.create(&PostParams::default(), &object).await.expect("create");
+            (name, Instant::now())
+        }));
+    }
+    let mut answered = HashMap::new();
+    for create in creates {
+        let (name, at) = create.await.expect("create task");
+        answered.insert(name, at);
+    }
+    answered
+}
+
+/// One round: (p50, p99, leases not resolved within 60 s).
+async fn round(admin: &Client, tag: &str, rate: u32, config_from: bool) -> (Duration, Duration, usize) {
+    let count = (rate as usize * ROUND.as_millis() as usize / 1000).max(200);
+    let (resolved, watch) = watch_resolved(admin, tag).await;
+    let created = create_at_rate(admin, tag, rate, count, config_from).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while resolved.lock().unwrap().len() < count && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    watch.abort();
+    let resolved = resolved.lock().unwrap().clone();
+    let mut times: Vec<Duration> =
+        created.iter().filter_map(|(name, at)| Some(resolved.get(name)?.saturating_duration_since(*at))).collect();
+    times.sort();
+    let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource("SandboxLease"));
+    let selector = ListParams::default().labels(&format!("bench/round={tag}"));
+    api.delete_collection(&DeleteParams::default(), &selector).await.expect("delete the round's leases");
+    (quantile(&times, 0.5), quantile(&times, 0.99), count - times.len())
+}
+
+/// Prints the table: for each rate, with and without `configFrom`, sandcap next to the limit.
+pub async fn create_to_resolved(c: &Cluster, install: &Install, admin: &Client) {
+    let worker = Worker::with_methods(&sandcap::vocabulary::WORKER_METHODS);
+    let creds = secret(NS, "creds", "config.json", r#"{"apiToken": "s3cr3t-token-value"}"#, true);
+    install::apply(c, &[provider(PROVIDER, &worker.url, all_true()), creds]);
+    println!("create -> resolved (ms), leases created at a steady rate for {} s each round:", ROUND.as_secs());
+    println!("| creates/s | configFrom | sandcap p50 / p99 | limit p50 / p99 | ratio p50 / p99 |");
+    println!("|---|---|---|---|---|");
+    let mut n = 0;
+    for config_from in [false, true] {
+        for rate in [20, 100, 400] {
+            n += 1;
+            let limit_tag = format!("limit-{n}");
+            let controller = trivial_controller(admin, &limit_tag).await;
+            let limit = round(admin, &limit_tag, rate, config_from).await;
+            controller.abort();
+
+            let sandcap = Sandcap::start(
+                c,
+                install,
+                &format!("bench-churn-{n}"),
+                &[("SANDCAP_CONTROLLERS_ONLY", "true"), ("SANDCAP_LEADER_ELECT", "false")],
+            );
+            sandcap.ready().await;
+            install::eventually("sandcap's controllers started", Duration::from_secs(60), || async {
+                sandcap.log_text().contains("controllers started").then_some(())
+            })
+            .await;
+            let providers: Api<DynamicObject> = Api::all_with(admin.clone(), &resource("SandboxProvider"));
+            install::eventually("the provider probed", Duration::from_secs(60), || async {
+                let p = providers.get(PROVIDER).await.ok()?;
+                p.data["status"]["worker"].is_object().then_some(())
+            })
+            .await;
+            let ours = round(admin, &format!("sandcap-{n}"), rate, config_from).await;
+            drop(sandcap);
+
+            let missed = |m: usize| if m > 0 { format!(" ({m} not resolved)") } else { String::new() };
+            println!(
+                "| {rate} | {} | {} / {}{} | {} / {}{} | {:.2} / {:.2} |",
+                if config_from { "yes" } else { "no" },
+                ms(ours.0),
+                ms(ours.1),
+                missed(ours.2),
+                ms(limit.0),
+                ms(limit.1),
+                missed(limit.2),
+                ours.0.as_secs_f64() / limit.0.as_secs_f64(),
+                ours.1.as_secs_f64() / limit.1.as_secs_f64(),
+            );
+        }
+    }
+}
