@@ -1,7 +1,8 @@
 //! Create -> resolved: leases created at a steady rate, each timed from its create's response to
 //! the watch event that shows it resolved, for sandcap and for "the limit": a trivial controller
-//! (in this process) that writes one status per lease from its watch, by the same server-side
-//! apply of a status of the same size. Create, watch delivery, one status write, watch delivery:
+//! (in this process, with sandcap's ServiceAccount token, so the apiserver authenticates and
+//! authorizes it as it does sandcap) that writes one status per lease from its watch, by the same
+//! server-side apply of a status of the same size. Create, watch delivery, one status write, watch delivery:
 //! what any controller of this status can approach. Rounds alternate (the limit, then sandcap,
 //! which runs only during its own rounds), and each round's leases are deleted after it.
 
@@ -16,7 +17,7 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use crate::cluster::Cluster;
+use crate::cluster::{self, Cluster};
 use crate::controllers::resource;
 use crate::install::{self, Install, Sandcap};
 use crate::support::{Worker, all_true, lease, provider, secret};
@@ -156,12 +157,13 @@ pub async fn create_to_resolved(c: &Cluster, install: &Install, admin: &Client) 
     println!("create -> resolved (ms), leases created at a steady rate for {} s each round:", ROUND.as_secs());
     println!("| creates/s | configFrom | sandcap p50 / p99 | limit p50 / p99 | ratio p50 / p99 |");
     println!("|---|---|---|---|---|");
+    let as_sandcap = cluster::client_from(&install.kubeconfig).await;
     let mut n = 0;
     for config_from in [false, true] {
         for rate in [20, 100, 400] {
             n += 1;
             let limit_tag = format!("limit-{n}");
-            let controller = trivial_controller(admin, &limit_tag).await;
+            let controller = trivial_controller(&as_sandcap, &limit_tag).await;
             let limit = round(admin, &limit_tag, rate, config_from).await;
             controller.abort();
 

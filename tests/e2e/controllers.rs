@@ -407,6 +407,11 @@ pub async fn a_probe_with_the_same_answer_re_resolves_no_lease(c: Arc<Cluster>) 
     assert!(metrics.contains("sandcap_api_requests_total{verb=\"watch\",resource=\"secrets\"}"), "{metrics}");
     assert!(!metrics.contains("sandcap_api_requests_total{verb=\"get\",resource=\"secrets\"}"), "{metrics}");
     assert!(metrics.contains("sandcap_reconcile_queue_depth{kind=\"SandboxLease\"} 0"), "{metrics}");
+    // A deleted lease has nothing left to reconcile: it is not counted as waiting.
+    delete(&admin, "SandboxLease", Some(NS), &names[0]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let metrics = sandcap.metrics().await;
+    assert!(metrics.contains("sandcap_reconcile_queue_depth{kind=\"SandboxLease\"} 0"), "{metrics}");
     delete(&admin, "SandboxProvider", None, "e2e-quiet").await;
 }
 
