@@ -41,8 +41,14 @@ pub async fn reconcile_provider(provider: Arc<SandboxProvider>, ctx: Arc<Context
         }
     };
     // Compiling the drivers' configSchemas is CPU work (bounded by the compile budget): off the
-    // async workers, so that it delays no other reconcile, watch or probe.
-    let desired = tokio::task::block_in_place(|| provider_status(provider, worker, &now));
+    // async workers, so that it delays no other reconcile, watch or probe. Schemas compiled before
+    // are checked here: each hand-over to another thread would leave that thread holding memory.
+    let schemas = provider.spec.environment_drivers.iter().filter_map(|d| d.config_schema.as_ref());
+    let desired = if schemas.clone().all(config_schema::is_cached) {
+        provider_status(provider, worker, &now)
+    } else {
+        tokio::task::block_in_place(|| provider_status(provider, worker, &now))
+    };
     if provider.status.as_ref() != Some(&desired) {
         let api = Api::<SandboxProvider>::all(ctx.client.clone());
         apply_status(&api, &provider.name_any(), &desired).await?;
