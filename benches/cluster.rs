@@ -292,12 +292,7 @@ async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client) {
     // Resolved: every lease Granted (all are: half read a valid `configFrom`), as a watch shows.
     let (granted, watch) = granted_watch(admin).await;
     let started = Instant::now();
-    let sandcap = Sandcap::start(
-        c,
-        install,
-        "bench-controllers",
-        &[("SANDCAP_CONTROLLERS_ONLY", "true"), ("SANDCAP_LEADER_ELECT", "false")],
-    );
+    let sandcap = controllers(c, install, "bench-controllers", &[]);
     sandcap.ready().await;
     let total = names.len();
     let deadline = Instant::now() + Duration::from_secs(6 * count as u64);
@@ -349,12 +344,7 @@ async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client) {
     };
     let (writes, gets) = (by_sandcap("patch", "sandboxleases"), by_sandcap("get", "secrets"));
     let started = Instant::now();
-    let sandcap = Sandcap::start(
-        c,
-        install,
-        "bench-restart",
-        &[("SANDCAP_CONTROLLERS_ONLY", "true"), ("SANDCAP_LEADER_ELECT", "false"), ("SANDCAP_PROBE_INTERVAL", "2s")],
-    );
+    let sandcap = controllers(c, install, "bench-restart", &[("SANDCAP_PROBE_INTERVAL", "2s")]);
     install::eventually("the caches listed", Duration::from_secs(300), || async {
         sandcap.log_text().contains("controllers started").then_some(())
     })
@@ -368,6 +358,16 @@ async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client) {
         by_sandcap("get", "secrets") - gets,
         sandcap.peak_rss() as f64 / 1048576.0
     );
+}
+
+/// `sandcap run`, the controllers alone, without leader election, with `overrides` and what
+/// `SANDCAP_BENCH_ENV` adds to its environment (`K=V,K=V`: an allocator's settings, say).
+fn controllers(c: &Cluster, install: &Install, name: &str, overrides: &[(&str, &str)]) -> Sandcap {
+    let extra = std::env::var("SANDCAP_BENCH_ENV").unwrap_or_default();
+    let mut env = vec![("SANDCAP_CONTROLLERS_ONLY", "true"), ("SANDCAP_LEADER_ELECT", "false")];
+    env.extend(overrides.iter().copied());
+    env.extend(extra.split(',').filter_map(|kv| kv.split_once('=')));
+    Sandcap::start(c, install, name, &env)
 }
 
 /// How many leases of the bench a watch shows with `persistentProcessSessions` Granted; returns

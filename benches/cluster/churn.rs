@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 
 use crate::cluster::{self, Cluster};
 use crate::controllers::resource;
-use crate::install::{self, Install, Sandcap};
+use crate::install::{self, Install};
 use crate::support::{Worker, all_true, lease, provider, secret};
 use crate::{NS, ms, quantile, typical_status};
 
@@ -103,7 +103,7 @@ async fn create_at_rate(
 ) -> HashMap<String, Instant> {
     let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource("SandboxLease"));
     let spec = if config_from {
-        json!({"configFrom": [{"secretKeyRef": {"name": "creds", "key": "config.json"}}]})
+        json!({"configFrom": [{"secretKeyRef": {"name": "churn-creds", "key": "config.json"}}]})
     } else {
         json!({})
     };
@@ -151,7 +151,7 @@ async fn round(admin: &Client, tag: &str, rate: u32, config_from: bool) -> (Dura
 /// Prints the table: for each rate, with and without `configFrom`, sandcap next to the limit.
 pub async fn create_to_resolved(c: &Cluster, install: &Install, admin: &Client) {
     let worker = Worker::with_methods(&sandcap::vocabulary::WORKER_METHODS);
-    let creds = secret(NS, "creds", "config.json", r#"{"apiToken": "s3cr3t-token-value"}"#, true);
+    let creds = secret(NS, "churn-creds", "config.json", r#"{"apiToken": "s3cr3t-token-value"}"#, true);
     install::apply(c, &[provider(PROVIDER, &worker.url, all_true()), creds]);
     println!("create -> resolved (ms), leases created at a steady rate for {} s each round:", ROUND.as_secs());
     println!("| creates/s | configFrom | sandcap p50 / p99 | limit p50 / p99 | ratio p50 / p99 |");
@@ -166,12 +166,7 @@ pub async fn create_to_resolved(c: &Cluster, install: &Install, admin: &Client) 
             let limit = round(admin, &limit_tag, rate, config_from).await;
             controller.abort();
 
-            let sandcap = Sandcap::start(
-                c,
-                install,
-                &format!("bench-churn-{n}"),
-                &[("SANDCAP_CONTROLLERS_ONLY", "true"), ("SANDCAP_LEADER_ELECT", "false")],
-            );
+            let sandcap = crate::controllers(c, install, &format!("bench-churn-{n}"), &[]);
             sandcap.ready().await;
             install::eventually("sandcap's controllers started", Duration::from_secs(60), || async {
                 sandcap.log_text().contains("controllers started").then_some(())
