@@ -269,6 +269,10 @@ async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client) {
         started.elapsed().as_secs_f64()
     );
 
+    // Resolved: every lease Granted (all are: half read a valid `configFrom`), as a watch shows,
+    // open from here on, so that the baselines pay for a watcher as sandcap's start does.
+    let (granted, watch) = granted_watch(admin).await;
+
     // Baselines: the same number of status writes, as fast as the apiserver takes them: a small
     // merge patch, and a server-side apply of a status the size of sandcap's (what sandcap sends).
     let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource("SandboxLease"));
@@ -289,8 +293,6 @@ async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client) {
     );
     let baseline = apply;
 
-    // Resolved: every lease Granted (all are: half read a valid `configFrom`), as a watch shows.
-    let (granted, watch) = granted_watch(admin).await;
     let started = Instant::now();
     let sandcap = controllers(c, install, "bench-controllers", &[]);
     sandcap.ready().await;
