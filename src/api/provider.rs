@@ -71,6 +71,7 @@ pub struct SandboxProviderSpec {
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
 #[schemars(extend("x-kubernetes-validations" = [{
     "rule": "has(self.service) != has(self.url)",
+    "messageExpression": "'set exactly one of service or url: ' + (has(self.service) ? 'both are set' : 'neither is set')",
     "message": "set exactly one of service or url"
 }]))]
 pub struct WorkerRef {
