@@ -15,6 +15,7 @@ import copy
 import json
 import pathlib
 import re
+import shutil
 from functools import cache
 from typing import Any
 
@@ -104,9 +105,9 @@ def render_text(values: dict[str, Any], **options: Any) -> dict[str, str]:
         return chart.render(values, name=RELEASE, namespace=NAMESPACE, **options)
 
 
-def chart_crds() -> list[dict[str, Any]]:
-    with helm.Chart.load(CHART) as chart:
-        return [yaml.safe_load(crd["data"]) for crd in chart.crds]
+def chart_crds(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The CRDs the chart installs: templates/crds.yaml renders them from files/crds/."""
+    return of_kind(render(values or {}), "CustomResourceDefinition")
 
 
 def of_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -236,17 +237,21 @@ EVERYTHING_ON = {
 @pytest.mark.parametrize("kube_version", KUBE_VERSION_RANGE)
 @pytest.mark.parametrize("mode", ["selfManaged", "certManager"])
 def test_objects_fit_the_supported_kubernetes_range(kube_version: str, mode: str) -> None:
-    for obj in render({**EVERYTHING_ON, "certificates": {"mode": mode}}) + chart_crds():
+    for obj in render({**EVERYTHING_ON, "certificates": {"mode": mode}}):
         validate_object(obj, kube_version)
 
 
 def test_chart_crds_validate_and_match_repo() -> None:
     crds = chart_crds()
     assert {c["metadata"]["name"] for c in crds} == {"sandboxproviders.sandcap.dev", "sandboxleases.sandcap.dev"}
+    repo = CHART.parents[1] / "crds"
     for crd in crds:
         validate_object(crd)
-    repo = CHART.parents[1] / "crds"
-    for path in (CHART / "crds").glob("*.yaml"):
+        generated = yaml.safe_load((repo / f"{crd['metadata']['name']}.yaml").read_text())
+        assert without_release_metadata(crd) == generated, f"{crd['metadata']['name']} differs from crds/"
+    files = sorted((CHART / "files" / "crds").glob("*.yaml"))
+    assert [p.name for p in files] == sorted(p.name for p in repo.glob("*.yaml"))
+    for path in files:
         assert path.read_text() == (repo / path.name).read_text(), f"{path} differs from crds/{path.name}"
 
 
@@ -661,3 +666,97 @@ def test_network_policy_only_when_enabled() -> None:
     assert spec["policyTypes"] == ["Ingress", "Egress"]
     assert {p["port"] for p in spec["egress"][0]["ports"]} == {53}, "DNS is always allowed once egress is restricted"
     assert spec["egress"][1:] == EGRESS
+
+
+# ---- the CRDs, installed and upgraded as templates ------------------------------------------
+
+CRD_NAMES = {"sandboxproviders.sandcap.dev", "sandboxleases.sandcap.dev"}
+
+
+def without_release_metadata(crd: dict[str, Any]) -> dict[str, Any]:
+    """The CRD as `sandcap crds` prints it: without the labels and annotations the chart adds."""
+    crd = copy.deepcopy(crd)
+    crd["metadata"].pop("labels", None)
+    crd["metadata"].pop("annotations", None)
+    return crd
+
+
+def test_crds_are_templates_kept_on_uninstall() -> None:
+    with helm.Chart.load(CHART) as chart:
+        # A crds/ directory would be installed once, before the templates, without Helm's
+        # ownership metadata: the templates' CRDs would then conflict with it.
+        assert chart.crds == []
+    crds = chart_crds()
+    assert {c["metadata"]["name"] for c in crds} == CRD_NAMES
+    for crd in crds:
+        assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+        assert crd["metadata"]["labels"]["app.kubernetes.io/part-of"] == "sandcap"
+    unkept = chart_crds({"crds": {"keep": False}})
+    assert [without_release_metadata(c) for c in unkept] == [without_release_metadata(c) for c in crds]
+    assert all("annotations" not in c["metadata"] for c in unkept)
+    assert chart_crds({"crds": {"install": False}}) == []
+    notes = render_text({"crds": {"install": False}})["sandcap/templates/NOTES.txt"]
+    assert "apply crds/ yourself" in notes
+
+
+@pytest.mark.parametrize("values", [{"crds": {"install": False}}, {"crds": {"install": True, "keep": False}}])
+def test_crd_values_lint(values: dict[str, Any]) -> None:
+    report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE)
+    assert not [m for m in report["messages"] if m["severity"] >= 2] and not report["errors"], report
+
+
+@pytest.mark.parametrize("values", [{"crds": {"instal": False}}, {"crds": {"keep": "yes"}}, {"crds": True}])
+def test_crd_values_reject_typos(values: dict[str, Any]) -> None:
+    with pytest.raises(helm.HelmValuesError):
+        render(values)
+
+
+def upgrade_manifest(chart_dir: pathlib.Path) -> list[dict[str, Any]]:
+    """What `helm upgrade` would apply from the chart at `chart_dir` (its templates; never crds/)."""
+    with helm.Chart.load(chart_dir) as chart:
+        manifests = chart.render({}, name=RELEASE, namespace=NAMESPACE, is_upgrade=True)
+    return [d for p, t in sorted(manifests.items()) if p.endswith(".yaml") for d in yaml.safe_load_all(t) if d]
+
+
+def capability_rules(crd: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    return spec["properties"]["environmentDrivers"]["items"]["properties"]["sandboxCapabilities"][
+        "x-kubernetes-validations"
+    ]
+
+
+def test_an_upgrade_applies_a_changed_rule(tmp_path: pathlib.Path) -> None:
+    """An older chart whose provider CRD lacks a rule (a removed key allowed, typos unnamed):
+    the upgrade's manifest carries the provider CRD with the new rules, so Helm patches it (the
+    e2e suite shows the apiserver then enforcing them). With the CRDs in crds/, as before, the
+    upgrade's manifest holds no CRD at all."""
+    old = tmp_path / "old"
+    shutil.copytree(CHART, old)
+    provider = old / "files" / "crds" / "sandboxproviders.sandcap.dev.yaml"
+    crd = yaml.safe_load(provider.read_text())
+    rules = capability_rules(crd)
+    removed = next(r for r in rules if "concurrentSyncOperations" in r["rule"])
+    rules.remove(removed)
+    for rule in rules:
+        rule.pop("messageExpression", None)
+    provider.write_text("---\n" + yaml.safe_dump(crd, sort_keys=False))
+    chart_yaml = old / "Chart.yaml"
+    chart_yaml.write_text(re.sub(r"(?m)^version: .*$", "version: 0.1.0", chart_yaml.read_text()))
+
+    def crd_in(objects: list[dict[str, Any]]) -> dict[str, Any]:
+        crds = of_kind(objects, "CustomResourceDefinition")
+        return next(c for c in crds if c["metadata"]["name"] == "sandboxproviders.sandcap.dev")
+
+    before, after = crd_in(upgrade_manifest(old)), crd_in(upgrade_manifest(CHART))
+    assert before["metadata"]["labels"]["helm.sh/chart"] == "sandcap-0.1.0"
+    assert after["metadata"]["labels"]["helm.sh/chart"] != "sandcap-0.1.0"
+    assert removed in capability_rules(after) and removed not in capability_rules(before)
+    assert any("messageExpression" in r for r in capability_rules(after))
+    assert not any("messageExpression" in r for r in capability_rules(before))
+    assert after["metadata"]["annotations"] == before["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+
+    layout = tmp_path / "crds-dir"
+    shutil.copytree(CHART, layout)
+    shutil.move(layout / "files" / "crds", layout / "crds")
+    (layout / "templates" / "crds.yaml").unlink()
+    assert not of_kind(upgrade_manifest(layout), "CustomResourceDefinition")
