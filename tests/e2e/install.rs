@@ -36,8 +36,13 @@ pub fn apply(cluster: &Cluster, objects: &[Value]) {
 
 /// Applies crds/ (once per cluster) and waits until both are served.
 pub fn crds(cluster: &Cluster) {
-    let crds = repo_root().join("crds");
-    ok("apply crds/", cluster.kubectl(&["apply", "--server-side", "-f", crds.to_str().expect("utf-8 path")]));
+    crds_from(cluster, &repo_root().join("crds"));
+}
+
+/// Applies the CRDs in `dir` as an admin following README's `kubectl apply --server-side -f crds/`
+/// would, and waits until both are served.
+pub fn crds_from(cluster: &Cluster, dir: &Path) {
+    ok("apply the CRDs", cluster.kubectl(&["apply", "--server-side", "-f", path_str(dir)]));
     ok(
         "wait for the CRDs",
         cluster.kubectl(&[
@@ -59,6 +64,16 @@ pub fn namespaces(cluster: &Cluster, names: &[&str]) {
 
 /// The chart rendered by real Helm (tests/chart/render.py in the chart tests' venv).
 pub fn render_chart(values: &Value) -> Vec<Value> {
+    let output = Command::new(chart_python())
+        .arg(repo_root().join("tests/chart/render.py"))
+        .arg(values.to_string())
+        .output()
+        .expect("python runs");
+    serde_json::from_str(&ok("helm render", output)).expect("render.py prints JSON")
+}
+
+/// The Python of the chart tests' venv, which holds real Helm (its Go SDK).
+pub fn chart_python() -> PathBuf {
     static VENV: OnceLock<PathBuf> = OnceLock::new();
     let venv = VENV.get_or_init(|| {
         let root = repo_root();
@@ -73,12 +88,7 @@ pub fn render_chart(values: &Value) -> Vec<Value> {
         );
         std::env::var_os("SANDCAP_CHART_VENV").map_or_else(|| root.join("target/chart-venv"), PathBuf::from)
     });
-    let output = Command::new(venv.join("bin/python"))
-        .arg(repo_root().join("tests/chart/render.py"))
-        .arg(values.to_string())
-        .output()
-        .expect("python runs");
-    serde_json::from_str(&ok("helm render", output)).expect("render.py prints JSON")
+    venv.join("bin/python")
 }
 
 /// What an install leaves behind: the rendered chart and a kubeconfig of its ServiceAccount.

@@ -13,6 +13,7 @@
 mod certs;
 mod cluster;
 mod controllers;
+mod crds;
 mod install;
 #[path = "../support/mod.rs"]
 mod support;
@@ -45,6 +46,7 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         controllers::a_hostile_provider_stored_without_the_webhook,
         certs::self_managed_certificates_with_the_charts_rbac,
         certs::only_the_ca_bundle_is_sandcaps_to_change,
+        crds::an_upgrade_brings_the_crds_new_rules_and_uninstall_keeps_them,
     ]
 }
 
