@@ -760,3 +760,21 @@ def test_an_upgrade_applies_a_changed_rule(tmp_path: pathlib.Path) -> None:
     shutil.move(layout / "files" / "crds", layout / "crds")
     (layout / "templates" / "crds.yaml").unlink()
     assert not of_kind(upgrade_manifest(layout), "CustomResourceDefinition")
+
+
+def test_reuse_values_from_a_release_without_crd_values(tmp_path: pathlib.Path) -> None:
+    """`helm upgrade --reuse-values` renders with the previous release's values instead of this
+    chart's defaults: from chart 0.1.0 there is no `crds` block, and the CRDs are still rendered,
+    kept."""
+    chart = tmp_path / "sandcap"
+    shutil.copytree(CHART, chart)
+    values = yaml.safe_load((chart / "values.yaml").read_text())
+    del values["crds"]
+    (chart / "values.yaml").write_text(yaml.safe_dump(values))
+    with helm.Chart.load(chart) as loaded:
+        manifests = loaded.render({}, name=RELEASE, namespace=NAMESPACE, is_upgrade=True)
+    objects = [d for p, t in manifests.items() if p.endswith(".yaml") for d in yaml.safe_load_all(t) if d]
+    crds = of_kind(objects, "CustomResourceDefinition")
+    assert {c["metadata"]["name"] for c in crds} == CRD_NAMES
+    assert all(c["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"} for c in crds)
+    assert "installed and upgraded with this release, kept on uninstall" in manifests["sandcap/templates/NOTES.txt"]

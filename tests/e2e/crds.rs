@@ -149,9 +149,14 @@ pub async fn an_upgrade_brings_the_crds_new_rules_and_uninstall_keeps_them(c: Ar
         assert_eq!(crd_annotation(&c, name, "meta.helm.sh/release-name"), "sandcap");
     }
 
-    // Uninstalling keeps the CRDs and the objects stored under them.
+    // Neither turning crds.install off nor uninstalling deletes the CRDs or the objects under them.
     let kept = provider("e2e-crd-kept", "http://127.0.0.1:9/rpc", json!({"reusableLeases": true}));
     install::apply(&c, &[kept]);
+    let off = json!({"crds": {"install": false}}).to_string();
+    helm(&c, &["upgrade", path_str(&new), &off]).expect("the upgrade without the CRDs");
+    for name in CRD_NAMES {
+        ok("the CRD is still there", c.kubectl(&["get", "crd", name]));
+    }
     let info = helm(&c, &["uninstall"]).expect("the uninstall");
     assert!(info.contains("kept due to the resource policy"), "{info}");
     for name in CRD_NAMES {
