@@ -157,6 +157,10 @@ pub async fn an_upgrade_brings_the_crds_new_rules_and_uninstall_keeps_them(c: Ar
     for name in CRD_NAMES {
         ok("the CRD is still there", c.kubectl(&["get", "crd", name]));
     }
+    // Turned on again (explicitly: an upgrade without values reuses the last ones), the release
+    // takes them back, as they still name it.
+    let on = json!({"crds": {"install": true}}).to_string();
+    helm(&c, &["upgrade", path_str(&new), &on]).expect("the upgrade with the CRDs");
     let info = helm(&c, &["uninstall"]).expect("the uninstall");
     assert!(info.contains("kept due to the resource policy"), "{info}");
     for name in CRD_NAMES {
