@@ -104,7 +104,7 @@ const MAX_MESSAGE_EXPRESSION_BYTES: usize = 5 * 1024;
 /// that fails, is not a string, or is empty, longer than 5 KiB or on several lines; then its
 /// `message`, trimmed; then `failed rule: <rule>`. (The apiserver also stops at a
 /// `messageExpression` over its cost budget; sandcap's are bounded well below it.)
-pub(super) fn rule_message(rule: &CompilationResult, ctx: &Context) -> String {
+fn rule_message(rule: &CompilationResult, ctx: &Context) -> String {
     let evaluated = rule.message_program.as_ref().and_then(|p| match p.execute(ctx) {
         Ok(cel::Value::String(s)) => Some(s.trim().to_string()),
         _ => None,
