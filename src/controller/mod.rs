@@ -36,7 +36,7 @@ use kube::runtime::watcher;
 use kube::{Client, Resource};
 use tokio_util::sync::CancellationToken;
 
-pub use cache::{Caches, SecretScope};
+pub use cache::{CONFIG_SOURCE_LABEL, Caches, SecretScope};
 use context::{Context, error_policy, reconciler};
 pub use error::Error;
 use lease::reconcile_lease;
