@@ -26,8 +26,8 @@ pub struct ClusterArgs {
     /// The kubeconfig user to use [default: the context's].
     #[arg(long, global = true, value_name = "NAME")]
     pub user: Option<String>,
-    /// How long one request to the apiserver (or one check) may take.
-    #[arg(long, global = true, default_value = "10s", value_parser = humantime::parse_duration)]
+    /// How long one request to the apiserver may take.
+    #[arg(long, global = true, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub request_timeout: Duration,
 }
 

@@ -20,7 +20,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub use check::CheckArgs;
 pub use cluster::ClusterArgs;
-pub use crds::{crds, crds_yaml};
+pub use crds::{crd_values, crds, crds_yaml};
 pub use error::CliError;
 pub use explain::{ExplainArgs, Explained, Format};
 pub use manifests::{MAX_ENTRIES, MAX_INPUT, MAX_TOTAL, load_objects};
@@ -57,10 +57,10 @@ pub enum Tool {
     Crds,
     /// Explain, from the live cluster, why each capability of a lease or provider is on or off,
     /// and what to change.
-    Explain(ExplainArgs),
+    Explain(Box<ExplainArgs>),
     /// Check, against the live cluster, that sandcap works end to end: one line per check, exit 1
     /// at the first that fails.
-    Check(CheckArgs),
+    Check(Box<CheckArgs>),
 }
 
 /// Parses the command line. Invoked as [`PLUGIN_NAME`] (by kubectl), usage and help say

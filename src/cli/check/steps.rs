@@ -33,7 +33,8 @@ pub async fn crds(client: &Client, args: &CheckArgs) -> Line {
     let api = Api::<CustomResourceDefinition>::all(client.clone());
     let mut names = Vec::new();
     for (name, generated) in crd_values() {
-        let live = match bounded(args.cluster.request_timeout, &format!("reading CRD {name}"), api.get_opt(&name)).await {
+        let live = match bounded(args.cluster.request_timeout, &format!("reading CRD {name}"), api.get_opt(&name)).await
+        {
             Ok(Some(live)) => live,
             Ok(None) => return Line::fail(format!("CRD {name} not found: {APPLY_CRDS}")),
             Err(e) => return Line::fail(e),
@@ -122,6 +123,8 @@ struct Target {
     port: u16,
     server_name: String,
     shown: String,
+    /// Registered by Service, as the chart registers it: its pods serve the certificate Secret.
+    service: bool,
 }
 
 impl Target {
@@ -131,17 +134,18 @@ impl Target {
             let host = format!("{}.{}.svc", s.name, s.namespace);
             let port = u16::try_from(s.port.unwrap_or(443)).ok()?;
             let shown = format!("Service {}/{} port {port}", s.namespace, s.name);
-            return Some(Target { server_name: host.clone(), host, port, shown });
+            return Some(Target { server_name: host.clone(), host, port, shown, service: true });
         }
         let uri: http::Uri = config.url.as_deref()?.parse().ok()?;
         let host = uri.host()?.trim_start_matches('[').trim_end_matches(']').to_string();
         let port = uri.port_u16().unwrap_or(443);
-        Some(Target { server_name: host.clone(), host, port, shown: format!("{uri}") })
+        Some(Target { server_name: host.clone(), host, port, shown: format!("{uri}"), service: false })
     }
 }
 
 /// The chain the webhook serves, from a handshake with it (in the cluster, or wherever it is
-/// reachable), else from the Secret its pods mount (from outside the cluster).
+/// reachable), else, for a webhook registered by Service, from the Secret its pods mount (from
+/// outside the cluster).
 async fn serving_chain(
     client: &Client,
     args: &CheckArgs,
@@ -151,10 +155,26 @@ async fn serving_chain(
     let why = match certificate::presented(&target.host, target.port, &target.server_name, timeout).await {
         Ok(chain) => return Ok((chain, format!("served at {}", target.shown))),
         Err(NotPresented::Handshake(e)) => {
-            return Err(Line::fail(format!("{} accepts connections but completes no TLS handshake: {e}", target.shown)));
+            return Err(Line::fail(format!(
+                "{} accepts connections but completes no TLS handshake: {e}",
+                target.shown
+            )));
         }
         Err(NotPresented::Unreachable(why)) => why,
     };
+    let unseen = |why: String| {
+        Line::new(
+            Level::Warn,
+            format!(
+                "cannot see the serving certificate: {} is not reachable from here ({why}); the dry run shows whether \
+                 the apiserver reaches the webhook",
+                target.shown
+            ),
+        )
+    };
+    if !target.service {
+        return Err(unseen(why));
+    }
     let (ns, secret) = (&args.namespace, &args.cert_secret);
     let api = Api::<Secret>::namespaced(client.clone(), ns);
     let read = bounded(timeout, &format!("reading Secret {ns}/{secret}"), api.get_opt(secret)).await;
@@ -164,15 +184,10 @@ async fn serving_chain(
         Err(e) => Err(e),
     };
     match pem.and_then(|pem| certificate::from_pem(&pem).map_err(|e| format!("{TLS_CRT} {e}"))) {
-        Ok(chain) => Ok((chain, format!("in Secret {ns}/{secret} ({} is not reachable from here: {why})", target.shown))),
-        Err(e) => Err(Line::new(
-            Level::Warn,
-            format!(
-                "cannot see the serving certificate: {} is not reachable from here ({why}) and Secret {ns}/{secret}: \
-                 {e}; the dry run shows whether the apiserver reaches the webhook",
-                target.shown
-            ),
-        )),
+        Ok(chain) => {
+            Ok((chain, format!("in Secret {ns}/{secret} ({} is not reachable from here: {why})", target.shown)))
+        }
+        Err(e) => Err(unseen(format!("{why}; Secret {ns}/{secret}: {e}"))),
     }
 }
 
@@ -235,14 +250,16 @@ pub async fn controllers(client: &Client, args: &CheckArgs) -> Line {
             if let Some(t) = &token {
                 params = params.continue_token(t);
             }
-            let page = match bounded(args.cluster.request_timeout, &format!("listing {kind}s"), api.list(&params)).await {
+            let page = match bounded(args.cluster.request_timeout, &format!("listing {kind}s"), api.list(&params)).await
+            {
                 Ok(page) => page,
                 Err(e) => return Line::fail(e),
             };
             let now = Timestamp::now();
             for object in &page.items {
                 listed += 1;
-                let observed = object.data.get("status").and_then(|s| s.get("observedGeneration")).and_then(Value::as_i64);
+                let observed =
+                    object.data.get("status").and_then(|s| s.get("observedGeneration")).and_then(Value::as_i64);
                 if let Some(late) = verdicts::lagging(&object.metadata, observed, now, args.resolve_within) {
                     if lagging.len() < NAMED { lagging.push((kind.to_string(), late)) } else { more += 1 }
                 }
@@ -256,10 +273,7 @@ pub async fn controllers(client: &Client, args: &CheckArgs) -> Line {
     }
     let within = humantime::format_duration(args.resolve_within);
     if lagging.is_empty() {
-        return Line::ok(format!(
-            "every change older than {within} is resolved ({} listed)",
-            counts.join(" and ")
-        ));
+        return Line::ok(format!("every change older than {within} is resolved ({} listed)", counts.join(" and ")));
     }
     let named: Vec<String> = lagging
         .iter()

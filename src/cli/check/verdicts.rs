@@ -39,7 +39,9 @@ pub fn first_difference(want: &Value, have: &Value, path: &str) -> Option<String
 pub fn crd_drift(generated: &Value, live: &Value) -> Option<String> {
     let mut live = live.clone();
     if let Some(spec) = live.as_object_mut() {
-        if generated.get("conversion").is_none() && spec.get("conversion") == Some(&serde_json::json!({"strategy": "None"})) {
+        if generated.get("conversion").is_none()
+            && spec.get("conversion") == Some(&serde_json::json!({"strategy": "None"}))
+        {
             spec.remove("conversion");
         }
         let list_kind = generated["names"]["kind"].as_str().map(|k| format!("{k}List"));
@@ -137,7 +139,9 @@ pub fn admission(result: Result<(), String>, webhooks: &[String], field: &str) -
             Ok(format!("webhook {w} refused a server-side dry run of a provider with an unknown field, as it must"))
         }
         Some(w) => Err(format!("webhook {w} refused the dry run, but not for its unknown field: {message}")),
-        None if message.contains("failed calling webhook") => Err(format!("the apiserver cannot call the webhook: {message}")),
+        None if message.contains("failed calling webhook") => {
+            Err(format!("the apiserver cannot call the webhook: {message}"))
+        }
         None => Err(format!("the dry run failed before the webhook answered: {message}")),
     }
 }
@@ -184,14 +188,15 @@ mod tests {
     }
 
     fn lease(holder: Option<&str>, renewed: Option<i64>, duration: Option<i32>) -> Lease {
-        let mut lease = Lease::default();
-        lease.spec = Some(k8s_openapi::api::coordination::v1::LeaseSpec {
-            holder_identity: holder.map(String::from),
-            renew_time: renewed.map(|s| MicroTime(at(s))),
-            lease_duration_seconds: duration,
+        Lease {
+            spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
+                holder_identity: holder.map(String::from),
+                renew_time: renewed.map(|s| MicroTime(at(s))),
+                lease_duration_seconds: duration,
+                ..Default::default()
+            }),
             ..Default::default()
-        });
-        lease
+        }
     }
 
     #[test]
@@ -248,11 +253,16 @@ mod tests {
         assert!(admission(Err(denied.into()), &hooks, "sandcapCheck").is_ok());
         let other = admission(Err(denied.into()), &hooks, "somethingElse").unwrap_err();
         assert!(other.contains("not for its unknown field"), "{other}");
-        let unreachable = "Internal error occurred: failed calling webhook \"validate.sandcap.dev\": connect: connection refused";
+        let unreachable =
+            "Internal error occurred: failed calling webhook \"validate.sandcap.dev\": connect: connection refused";
         let e = admission(Err(unreachable.into()), &hooks, "sandcapCheck").unwrap_err();
         assert!(e.starts_with("the apiserver cannot call the webhook: "), "{e}");
         assert!(admission(Ok(()), &hooks, "sandcapCheck").unwrap_err().contains("was admitted"));
-        let crd = admission(Err("SandboxProvider.sandcap.dev \"x\" is invalid: spec.version: Required value".into()), &hooks, "f");
+        let crd = admission(
+            Err("SandboxProvider.sandcap.dev \"x\" is invalid: spec.version: Required value".into()),
+            &hooks,
+            "f",
+        );
         assert!(crd.unwrap_err().starts_with("the dry run failed before the webhook answered"));
     }
 }

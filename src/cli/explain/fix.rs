@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::report::SecretReport;
 use crate::contract::{IdentityFailure, Verified};
-use crate::controller::CONFIG_SOURCE_LABEL;
+use crate::controller::cache::CONFIG_SOURCE_LABEL;
 use crate::vocabulary::{Capability, ConditionReason, Reason};
 
 /// What a fix may name.
@@ -37,7 +37,10 @@ pub fn fix(cap: Capability, reason: Reason, ctx: &FixContext) -> Option<String> 
         ),
         Reason::MissingWorkerMethods => {
             let missing: Vec<&str> = cap.required_methods().iter().copied().filter(|m| !ctx.verified.has(m)).collect();
-            format!("the worker of provider {provider} must list {} in initialize's supportedMethods", missing.join(", "))
+            format!(
+                "the worker of provider {provider} must list {} in initialize's supportedMethods",
+                missing.join(", ")
+            )
         }
         Reason::DeclaredFalse => format!(
             "set sandboxCapabilities.{key}: true (or remove it, to follow the worker) on driver {driver} of provider \
@@ -91,11 +94,12 @@ fn config(ctx: &FixContext) -> String {
     let namespace = ctx.lease.map_or("", |(ns, _)| ns);
     match ConditionReason::parse(&condition.reason) {
         Some(ConditionReason::SecretNotFound) => match ctx.secrets.iter().find(|s| !s.sandcap_reads_it) {
-            Some(s) if s.found == Some(false) => format!(
-                "create Secret {namespace}/{} with key {}, labelled {CONFIG_SOURCE_LABEL}=true",
-                s.name, s.key
-            ),
-            Some(s) if s.found.is_none() => format!("{said}; whether Secret {namespace}/{} exists: {}", s.name, s.detail),
+            Some(s) if s.found == Some(false) => {
+                format!("create Secret {namespace}/{} with key {}, labelled {CONFIG_SOURCE_LABEL}=true", s.name, s.key)
+            }
+            Some(s) if s.found.is_none() => {
+                format!("{said}; whether Secret {namespace}/{} exists: {}", s.name, s.detail)
+            }
             Some(s) if s.labelled == Some(false) => {
                 format!("label the Secret: kubectl label secret -n {namespace} {} {CONFIG_SOURCE_LABEL}=true", s.name)
             }

@@ -9,8 +9,13 @@
 //! sandcap itself concluded.
 
 mod fix;
+mod gates;
+mod lease;
+mod provider;
 mod report;
 mod table;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -22,8 +27,11 @@ use kube::{Api, Client};
 use super::cluster::{ClusterArgs, bounded, runtime};
 use super::error::CliError;
 use crate::api::{SandboxLease, SandboxProvider};
-use crate::controller::{CONFIG_SOURCE_LABEL, SecretScope};
-use report::{LeaseFacts, LeaseReport, Lookup, ProviderReport, SecretReport, lease_report, provider_report};
+use crate::controller::SecretScope;
+use crate::controller::cache::CONFIG_SOURCE_LABEL;
+use lease::{LeaseFacts, LeaseReport, lease_report};
+use provider::{ProviderReport, provider_report};
+use report::{Lookup, SecretReport};
 
 #[derive(Debug, Clone, Copy, Default, ValueEnum)]
 pub enum Format {
@@ -40,6 +48,7 @@ pub struct ExplainArgs {
     /// The lease's namespace [default: the kubeconfig context's, or the pod's].
     #[arg(short, long, global = true)]
     pub namespace: Option<String>,
+    /// Output format.
     #[arg(short, long, value_enum, default_value_t, global = true)]
     pub output: Format,
     /// The namespaces sandcap reads configFrom Secrets in, as given to `sandcap run
@@ -90,7 +99,11 @@ pub(in crate::cli) fn explain(args: &ExplainArgs, out: &mut dyn Write) -> Result
                     .ok_or_else(|| CliError::Usage(format!("SandboxLease {namespace}/{name} not found")))?;
                 let provider = fetch_provider(lease.spec.provider_ref.name.clone()).await?;
                 let secrets = secrets(&client, &lease, &namespace, &args.secret_namespaces, timeout).await;
-                Report::Lease(Box::new(lease_report(&LeaseFacts { lease: &lease, provider: provider.as_ref(), secrets })))
+                Report::Lease(Box::new(lease_report(&LeaseFacts {
+                    lease: &lease,
+                    provider: provider.as_ref(),
+                    secrets,
+                })))
             }
         })
     })?;
@@ -136,7 +149,10 @@ async fn secrets(
             let what = format!("reading the metadata of Secret {namespace}/{}", r.name);
             let lookup = match bounded(timeout, &what, api.get_metadata_opt(&r.name)).await {
                 Ok(Some(meta)) => Lookup::Found {
-                    labelled: meta.metadata.labels.is_some_and(|l| l.get(CONFIG_SOURCE_LABEL).is_some_and(|v| v == "true")),
+                    labelled: meta
+                        .metadata
+                        .labels
+                        .is_some_and(|l| l.get(CONFIG_SOURCE_LABEL).is_some_and(|v| v == "true")),
                 },
                 Ok(None) => Lookup::NotFound,
                 Err(why) => Lookup::Unknown(why),

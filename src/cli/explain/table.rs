@@ -5,11 +5,15 @@ use std::io::{self, Write};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use super::report::{CapabilityReport, DeclarationReport, GateName, LeaseReport, ProviderReport, probe_summary};
+use super::gates::probe_summary;
+use super::lease::LeaseReport;
+use super::provider::ProviderReport;
+use super::report::{CapabilityReport, DeclarationReport, GateName};
 use crate::api::WorkerStatus;
 
 pub fn lease(out: &mut dyn Write, r: &LeaseReport) -> io::Result<()> {
-    let observed = r.observed_generation.map_or_else(|| "no status yet".into(), |g| format!("status for generation {g}"));
+    let observed =
+        r.observed_generation.map_or_else(|| "no status yet".into(), |g| format!("status for generation {g}"));
     writeln!(out, "SandboxLease {}/{} (generation {}, {observed})", r.namespace, r.name, r.generation.unwrap_or(0))?;
     let p = &r.provider;
     let found = match (&p.uid, p.found) {
@@ -39,7 +43,8 @@ pub fn lease(out: &mut dyn Write, r: &LeaseReport) -> io::Result<()> {
 }
 
 pub fn provider(out: &mut dyn Write, r: &ProviderReport) -> io::Result<()> {
-    let observed = r.observed_generation.map_or_else(|| "no status yet".into(), |g| format!("status for generation {g}"));
+    let observed =
+        r.observed_generation.map_or_else(|| "no status yet".into(), |g| format!("status for generation {g}"));
     writeln!(out, "SandboxProvider {} (generation {}, {observed})", r.name, r.generation.unwrap_or(0))?;
     fact(out, "plugin", &format!("{} {}", r.plugin_key, r.version))?;
     fact(out, "worker at", &r.worker_at)?;
