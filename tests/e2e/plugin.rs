@@ -245,7 +245,7 @@ pub async fn explain_and_check_by_service_with_the_documented_rbac(c: Arc<Cluste
 
     // As the chart installs it: the webhook by Service, serving the certificate of its Secret.
     let material = generate(&dns_names("sandcap-webhook", NAMESPACE), SystemTime::now()).expect("certificates");
-    let tls = c.dir.join("plugin-service-tls");
+    let tls = c.dir.join("plugin-service-mounted");
     std::fs::create_dir_all(&tls).unwrap();
     std::fs::write(tls.join("tls.crt"), material.serving.cert().pem()).unwrap();
     std::fs::write(tls.join("tls.key"), material.serving.key_pem()).unwrap();

@@ -117,13 +117,19 @@ pub(in crate::cli) fn check(args: &CheckArgs, out: &mut dyn Write) -> Result<i32
     runtime.block_on(async {
         let client = args.cluster.connect().await?.client;
         let deadline = args.wait.map(|w| Instant::now() + w);
+        let mut said = String::new();
         loop {
             let lines = attempt(&client, args).await;
             let failed = lines.last().filter(|l| l.level == Level::Fail);
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now())).unwrap_or_default();
             if let Some(failed) = failed.filter(|_| !left.is_zero()) {
-                // Not eprintln!, which panics when stderr is a closed pipe (see main.rs).
-                let _ = writeln!(std::io::stderr(), "not yet: {}: {}; retrying", failed.check, failed.message);
+                // Once per failure, not once per attempt.
+                let now = format!("not yet: {}: {}; retrying", failed.check, failed.message);
+                if now != said {
+                    // Not eprintln!, which panics when stderr is a closed pipe (see main.rs).
+                    let _ = writeln!(std::io::stderr(), "{now}");
+                    said = now;
+                }
                 tokio::time::sleep(RETRY.min(left)).await;
                 continue;
             }
