@@ -13,9 +13,9 @@ use kube::core::ApiResource;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
+use super::args::{CheckArgs, Level, Line};
 use super::certificate::{self, NotPresented};
 use super::verdicts::{self, Lagging};
-use super::{CheckArgs, Level, Line};
 use crate::api::{SandboxLease, SandboxProvider};
 use crate::certs::TLS_CRT;
 use crate::cli::cluster::bounded;

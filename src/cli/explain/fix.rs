@@ -3,7 +3,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use super::report::SecretReport;
+use super::secret::SecretReport;
 use crate::contract::{IdentityFailure, Verified};
 use crate::controller::cache::CONFIG_SOURCE_LABEL;
 use crate::vocabulary::{Capability, ConditionReason, Reason};

@@ -3,9 +3,8 @@
 
 use super::fix::FixContext;
 use super::gates;
-use super::report::{
-    CapabilityReport, DeclarationReport, Gate, GateName, ProviderLink, SecretReport, capability, status_notes,
-};
+use super::report::{CapabilityReport, DeclarationReport, Gate, GateName, ProviderLink, capability, status_notes};
+use super::secret::SecretReport;
 use crate::api::{Pinned, SandboxLease, SandboxProvider, WorkerStatus};
 use crate::contract::{self, Declared, Narrowing};
 use crate::vocabulary::{Capability, ConditionType, Kind, LeasePolicy};

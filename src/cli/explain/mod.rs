@@ -13,6 +13,7 @@ mod gates;
 mod lease;
 mod provider;
 mod report;
+mod secret;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -31,7 +32,7 @@ use crate::controller::SecretScope;
 use crate::controller::cache::CONFIG_SOURCE_LABEL;
 use lease::{LeaseFacts, LeaseReport, lease_report};
 use provider::{ProviderReport, provider_report};
-use report::{Lookup, SecretReport};
+use secret::{Lookup, SecretReport};
 
 #[derive(Debug, Clone, Copy, Default, ValueEnum)]
 pub enum Format {

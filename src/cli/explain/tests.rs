@@ -4,7 +4,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::lease::{LeaseFacts, LeaseReport, lease_report};
 use super::provider::provider_report;
-use super::report::{GateName, Lookup, SecretReport};
+use super::report::GateName;
+use super::secret::{Lookup, SecretReport};
 use super::table;
 use crate::api::{SandboxLease, SandboxProvider};
 use crate::contract::{self, SecretLookup};
