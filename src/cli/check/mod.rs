@@ -4,19 +4,8 @@
 //! refuses; a leader holds the controllers' Lease; the controllers have resolved every change
 //! older than `--resolve-within`. `--wait` retries until every check passes.
 //!
-//! What it needs (RBAC, the same from a laptop or from a pod such as a `helm test`):
-//!
-//! | API group | resource | verbs | where |
-//! |---|---|---|---|
-//! | `apiextensions.k8s.io` | `customresourcedefinitions` | get | `sandboxproviders.sandcap.dev`, `sandboxleases.sandcap.dev` |
-//! | `admissionregistration.k8s.io` | `validatingwebhookconfigurations` | get | `--webhook-configuration` |
-//! | `sandcap.dev` | `sandboxproviders` | create (a dry run: nothing is stored), list | cluster |
-//! | `sandcap.dev` | `sandboxleases` | list | cluster |
-//! | `coordination.k8s.io` | `leases` | get | `--leader-election-name` in `--namespace` |
-//! | `""` | `secrets` | get | `--cert-secret` in `--namespace`; only when the webhook cannot be reached over the network (outside the cluster) |
-//!
-//! and, in a cluster, a connection to the webhook Service's port (a NetworkPolicy on sandcap's
-//! pods must let the checking pod in).
+//! The RBAC it needs, the same from a laptop or from a pod (a `helm test`), is listed in
+//! docs/contract.md ("Command line"); tests/e2e/plugin.rs runs it with exactly that.
 
 mod args;
 mod certificate;

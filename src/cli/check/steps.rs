@@ -269,7 +269,7 @@ pub async fn controllers(client: &Client, args: &CheckArgs) -> Line {
                 break;
             }
         }
-        counts.push(format!("{listed} {kind}s"));
+        counts.push(format!("{listed} {kind}{}", if listed == 1 { "" } else { "s" }));
     }
     let within = humantime::format_duration(args.resolve_within);
     if lagging.is_empty() {
