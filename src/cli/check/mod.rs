@@ -22,30 +22,7 @@ use args::{Level, Line};
 
 use super::cluster::runtime;
 use super::error::CliError;
-
-/// The checks in order: each assumes the ones before it passed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Check {
-    Crds,
-    Webhook,
-    Admission,
-    Leader,
-    Controllers,
-}
-
-impl Check {
-    const ALL: [Check; 5] = [Check::Crds, Check::Webhook, Check::Admission, Check::Leader, Check::Controllers];
-
-    fn name(self) -> &'static str {
-        match self {
-            Check::Crds => "crds",
-            Check::Webhook => "webhook",
-            Check::Admission => "admission",
-            Check::Leader => "leader",
-            Check::Controllers => "controllers",
-        }
-    }
-}
+use crate::vocabulary::Check;
 
 pub(in crate::cli) fn check(args: &CheckArgs, out: &mut dyn Write) -> Result<i32, CliError> {
     let runtime = runtime()?;

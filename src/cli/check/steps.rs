@@ -23,7 +23,8 @@ use crate::cli::crds::crd_values;
 
 /// The unknown field of the dry run: the CRD keeps unknown fields for the webhook to refuse.
 pub const DRY_RUN_FIELD: &str = "sandcapCheck";
-/// A serving certificate with fewer days left is a warning (the chart's alert uses 30 too).
+/// A serving certificate with fewer days left is a warning (as the alert README suggests on
+/// `sandcap_certificate_expiry_timestamp_seconds`).
 const DAYS_WARNING: u64 = 30;
 /// How many objects the controllers check lists per request, and names when they lag.
 const PAGE: u32 = 250;

@@ -3,28 +3,28 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use super::report::{Gate, GateName};
+use super::report::{Gate, GateReport};
 use crate::api::{DriverDeclaration, SandboxLease, WorkerStatus};
 use crate::contract::{Narrowing, Verified};
 use crate::vocabulary::{Capability, LeasePolicy};
 
-pub fn worker(cap: Capability, verified: &Verified, worker: Option<&WorkerStatus>) -> Gate {
+pub fn worker(cap: Capability, verified: &Verified, worker: Option<&WorkerStatus>) -> GateReport {
     let needs = cap.required_methods();
     if verified.is_nothing() {
         let detail = match worker {
             None => "no probe yet: the worker verified nothing".to_string(),
             Some(w) => format!("the worker verified nothing: {}", probe_summary(w)),
         };
-        return Gate::new(GateName::Worker, false, detail);
+        return GateReport::new(Gate::Worker, false, detail);
     }
     let (have, missing): (Vec<&str>, Vec<&str>) = needs.iter().partition(|m| verified.has(m));
     match (have.is_empty(), missing.is_empty()) {
-        (_, true) => Gate::new(GateName::Worker, true, format!("the worker advertises {}", have.join(", "))),
+        (_, true) => GateReport::new(Gate::Worker, true, format!("the worker advertises {}", have.join(", "))),
         (true, false) => {
-            Gate::new(GateName::Worker, false, format!("the worker does not advertise {}", missing.join(", ")))
+            GateReport::new(Gate::Worker, false, format!("the worker does not advertise {}", missing.join(", ")))
         }
-        (false, false) => Gate::new(
-            GateName::Worker,
+        (false, false) => GateReport::new(
+            Gate::Worker,
             false,
             format!("the worker advertises {} but not {}", have.join(", "), missing.join(", ")),
         ),
@@ -37,7 +37,7 @@ pub fn probe_summary(worker: &WorkerStatus) -> String {
     format!("probe {:?}{at}: {}", worker.probe, worker.message)
 }
 
-pub fn declaration(cap: Capability, driver: &DriverDeclaration) -> Gate {
+pub fn declaration(cap: Capability, driver: &DriverDeclaration) -> GateReport {
     let nested = driver.sandbox_capabilities.as_ref().and_then(|n| n.get(cap));
     let legacy = driver.supports_reusable_leases.filter(|_| cap == Capability::ReusableLeases);
     let key = cap.key();
@@ -53,17 +53,17 @@ pub fn declaration(cap: Capability, driver: &DriverDeclaration) -> Gate {
     };
     let kind = if driver.is_sandbox_provider() { "" } else { " (never read: the driver is not kind sandbox_provider)" };
     match value {
-        Some(true) => Gate::new(GateName::Declaration, true, format!("declared true ({source}){kind}")),
-        Some(false) => Gate::new(GateName::Declaration, false, format!("declared false ({source}){kind}")),
+        Some(true) => GateReport::new(Gate::Declaration, true, format!("declared true ({source}){kind}")),
+        Some(false) => GateReport::new(Gate::Declaration, false, format!("declared false ({source}){kind}")),
         None if cap.opt_in() => {
-            Gate::new(GateName::Declaration, false, format!("not declared, and {key} is opt-in{kind}"))
+            GateReport::new(Gate::Declaration, false, format!("not declared, and {key} is opt-in{kind}"))
         }
-        None => Gate::new(GateName::Declaration, true, format!("not declared: follows the worker{kind}")),
+        None => GateReport::new(Gate::Declaration, true, format!("not declared: follows the worker{kind}")),
     }
 }
 
 /// The lease's own narrowings that apply to `cap`.
-pub fn narrowings(cap: Capability, lease: &SandboxLease, n: &Narrowing, config: Option<&Condition>) -> Vec<Gate> {
+pub fn narrowings(cap: Capability, lease: &SandboxLease, n: &Narrowing, config: Option<&Condition>) -> Vec<GateReport> {
     let mut gates = Vec::new();
     if cap == Capability::ReusableLeases {
         let policy = lease.spec.policy();
@@ -73,27 +73,27 @@ pub fn narrowings(cap: Capability, lease: &SandboxLease, n: &Narrowing, config: 
         } else {
             format!("the lease policy is {policy}, not ReuseByEnvironment")
         };
-        gates.push(Gate::new(GateName::Policy, reuse, detail));
+        gates.push(GateReport::new(Gate::Policy, reuse, detail));
     }
     if cap.is_sync() {
         gates.push(match &n.job_backend {
-            Some(why) => Gate::new(GateName::JobBackend, false, why.clone()),
-            None => Gate::new(GateName::JobBackend, true, "the lease is not Job-backed"),
+            Some(why) => GateReport::new(Gate::JobBackend, false, why.clone()),
+            None => GateReport::new(Gate::JobBackend, true, "the lease is not Job-backed"),
         });
         gates.push(if n.native_file_sync_unsupported {
-            Gate::new(GateName::NativeFileSync, false, "the lease sets nativeFileSyncUnsupported: true")
+            GateReport::new(Gate::NativeFileSync, false, "the lease sets nativeFileSyncUnsupported: true")
         } else {
-            Gate::new(GateName::NativeFileSync, true, "the lease does not set nativeFileSyncUnsupported")
+            GateReport::new(Gate::NativeFileSync, true, "the lease does not set nativeFileSyncUnsupported")
         });
     }
     if matches!(cap, Capability::PersistentProcessSessions | Capability::IncrementalSessionOutput) {
         gates.push(match config {
-            Some(c) => Gate::new(
-                GateName::Config,
+            Some(c) => GateReport::new(
+                Gate::Config,
                 c.status != "False",
                 format!("ConfigResolved {} ({}): {}", c.status, c.reason, c.message),
             ),
-            None => Gate::new(GateName::Config, true, "the config is not resolved yet"),
+            None => GateReport::new(Gate::Config, true, "the config is not resolved yet"),
         });
     }
     gates

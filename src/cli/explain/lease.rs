@@ -3,7 +3,7 @@
 
 use super::fix::FixContext;
 use super::gates;
-use super::report::{CapabilityReport, DeclarationReport, Gate, GateName, ProviderLink, capability, status_notes};
+use super::report::{CapabilityReport, DeclarationReport, Gate, GateReport, ProviderLink, capability, status_notes};
 use super::secret::SecretReport;
 use crate::api::{Pinned, SandboxLease, SandboxProvider, WorkerStatus};
 use crate::contract::{self, Declared, Narrowing};
@@ -62,8 +62,8 @@ pub fn lease_report(facts: &LeaseFacts) -> LeaseReport {
     let declared = driver.filter(|_| identity.is_ok()).map(Declared::from_driver).unwrap_or_default();
     let now = contract::resolve(&verified, &declared, &narrowing);
     let identity_gate = match &identity {
-        Err(why) => Gate::new(GateName::Identity, false, why.to_string()),
-        Ok(_) => Gate::new(GateName::Identity, true, identity_detail(lease, provider)),
+        Err(why) => GateReport::new(Gate::Identity, false, why.to_string()),
+        Ok(_) => GateReport::new(Gate::Identity, true, identity_detail(lease, provider)),
     };
     let context = FixContext {
         provider: &lease.spec.provider_ref.name,

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::fix::FixContext;
 use super::gates;
-use super::report::{CapabilityReport, DeclarationReport, Gate, GateName, capability, status_notes};
+use super::report::{CapabilityReport, DeclarationReport, Gate, GateReport, capability, status_notes};
 use crate::api::{SandboxProvider, WorkerStatus};
 use crate::contract;
 use crate::vocabulary::{Capability, Kind};
@@ -64,8 +64,8 @@ pub fn provider_report(provider: &SandboxProvider) -> ProviderReport {
                 .into_iter()
                 .map(|cap| {
                     let kind = match &identity {
-                        Some(why) => Gate::new(GateName::Identity, false, why.to_string()),
-                        None => Gate::new(GateName::Identity, true, "the driver is kind sandbox_provider"),
+                        Some(why) => GateReport::new(Gate::Identity, false, why.to_string()),
+                        None => GateReport::new(Gate::Identity, true, "the driver is kind sandbox_provider"),
                     };
                     let gates = vec![kind, gates::worker(cap, &verified, worker), gates::declaration(cap, driver)];
                     capability(cap, explanations.map(Vec::as_slice), &now, gates, &context)

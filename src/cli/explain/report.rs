@@ -10,46 +10,20 @@ use serde::Serialize;
 use super::fix::{FixContext, fix};
 use crate::api::{DriverDeclaration, Explanation};
 use crate::contract;
+pub use crate::vocabulary::Gate;
 use crate::vocabulary::{Capability, DriverKind, Reason};
-
-/// The gates of the resolution, in the order the contract applies them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum GateName {
-    Identity,
-    Worker,
-    Declaration,
-    Policy,
-    JobBackend,
-    NativeFileSync,
-    Config,
-}
-
-impl GateName {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GateName::Identity => "identity",
-            GateName::Worker => "worker",
-            GateName::Declaration => "declaration",
-            GateName::Policy => "policy",
-            GateName::JobBackend => "jobBackend",
-            GateName::NativeFileSync => "nativeFileSync",
-            GateName::Config => "config",
-        }
-    }
-}
 
 /// One gate for one capability: whether it lets the capability through, and why.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Gate {
-    pub gate: GateName,
+pub struct GateReport {
+    pub gate: Gate,
     pub passes: bool,
     pub detail: String,
 }
 
-impl Gate {
-    pub(super) fn new(gate: GateName, passes: bool, detail: impl Into<String>) -> Gate {
-        Gate { gate, passes, detail: detail.into() }
+impl GateReport {
+    pub(super) fn new(gate: Gate, passes: bool, detail: impl Into<String>) -> GateReport {
+        GateReport { gate, passes, detail: detail.into() }
     }
 }
 
@@ -64,7 +38,7 @@ pub struct CapabilityReport {
     pub message: Option<String>,
     /// The reason the objects give as they are now; another than status's while sandcap catches up.
     pub reason_now: Reason,
-    pub gates: Vec<Gate>,
+    pub gates: Vec<GateReport>,
     pub fix: Option<String>,
 }
 
@@ -112,7 +86,7 @@ pub(super) fn capability(
     cap: Capability,
     status: Option<&[Explanation]>,
     now: &contract::Resolution,
-    gates: Vec<Gate>,
+    gates: Vec<GateReport>,
     context: &FixContext,
 ) -> CapabilityReport {
     let reason_now = now.explanations.iter().find(|e| e.capability == cap).map_or(Reason::Granted, |e| e.reason);

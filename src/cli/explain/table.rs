@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use super::gates::probe_summary;
 use super::lease::LeaseReport;
 use super::provider::ProviderReport;
-use super::report::{CapabilityReport, DeclarationReport, GateName};
+use super::report::{CapabilityReport, DeclarationReport, Gate};
 use crate::api::WorkerStatus;
 
 pub fn lease(out: &mut dyn Write, r: &LeaseReport) -> io::Result<()> {
@@ -26,7 +26,7 @@ pub fn lease(out: &mut dyn Write, r: &LeaseReport) -> io::Result<()> {
         |p| format!("uid {}, pluginKey {}, driver {}", p.provider_uid, p.plugin_key, p.driver_key),
     );
     fact(out, "pinned", &pinned)?;
-    if let Some(identity) = r.capabilities.first().and_then(|c| c.gates.iter().find(|g| g.gate == GateName::Identity)) {
+    if let Some(identity) = r.capabilities.first().and_then(|c| c.gates.iter().find(|g| g.gate == Gate::Identity)) {
         fact(out, "identity", &identity.detail)?;
     }
     let effective = r.effective_policy.map_or_else(|| "none yet".into(), |p| p.to_string());
@@ -98,7 +98,7 @@ fn capabilities(out: &mut dyn Write, capabilities: &[CapabilityReport]) -> io::R
             writeln!(out, "  as the objects are now: {}", c.reason_now)?;
         }
         // Identity is the same for every capability: shown once above, and here only where it stops.
-        for g in c.gates.iter().filter(|g| !(g.gate == GateName::Identity && g.passes)) {
+        for g in c.gates.iter().filter(|g| !(g.gate == Gate::Identity && g.passes)) {
             writeln!(out, "  {} {:<15} {}", if g.passes { "pass" } else { "stop" }, g.gate.as_str(), g.detail)?;
         }
         if let Some(fix) = &c.fix {

@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::lease::{LeaseFacts, LeaseReport, lease_report};
 use super::provider::provider_report;
-use super::report::GateName;
+use super::report::Gate;
 use super::secret::{Lookup, SecretReport};
 use super::table;
 use crate::api::{SandboxLease, SandboxProvider};
@@ -40,7 +40,7 @@ fn capability(r: &LeaseReport, cap: Capability) -> &super::report::CapabilityRep
     r.capabilities.iter().find(|c| c.capability == cap).expect("every capability")
 }
 
-fn stopping(r: &LeaseReport, cap: Capability) -> Vec<(GateName, String)> {
+fn stopping(r: &LeaseReport, cap: Capability) -> Vec<(Gate, String)> {
     capability(r, cap).gates.iter().filter(|g| !g.passes).map(|g| (g.gate, g.detail.clone())).collect()
 }
 
@@ -60,11 +60,11 @@ fn every_capability_carries_status_its_gates_and_what_to_change() {
         (reuse.granted, reuse.reason, reuse.reason_now),
         (Some(false), Some(Reason::NarrowedByLeasePolicy), Reason::NarrowedByLeasePolicy)
     );
-    let order: Vec<GateName> = reuse.gates.iter().map(|g| g.gate).collect();
-    assert_eq!(order, [GateName::Identity, GateName::Worker, GateName::Declaration, GateName::Policy]);
+    let order: Vec<Gate> = reuse.gates.iter().map(|g| g.gate).collect();
+    assert_eq!(order, [Gate::Identity, Gate::Worker, Gate::Declaration, Gate::Policy]);
     assert_eq!(
         stopping(&r, Capability::ReusableLeases),
-        [(GateName::Policy, "the lease policy is Ephemeral, not ReuseByEnvironment".into())]
+        [(Gate::Policy, "the lease policy is Ephemeral, not ReuseByEnvironment".into())]
     );
     assert_eq!(
         reuse.fix.as_deref(),
@@ -72,15 +72,15 @@ fn every_capability_carries_status_its_gates_and_what_to_change() {
     );
     assert_eq!(
         stopping(&r, Capability::NativeSyncIn),
-        [(GateName::JobBackend, "the lease is Job-backed (spec.backend: job)".into())]
+        [(Gate::JobBackend, "the lease is Job-backed (spec.backend: job)".into())]
     );
     let sessions = capability(&r, Capability::PersistentProcessSessions);
     assert_eq!((sessions.reason, &sessions.fix), (Some(Reason::Granted), &None));
-    assert!(sessions.gates.iter().any(|g| g.gate == GateName::Config && g.passes), "{:?}", sessions.gates);
+    assert!(sessions.gates.iter().any(|g| g.gate == Gate::Config && g.passes), "{:?}", sessions.gates);
     let output = capability(&r, Capability::IncrementalSessionOutput);
     assert_eq!(
         stopping(&r, Capability::IncrementalSessionOutput),
-        [(GateName::Declaration, "not declared, and incrementalSessionOutput is opt-in".into())]
+        [(Gate::Declaration, "not declared, and incrementalSessionOutput is opt-in".into())]
     );
     assert_eq!(
         output.fix.as_deref(),
@@ -101,14 +101,11 @@ fn a_secret_sandcap_does_not_read_is_named_with_the_fix_and_never_its_value() {
             Some(Reason::NarrowedByConfigResolution)
         );
         let stop = stopping(&r, Capability::IncrementalSessionOutput);
-        assert_eq!(stop[0].0, GateName::Declaration, "opt-in first: {stop:?}");
+        assert_eq!(stop[0].0, Gate::Declaration, "opt-in first: {stop:?}");
         let stop = stopping(&r, Capability::PersistentProcessSessions);
         assert_eq!(
             stop,
-            [(
-                GateName::Config,
-                "ConfigResolved False (SecretNotFound): configFrom Secret creds does not exist".into()
-            )]
+            [(Gate::Config, "ConfigResolved False (SecretNotFound): configFrom Secret creds does not exist".into())]
         );
         capability(&r, Capability::PersistentProcessSessions).fix.clone().unwrap()
     };
@@ -146,14 +143,14 @@ fn the_declaration_says_which_field_decided_and_the_worker_which_method_is_missi
     let r = report(&l, Some(&p), vec![]);
     let declaration = r.declaration.as_ref().unwrap();
     assert!(declaration.legacy_decides && declaration.supports_reusable_leases == Some(true));
-    let gate = |cap| capability(&r, cap).gates.iter().find(|g| g.gate == GateName::Declaration).unwrap().detail.clone();
+    let gate = |cap| capability(&r, cap).gates.iter().find(|g| g.gate == Gate::Declaration).unwrap().detail.clone();
     assert_eq!(
         gate(Capability::ReusableLeases),
         "declared true (the legacy supportsReusableLeases, as sandboxCapabilities.reusableLeases is absent)"
     );
     assert_eq!(
         stopping(&r, Capability::NativeSyncOut),
-        [(GateName::Worker, "the worker advertises environmentSyncIn but not environmentSyncOut".into())]
+        [(Gate::Worker, "the worker advertises environmentSyncIn but not environmentSyncOut".into())]
     );
     assert_eq!(
         capability(&r, Capability::NativeSyncOut).fix.as_deref(),
@@ -166,7 +163,7 @@ fn the_declaration_says_which_field_decided_and_the_worker_which_method_is_missi
     let detail = capability(&r, Capability::ReusableLeases)
         .gates
         .iter()
-        .find(|g| g.gate == GateName::Declaration)
+        .find(|g| g.gate == Gate::Declaration)
         .unwrap()
         .detail
         .clone();
@@ -190,7 +187,7 @@ fn identity_failures_name_their_fix() {
     assert_eq!((c.reason, c.reason_now), (Some(Reason::Granted), Reason::PluginIdentityFailed));
     assert_eq!(
         stopping(&r, Capability::PersistentProcessSessions),
-        [(GateName::Identity, "provider p was re-created: pinned uid p-uid, found uid new-uid".into())]
+        [(Gate::Identity, "provider p was re-created: pinned uid p-uid, found uid new-uid".into())]
     );
     assert!(c.fix.as_deref().unwrap().starts_with("the lease stays pinned to the provider it was first resolved with"));
     assert!(r.notes[0].contains("give other reasons for reusableLeases, nativeSyncIn"), "{:?}", r.notes);
