@@ -181,9 +181,11 @@ pub async fn check_passes_and_names_each_failure(c: Arc<Cluster>) {
     registration = install.register_webhook(&c, webhook.webhook_port, &c.ca.pem);
     passes(&c, &[]);
 
-    // No leader: the only controller stopped and released the Lease.
+    // No leader: the only controller stopped and released the Lease (unless leader election is off).
     drop(controllers);
     fails_at(&c, &[], &["crds", "webhook", "admission"], "leader", "is held by nobody");
+    let (code, lines, all) = check(&c, &["--leader-election-name", ""]);
+    assert_eq!((code, lines[3].0.as_str(), lines[4].0.as_str()), (Some(0), "warn", "ok"), "{all}");
 
     // A leader that resolves nothing: a stand-in holds the Lease, and a new lease stays unresolved.
     let leases = Api::<Lease>::namespaced(admin.clone(), NAMESPACE);

@@ -12,7 +12,8 @@ pub struct CheckArgs {
     /// The ValidatingWebhookConfiguration that registers sandcap's webhook.
     #[arg(long, default_value = crate::run::WEBHOOK_CONFIG_NAME, value_name = "NAME")]
     pub webhook_configuration: String,
-    /// The controllers' leader-election Lease (`sandcap run --leader-election-name`).
+    /// The controllers' leader-election Lease (`sandcap run --leader-election-name`); empty when
+    /// sandcap runs with `--leader-elect=false`, which skips the check.
     #[arg(long, default_value = crate::run::LEADER_ELECTION_NAME, value_name = "NAME")]
     pub leader_election_name: String,
     /// The Secret whose `tls.crt` the webhook serves, read only when the webhook cannot be reached

@@ -225,6 +225,9 @@ pub async fn admission(client: &Client, args: &CheckArgs) -> Line {
 
 pub async fn leader(client: &Client, args: &CheckArgs) -> Line {
     let (ns, name) = (&args.namespace, &args.leader_election_name);
+    if name.is_empty() {
+        return Line::new(Level::Warn, "not checked: leader election is off (--leader-election-name \"\")");
+    }
     let shown = format!("{ns}/{name}");
     let api = Api::<Lease>::namespaced(client.clone(), ns);
     match bounded(args.cluster.request_timeout, &format!("reading Lease {shown}"), api.get_opt(name)).await {
