@@ -23,6 +23,12 @@ use crate::tls::{CertLoadError, CertSource};
 use crate::validation::Options;
 use crate::webhook::{Webhook, serve_webhook};
 
+// Defaults that `explain` and `check` share with `sandcap run`, so they find what it uses.
+pub const LEADER_ELECTION_NAME: &str = "sandcap-controller";
+pub const SECRET_NAMESPACES: &str = "*";
+pub const CERT_SECRET_NAME: &str = "sandcap-webhook-tls";
+pub const WEBHOOK_CONFIG_NAME: &str = "sandcap";
+
 /// `sandcap run`. Every flag can also be set by the environment variable shown in `--help`.
 /// Durations are written like `10s`, `5m` or `1h 30m`.
 #[derive(Debug, Clone, clap::Args)]
@@ -81,7 +87,7 @@ pub struct RunArgs {
     #[arg(long, env = "SANDCAP_LEADER_ELECTION_NAMESPACE")]
     pub leader_election_namespace: Option<String>,
     /// Name of the leader-election Lease.
-    #[arg(long, env = "SANDCAP_LEADER_ELECTION_NAME", default_value = "sandcap-controller")]
+    #[arg(long, env = "SANDCAP_LEADER_ELECTION_NAME", default_value = LEADER_ELECTION_NAME)]
     pub leader_election_name: String,
     /// The namespace sandcap runs in (set from the downward API).
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
@@ -98,17 +104,17 @@ pub struct RunArgs {
     pub log_format: LogFormat,
     /// Namespaces whose Secrets leases may read for configFrom, comma-separated; `*` means every
     /// namespace, an empty value none (give the operator RBAC to match).
-    #[arg(long, env = "SANDCAP_SECRET_NAMESPACES", default_value = "*")]
+    #[arg(long, env = "SANDCAP_SECRET_NAMESPACES", default_value = SECRET_NAMESPACES)]
     pub secret_namespaces: SecretScope,
     /// Keep a CA and serving certificate in a Secret and the webhook configuration's caBundle in
     /// sync with it.
     #[arg(long, env = "SANDCAP_SELF_MANAGED_CERTS")]
     pub self_managed_certs: bool,
     /// The Secret (in --pod-namespace) holding ca.crt, tls.crt and tls.key.
-    #[arg(long, env = "SANDCAP_CERT_SECRET_NAME", default_value = "sandcap-webhook-tls")]
+    #[arg(long, env = "SANDCAP_CERT_SECRET_NAME", default_value = CERT_SECRET_NAME)]
     pub cert_secret_name: String,
     /// The ValidatingWebhookConfiguration whose caBundle is kept in sync.
-    #[arg(long, env = "SANDCAP_WEBHOOK_CONFIG_NAME", default_value = "sandcap")]
+    #[arg(long, env = "SANDCAP_WEBHOOK_CONFIG_NAME", default_value = WEBHOOK_CONFIG_NAME)]
     pub webhook_config_name: String,
     /// The webhook Service: the serving certificate names <svc>, <svc>.<ns> and <svc>.<ns>.svc.
     #[arg(long, env = "SANDCAP_SERVICE_NAME", default_value = "sandcap-webhook")]

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::error::CliError;
-use super::manifests::load_objects;
+use super::manifests::{Loaded, Manifests};
 use crate::probe::AllowedCidrs;
 use crate::schema;
 use crate::validation::{self, Options};
@@ -24,9 +24,16 @@ pub enum Output {
 
 #[derive(Debug, clap::Args)]
 pub struct ValidateArgs {
-    /// YAML or JSON files; multi-document and `kind: List` files are read object by object.
-    #[arg(required = true)]
+    /// YAML or JSON files, directories (their .json, .yaml and .yml files) or `-` for stdin;
+    /// multi-document and `kind: List` files are read object by object.
+    #[arg(required_unless_present = "filename")]
     pub files: Vec<PathBuf>,
+    /// The same as a FILE argument, as kubectl takes it.
+    #[arg(short, long = "filename", value_name = "FILE")]
+    pub filename: Vec<PathBuf>,
+    /// Read the subdirectories of a directory too.
+    #[arg(short = 'R', long)]
+    pub recursive: bool,
     #[arg(short, long, value_enum, default_value_t)]
     pub output: Output,
     /// Judge as an operator started with --allow-worker-urls would.
@@ -75,12 +82,17 @@ pub(super) fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, 
         worker_url_allowed_cidrs: AllowedCidrs::new(args.worker_url_allowed_cidrs.iter().copied()),
     };
     let mut records = Vec::new();
-    for path in &args.files {
-        for object in load_objects(path)? {
+    let mut manifests = Manifests::new(args.recursive);
+    let mut loaded = Vec::new();
+    for path in args.files.iter().chain(&args.filename) {
+        loaded.extend(manifests.load(path)?);
+    }
+    for Loaded { shown, objects } in loaded {
+        for object in objects {
             let (kind, name) = validation::identify(&object);
             if Kind::from_kind(&kind).is_none() {
                 return Err(CliError::Object {
-                    path: path.display().to_string(),
+                    path: shown,
                     kind,
                     name,
                     message: "unknown kind: sandcap validates SandboxProvider and SandboxLease".into(),

@@ -18,7 +18,7 @@ pub mod cache;
 mod context;
 mod error;
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 pub mod leader;
 mod lease;
 mod provider;
@@ -36,11 +36,14 @@ use kube::runtime::watcher;
 use kube::{Client, Resource};
 use tokio_util::sync::CancellationToken;
 
-pub use cache::{Caches, SecretScope};
+pub use cache::{CONFIG_SOURCE_LABEL, Caches, SecretScope};
 use context::{Context, error_policy, reconciler};
 pub use error::Error;
 use lease::reconcile_lease;
 use provider::reconcile_provider;
+/// The statuses the controllers write, for the tests of what reads them (`sandcap explain`).
+#[cfg(test)]
+pub(crate) use {lease::lease_status, provider::provider_status};
 
 use crate::metrics::Metrics;
 use crate::probe::{AllowedCidrs, Prober};

@@ -179,6 +179,19 @@ impl Install {
         apply(cluster, &[config]);
         WebhookRegistration { kubeconfig: cluster.kubeconfig.clone(), kubectl: cluster.bin.path("kubectl"), name }
     }
+
+    /// The chart's ValidatingWebhookConfiguration as rendered (by Service), with `ca_pem` as its
+    /// caBundle: the apiserver reaches it through the cluster's proxy (see [`crate::cluster::Proxy`]).
+    pub fn register_webhook_by_service(&self, cluster: &Cluster, ca_pem: &str) -> WebhookRegistration {
+        use base64::Engine;
+        let mut config = self.of_kind("ValidatingWebhookConfiguration").clone();
+        let name = config["metadata"]["name"].as_str().expect("name").to_string();
+        for hook in config["webhooks"].as_array_mut().expect("webhooks") {
+            hook["clientConfig"]["caBundle"] = json!(base64::engine::general_purpose::STANDARD.encode(ca_pem));
+        }
+        apply(cluster, &[config]);
+        WebhookRegistration { kubeconfig: cluster.kubeconfig.clone(), kubectl: cluster.bin.path("kubectl"), name }
+    }
 }
 
 /// Removes the webhook registration when dropped, so a later scenario never meets a webhook

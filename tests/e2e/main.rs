@@ -15,6 +15,7 @@ mod cluster;
 mod controllers;
 mod crds;
 mod install;
+mod plugin;
 #[path = "../support/mod.rs"]
 mod support;
 mod webhook;
@@ -46,6 +47,8 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         controllers::a_hostile_provider_stored_without_the_webhook,
         certs::self_managed_certificates_with_the_charts_rbac,
         certs::only_the_ca_bundle_is_sandcaps_to_change,
+        plugin::check_passes_and_names_each_failure,
+        plugin::explain_and_check_by_service_with_the_documented_rbac,
         crds::an_upgrade_brings_the_crds_new_rules_and_uninstall_keeps_them,
     ]
 }
