@@ -52,7 +52,7 @@ pub async fn crds(client: &Client, args: &CheckArgs) -> Line {
     Line::ok(format!("CRDs {} are this sandcap's ({})", names.join(" and "), env!("CARGO_PKG_VERSION")))
 }
 
-const APPLY_CRDS: &str = "apply this version's: kubectl apply --server-side -f crds/ (or sandcap crds)";
+const APPLY_CRDS: &str = "apply this version's: helm upgrade with crds.install on, or kubectl apply --server-side -f crds/ (or sandcap crds)";
 
 pub async fn webhook(client: &Client, args: &CheckArgs) -> Line {
     let config = match webhook_configuration(client, args).await {
