@@ -13,6 +13,7 @@
 mod certs;
 mod cluster;
 mod controllers;
+mod conventions;
 mod install;
 #[path = "../support/mod.rs"]
 mod support;
@@ -45,6 +46,9 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         controllers::a_hostile_provider_stored_without_the_webhook,
         certs::self_managed_certificates_with_the_charts_rbac,
         certs::only_the_ca_bundle_is_sandcaps_to_change,
+        conventions::the_built_in_roles_cover_sandcaps_resources,
+        conventions::leases_are_selected_by_provider_and_driver,
+        conventions::the_helm_test_may_do_what_check_does_and_no_more,
     ]
 }
 
