@@ -506,10 +506,13 @@ def test_helm_test_account_may_do_what_check_does_and_no_more() -> None:
 
 
 def test_helm_test_account_may_create_providers_only_in_a_dry_run() -> None:
-    objects = render({})
-    policy = next(p for p in of_kind(objects, "ValidatingAdmissionPolicy") if "dry-run" in p["metadata"]["name"])
-    assert not is_hook(policy), "in force before any test pod starts"
-    binding = next(b for b in of_kind(objects, "ValidatingAdmissionPolicyBinding") if b["spec"]["policyName"] == policy["metadata"]["name"])
+    test_objects = hooks({})
+    policy = one(test_objects, "ValidatingAdmissionPolicy")
+    binding = one(test_objects, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"] == "sandcap-check-dry-run-only"
+    # Created first, so that it is in force before the pod gets a token.
+    weight = {o["kind"]: int(o["metadata"]["annotations"].get("helm.sh/hook-weight", 0)) for o in test_objects}
+    assert weight["ValidatingAdmissionPolicy"] == weight["ValidatingAdmissionPolicyBinding"] < weight["ClusterRoleBinding"]
     assert binding["spec"]["validationActions"] == ["Deny"]
     spec = policy["spec"]
     assert spec["failurePolicy"] == "Fail"
@@ -522,8 +525,8 @@ def test_helm_test_account_may_create_providers_only_in_a_dry_run() -> None:
 
 
 def test_helm_test_cleans_up_after_itself() -> None:
-    """The ServiceAccount and its RBAC go once the test passes (before the pod starts they must
-    exist: lower weight); the pod stays for `helm test --logs` with a token of a deleted account."""
+    """The ServiceAccount, its RBAC and its policy go once the test passes (before the pod starts
+    they must exist: lower weight); the pod stays for `helm test --logs` with a token of a deleted account."""
     for obj in hooks({}):
         annotations = obj["metadata"]["annotations"]
         assert annotations["helm.sh/hook"] == "test"
@@ -559,9 +562,7 @@ def test_network_policy_lets_the_helm_test_reach_the_webhook() -> None:
 
 
 def test_helm_test_can_be_turned_off() -> None:
-    values = SCENARIOS["no-helm-test"]
-    assert hooks(values) == []
-    assert not [p for p in of_kind(render(values), "ValidatingAdmissionPolicy") if "dry-run" in p["metadata"]["name"]]
+    assert hooks(SCENARIOS["no-helm-test"]) == []
 
 
 # ---- kubeVersion --------------------------------------------------------------------------------

@@ -70,11 +70,6 @@ app.kubernetes.io/part-of: sandcap
 {{- end }}
 {{- end }}
 
-{{/* The ServiceAccount of the `helm test` pod (tests/check.yaml; checkpolicy.yaml names it). */}}
-{{- define "sandcap.testServiceAccountName" -}}
-{{ include "sandcap.fullname" . }}-test
-{{- end }}
-
 {{/* The `helm test` pod: never the Deployment's selector labels, or the Service and the
 PodDisruptionBudget would count it as a sandcap pod. */}}
 {{- define "sandcap.checkLabels" -}}
