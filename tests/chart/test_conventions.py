@@ -130,7 +130,10 @@ def granted(role: dict[str, Any]) -> set[tuple[str, str]]:
 def test_aggregated_roles_extend_view_edit_and_admin() -> None:
     roles = aggregated_roles(render({}))
     assert set(roles) == {"sandcap-view", "sandcap-edit"}
-    labels = {name: {k[len(AGGREGATE) :] for k in r["metadata"]["labels"] if k.startswith(AGGREGATE)} for name, r in roles.items()}
+    labels = {
+        name: {k[len(AGGREGATE) :] for k in r["metadata"]["labels"] if k.startswith(AGGREGATE)}
+        for name, r in roles.items()
+    }
     # Each built-in role gets the rules directly, not only through view -> edit -> admin.
     assert labels == {"sandcap-view": {"view", "edit", "admin"}, "sandcap-edit": {"edit", "admin"}}
     assert all(roles[n]["metadata"]["labels"][f"{AGGREGATE}{role}"] == "true" for n in labels for role in labels[n])
@@ -259,7 +262,8 @@ def test_prometheus_rule_is_labelled_for_rule_selectors() -> None:
     rule = one(render(ALERTS_ON), "PrometheusRule")
     assert rule["metadata"]["namespace"] == NAMESPACE
     assert rule["metadata"]["labels"]["release"] == "prometheus"
-    assert {g["name"] for g in rule["spec"]["groups"]} == {"sandcap.certificates", "sandcap.webhook", "sandcap.controllers"}
+    groups = {g["name"] for g in rule["spec"]["groups"]}
+    assert groups == {"sandcap.certificates", "sandcap.webhook", "sandcap.controllers"}
 
 
 def test_alerts_cover_the_issue() -> None:
@@ -498,7 +502,9 @@ def test_helm_test_account_may_do_what_check_does_and_no_more() -> None:
             }
         ],
     }
-    roles = {(r["kind"], r["metadata"]["name"]) for r in of_kind(test_objects, "ClusterRole") + of_kind(test_objects, "Role")}
+    roles = {
+        (r["kind"], r["metadata"]["name"]) for r in of_kind(test_objects, "ClusterRole") + of_kind(test_objects, "Role")
+    }
     for binding in of_kind(test_objects, "ClusterRoleBinding") + of_kind(test_objects, "RoleBinding"):
         assert (binding["roleRef"]["kind"], binding["roleRef"]["name"]) in roles
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
@@ -512,12 +518,18 @@ def test_helm_test_account_may_create_providers_only_in_a_dry_run() -> None:
     assert binding["spec"]["policyName"] == policy["metadata"]["name"] == "sandcap-check-dry-run-only"
     # Created first, so that it is in force before the pod gets a token.
     weight = {o["kind"]: int(o["metadata"]["annotations"].get("helm.sh/hook-weight", 0)) for o in test_objects}
-    assert weight["ValidatingAdmissionPolicy"] == weight["ValidatingAdmissionPolicyBinding"] < weight["ClusterRoleBinding"]
+    assert weight["ValidatingAdmissionPolicy"] == weight["ValidatingAdmissionPolicyBinding"]
+    assert weight["ValidatingAdmissionPolicy"] < weight["ClusterRoleBinding"] < weight["Pod"]
     assert binding["spec"]["validationActions"] == ["Deny"]
     spec = policy["spec"]
     assert spec["failurePolicy"] == "Fail"
     assert spec["matchConstraints"]["resourceRules"] == [
-        {"apiGroups": ["sandcap.dev"], "apiVersions": ["v1alpha1"], "operations": ["CREATE"], "resources": ["sandboxproviders"]}
+        {
+            "apiGroups": ["sandcap.dev"],
+            "apiVersions": ["v1alpha1"],
+            "operations": ["CREATE"],
+            "resources": ["sandboxproviders"],
+        }
     ]
     [condition] = spec["matchConditions"]
     assert condition["expression"] == f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:sandcap-test"'

@@ -129,7 +129,12 @@ pub async fn the_built_in_roles_cover_sandcaps_resources(c: Arc<Cluster>) {
         ok(&format!("{user} creates a lease"), created);
         allowed(&c, user, &["-n", NS, "get", "sbl", name]);
         allowed(&c, user, &["-n", NS, "label", "sbl", name, "team=a"]);
-        forbidden(&c, user, &["-n", NS, "patch", "sbl", name, "--subresource=status", "--type=merge", "-p", status], "");
+        forbidden(
+            &c,
+            user,
+            &["-n", NS, "patch", "sbl", name, "--subresource=status", "--type=merge", "-p", status],
+            "",
+        );
         forbidden(&c, user, &["create", "-f", "-"], &lease(OTHER, name, "p", json!({})).to_string());
         forbidden(&c, user, &["create", "-f", "-"], &provider);
         forbidden(&c, user, &["get", "sbp"], "");
@@ -214,13 +219,16 @@ pub async fn the_helm_test_may_do_what_check_does_and_no_more(c: Arc<Cluster>) {
         .to_string();
     let kubeconfig = c.service_account_kubeconfig(NAMESPACE, &account).await;
     let user = format!("system:serviceaccount:{NAMESPACE}:{account}");
-    let test = |args: &[&str], stdin: &str| {
-        c.kubectl_stdin(&[&["--kubeconfig", path_str(&kubeconfig)], args].concat(), stdin)
-    };
+    let test =
+        |args: &[&str], stdin: &str| c.kubectl_stdin(&[&["--kubeconfig", path_str(&kubeconfig)], args].concat(), stdin);
     let refused = |args: &[&str], stdin: &str, why: &str| {
         let output = test(args, stdin);
         let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-        assert!(!output.status.success() && stderr.contains(why), "kubectl {} should fail with {why}:\n{stderr}", args.join(" "));
+        assert!(
+            !output.status.success() && stderr.contains(why),
+            "kubectl {} should fail with {why}:\n{stderr}",
+            args.join(" ")
+        );
     };
     // What it may read, by name: found, or not found once authorized; other names are forbidden.
     let authorized = |args: &[&str]| {
