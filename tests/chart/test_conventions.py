@@ -31,6 +31,7 @@ from test_chart import (
     of_kind,
     one,
     render,
+    render_text,
     validate_object,
 )
 
@@ -575,6 +576,12 @@ def test_network_policy_lets_the_helm_test_reach_the_webhook() -> None:
 
 def test_helm_test_can_be_turned_off() -> None:
     assert hooks(SCENARIOS["no-helm-test"]) == []
+    assert "helm test" not in render_text(SCENARIOS["no-helm-test"])["sandcap/templates/NOTES.txt"]
+
+
+def test_notes_offer_the_helm_test() -> None:
+    notes = render_text({})["sandcap/templates/NOTES.txt"]
+    assert "helm test sandcap -n sandcap-system --logs" in notes
 
 
 # ---- kubeVersion --------------------------------------------------------------------------------
