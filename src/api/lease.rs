@@ -36,7 +36,9 @@ use super::rules::*;
     printcolumn = r#"{"name":"Sessions","type":"boolean","jsonPath":".status.capabilities.persistentProcessSessions"}"#,
     printcolumn = r#"{"name":"Control","type":"boolean","jsonPath":".status.capabilities.independentControlCommands"}"#,
     printcolumn = r#"{"name":"Output","type":"boolean","jsonPath":".status.capabilities.incrementalSessionOutput"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    selectable = ".spec.providerRef.name",
+    selectable = ".spec.providerRef.driverKey"
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]

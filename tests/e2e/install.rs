@@ -127,11 +127,12 @@ impl Install {
         names.dedup();
         namespaces(cluster, &names);
         apply(cluster, &rbac);
+        // The Deployment's: the chart also renders the `helm test` pod's ServiceAccount.
         let account = objects
             .iter()
-            .find(|o| o["kind"] == "ServiceAccount")
-            .and_then(|o| o["metadata"]["name"].as_str())
-            .unwrap_or("sandcap")
+            .find(|o| o["kind"] == "Deployment")
+            .and_then(|o| o["spec"]["template"]["spec"]["serviceAccountName"].as_str())
+            .expect("the chart's Deployment names its ServiceAccount")
             .to_string();
         let kubeconfig = cluster.service_account_kubeconfig(NAMESPACE, &account).await;
         Install { objects, kubeconfig }

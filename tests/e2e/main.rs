@@ -13,6 +13,7 @@
 mod certs;
 mod cluster;
 mod controllers;
+mod conventions;
 mod crds;
 mod install;
 mod plugin;
@@ -49,6 +50,9 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         certs::only_the_ca_bundle_is_sandcaps_to_change,
         plugin::check_passes_and_names_each_failure,
         plugin::explain_and_check_by_service_with_the_documented_rbac,
+        conventions::the_built_in_roles_cover_sandcaps_resources,
+        conventions::leases_are_selected_by_provider_and_driver,
+        conventions::the_helm_test_may_do_what_check_does_and_no_more,
         crds::an_upgrade_brings_the_crds_new_rules_and_uninstall_keeps_them,
     ]
 }

@@ -69,3 +69,13 @@ app.kubernetes.io/part-of: sandcap
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 {{- end }}
+
+{{/* The `helm test` pod: never the Deployment's selector labels, or the Service and the
+PodDisruptionBudget would count it as a sandcap pod. */}}
+{{- define "sandcap.checkLabels" -}}
+app.kubernetes.io/name: {{ include "sandcap.name" . }}-check
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: helm-test
+app.kubernetes.io/part-of: sandcap
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
