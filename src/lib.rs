@@ -15,6 +15,7 @@ pub mod config_schema;
 pub mod contract;
 pub mod controller;
 pub mod decode;
+pub mod judge;
 pub mod listener;
 pub mod metrics;
 pub mod probe;

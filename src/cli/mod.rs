@@ -17,7 +17,7 @@ pub use crds::{crds, crds_yaml};
 pub use error::CliError;
 pub use manifests::load_objects;
 pub use resolve::{ResolveArgs, TableOutput};
-pub use validate::{Output, ValidateArgs, judge};
+pub use validate::{Output, ValidateArgs};
 
 #[derive(Debug, Parser)]
 #[command(name = "sandcap", version, about = "Admission webhook and operator for sandbox-provider capabilities")]

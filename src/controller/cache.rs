@@ -267,7 +267,8 @@ fn drop_managed_fields<K: Resource>(obj: &mut K) {
 impl Caches {
     /// Starts every watch in its own task (until `shutdown`), waits until each has listed once
     /// (at most [`LIST_DEADLINE`]), and returns the caches and the triggers of both controllers.
-    /// `forget` is called with the uid of every deleted provider and lease.
+    /// `forget` is called with the uid of every deleted provider and lease, also of those deleted
+    /// while a watch was down.
     pub async fn start(
         client: &Client,
         scope: &SecretScope,
@@ -306,10 +307,9 @@ impl Caches {
         let mut spec = Seen::new(generation);
         let mut view = Seen::new(lease_view);
         spawn_until(shutdown, provider_events, move |event| {
-            if let watcher::Event::Delete(p) = &event {
-                forget_provider(p.uid().as_deref().unwrap_or_default());
-            }
-            for changed in spec.observe(&event) {
+            let changed = spec.observe(&event);
+            forget_deleted(&event, &changed, &forget_provider);
+            for changed in changed {
                 own.send(changed);
             }
             let listed = view.listed();
@@ -326,10 +326,8 @@ impl Caches {
         let (own, relations) = (lease_tx.clone(), caches.relations.clone());
         let mut spec = Seen::new(generation);
         spawn_until(shutdown, lease_events, move |event| {
-            if let watcher::Event::Delete(l) = &event {
-                forget(l.uid().as_deref().unwrap_or_default());
-            }
             let changed = spec.observe(&event);
+            forget_deleted(&event, &changed, &forget);
             match &event {
                 watcher::Event::Apply(lease) | watcher::Event::InitApply(lease) => relations.apply(lease),
                 watcher::Event::Delete(_) | watcher::Event::InitDone => {
@@ -376,6 +374,15 @@ impl Caches {
             result = tokio::time::timeout(LIST_DEADLINE, all) => result.map_err(|_| Error::ListDeadline(LIST_DEADLINE))?,
             _ = shutdown.cancelled() => Ok(()),
         }
+    }
+}
+
+/// Calls `forget` with the uid of each object in `changed` if `event` deleted them: for `Delete`
+/// and `InitDone` [`Seen::observe`] returns deleted objects only, and their references carry the
+/// uid they were first seen with.
+fn forget_deleted<K: Resource>(event: &watcher::Event<K>, changed: &[ObjectRef<K>], forget: &impl Fn(&str)) {
+    if matches!(event, watcher::Event::Delete(_) | watcher::Event::InitDone) {
+        changed.iter().filter_map(|r| r.extra.uid.as_deref()).for_each(forget);
     }
 }
 
@@ -487,8 +494,16 @@ mod tests {
         assert!(spec.listed());
 
         spec.observe(&watcher::Event::Init);
-        assert!(spec.observe(&watcher::Event::InitApply(kept)).is_empty(), "unchanged");
-        assert_eq!(spec.observe(&watcher::Event::InitDone), [ObjectRef::from_obj(&gone)]);
+        assert!(spec.observe(&watcher::Event::InitApply(kept.clone())).is_empty(), "unchanged");
+        let deleted = spec.observe(&watcher::Event::InitDone);
+        assert_eq!(deleted, [ObjectRef::from_obj(&gone)]);
         assert!(spec.values.len() == 1, "the deleted object is forgotten");
+        // ... and so is everything the controllers kept about it, by its uid.
+        let forgotten = std::cell::RefCell::new(Vec::new());
+        forget_deleted(&watcher::Event::InitDone, &deleted, &|uid: &str| forgotten.borrow_mut().push(uid.to_string()));
+        forget_deleted(&watcher::Event::Apply(kept.clone()), &[ObjectRef::from_obj(&kept)], &|uid: &str| {
+            forgotten.borrow_mut().push(uid.to_string())
+        });
+        assert_eq!(forgotten.into_inner(), ["team-a-gone-uid"]);
     }
 }
