@@ -21,7 +21,7 @@ use kube::{Resource, ResourceExt};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use serde::Serialize;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::status::Conditions;
 use crate::judge::{Judgment, Options, Server, judge};
@@ -91,13 +91,7 @@ impl Audits {
         if let Some(known) = uid.and_then(|uid| self.lookup(uid, generation)) {
             return known;
         }
-        let stored = json!({
-            "apiVersion": K::api_version(&()),
-            "kind": kind.as_str(),
-            "metadata": {"name": obj.name_any()},
-            "spec": serde_json::to_value(spec).expect("a spec serializes"),
-        });
-        let finding = Arc::new(Finding::of(&judge(&stored, &self.options, Server::default())));
+        let finding = Arc::new(Finding::of(&judge(&stored(obj, spec), &self.options, Server::default())));
         if let Some(uid) = uid {
             let mut judged = self.judged.lock().expect("not poisoned");
             let new = Judged { kind, generation, finding: finding.clone() };
@@ -135,6 +129,17 @@ impl Audits {
             self.nonconforming.get_or_create(&KindLabels { kind: judged.kind.as_str() }).inc_by(by);
         }
     }
+}
+
+/// What is judged of a stored object, as the controllers' caches hold it: its kind, name and spec
+/// (the unknown keys the CRD keeps included: the types keep them too).
+fn stored<K: Resource<DynamicType = ()>>(obj: &K, spec: &impl Serialize) -> Value {
+    json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": {"name": obj.name_any()},
+        "spec": serde_json::to_value(spec).expect("a spec serializes"),
+    })
 }
 
 /// The `Valid` condition of `finding`, among the status's other `conditions`.
@@ -175,8 +180,6 @@ pub async fn record_turn<K: Resource<DynamicType = ()>>(
 
 #[cfg(test)]
 mod tests {
-    use serde_json::Value;
-
     use super::*;
     use crate::controller::fixtures::{T0, later, lease, provider, time};
     use crate::schema::Rejection;
@@ -314,5 +317,46 @@ mod tests {
         assert_eq!(gauge(&metrics, Kind::SandboxLease), 0);
         audits.forget("never seen");
         assert_eq!(gauge(&metrics, Kind::SandboxLease), 0);
+    }
+
+    /// The audit judges an object as the cache holds it, typed; the webhook and `sandcap validate`
+    /// judge the raw object. Every object of the differential corpus and the examples that the
+    /// types read (only those can be in the cache) gets the same judgment either way.
+    #[test]
+    fn an_object_read_into_its_type_is_judged_as_the_raw_object_is() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let files = ["tests/e2e/corpus/providers.yaml", "tests/e2e/corpus/leases.yaml"].map(|f| root.join(f));
+        let examples = std::fs::read_dir(root.join("examples")).unwrap().map(|e| e.unwrap().path());
+        let (mut compared, options) = (0, Options::default());
+        for path in files.into_iter().chain(examples).filter(|p| p.extension().is_some_and(|e| e == "yaml")) {
+            for raw in crate::cli::load_objects(&path).unwrap() {
+                let typed = match raw["kind"].as_str() {
+                    Some("SandboxProvider") => serde_json::from_value::<crate::api::SandboxProvider>(raw.clone())
+                        .ok()
+                        .map(|p| stored(&p, &p.spec)),
+                    Some("SandboxLease") => serde_json::from_value::<crate::api::SandboxLease>(raw.clone())
+                        .ok()
+                        .map(|l| stored(&l, &l.spec)),
+                    _ => None,
+                };
+                // A `null` reads as absent in the types, and the CRD lets one through only where
+                // absent is allowed too; but it counts as a key (maxProperties) to the CRD.
+                let Some(typed) = typed.filter(|_| !has_null(&raw["spec"])) else { continue };
+                let (raw_judgment, typed_judgment) =
+                    (judge(&raw, &options, Server::default()), judge(&typed, &options, Server::default()));
+                assert_eq!(Finding::of(&typed_judgment), Finding::of(&raw_judgment), "{}: {raw}", path.display());
+                compared += 1;
+            }
+        }
+        assert!(compared > 50, "only {compared} objects compared");
+    }
+
+    fn has_null(value: &Value) -> bool {
+        match value {
+            Value::Null => true,
+            Value::Array(items) => items.iter().any(has_null),
+            Value::Object(map) => map.values().any(has_null),
+            _ => false,
+        }
     }
 }
