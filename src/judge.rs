@@ -14,7 +14,7 @@ use crate::schema::{self, Rejection};
 use crate::validation::{self, Verdict};
 
 pub use crate::schema::Server;
-pub use crate::validation::Options;
+pub use crate::validation::{MAX_MESSAGE, Options};
 
 /// The kind of problem the CRD's errors are, when they are bounded as the webhook's problems are.
 const CRD_ERRORS: &str = "CRD errors";

@@ -24,10 +24,9 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::status::Conditions;
-use crate::judge::{Judgment, Options, Server, judge};
+use crate::judge::{Judgment, MAX_MESSAGE, Options, Server, judge};
 use crate::metrics::{KindLabels, Metrics};
 use crate::text;
-use crate::validation::MAX_MESSAGE;
 use crate::vocabulary::{ConditionReason as Why, ConditionType as Type, Kind};
 
 /// The message of an object that conforms.

@@ -63,7 +63,7 @@ impl Verdict {
         listed.chain(omitted).collect::<Vec<_>>().join("; ")
     }
 
-    /// Adds a problem of `kind`: listed, cut to [`MAX_PROBLEM`] bytes, while fewer than
+    /// Adds a problem of `kind`: listed, cut to 512 bytes (`MAX_PROBLEM`), while fewer than
     /// [`MAX_PER_KIND`] of its kind are; counted after that. The path arrives as `Display` (often
     /// `format_args!`) and is written out only here: a review that finds nothing formats no path
     /// at all, and one that finds many formats only those it lists.
