@@ -13,7 +13,10 @@
 //! starts, since nothing is kept across runs.
 
 use std::collections::HashMap;
+use std::panic;
+use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
+use std::thread;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -22,6 +25,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use serde::Serialize;
 use serde_json::{Value, json};
+use tokio::sync::oneshot;
 
 use super::status::Conditions;
 use crate::judge::{Judgment, MAX_MESSAGE, Options, Server, judge};
@@ -44,6 +48,12 @@ pub struct Finding {
 }
 
 impl Finding {
+    /// What an object gets if judging it failed (a bug: nothing it holds should make judging
+    /// panic), so that its status is still written and someone looks.
+    fn unjudged() -> Finding {
+        Finding { conforms: false, message: "sandcap could not judge it: an internal error (see sandcap's log)".into() }
+    }
+
     /// The finding of a judgment: its problems bounded as the webhook's denials are.
     pub fn of(judgment: &Judgment) -> Finding {
         if judgment.allowed() {
@@ -60,8 +70,8 @@ impl Finding {
 
 /// The findings of this run, by uid, and the gauge they make.
 pub struct Audits {
-    /// The `run` flags the webhook of this process runs with.
-    options: Options,
+    /// Where each kind's objects are judged, in [`Kind`] order.
+    judges: [Sender<Job>; 2],
     judged: Mutex<HashMap<String, Judged>>,
     nonconforming: Family<KindLabels, Gauge>,
 }
@@ -72,25 +82,35 @@ struct Judged {
     finding: Arc<Finding>,
 }
 
+/// One object to judge, and where its finding goes.
+struct Job {
+    object: Value,
+    reply: oneshot::Sender<Finding>,
+}
+
 impl Audits {
-    /// Both kinds' gauges start at 0, so that the series exist before anything breaks a rule.
+    /// Judges with `options`, the `run` flags this process's webhook runs with. Both kinds' gauges
+    /// start at 0, so that the series exist before anything breaks a rule.
     pub fn new(options: Options, metrics: &Metrics) -> Audits {
-        let audits = Audits { options, judged: Mutex::default(), nonconforming: metrics.nonconforming.clone() };
+        let judges = Kind::ALL.map(|kind| judge_on_a_thread(kind, options.clone()));
+        let audits = Audits { judges, judged: Mutex::default(), nonconforming: metrics.nonconforming.clone() };
         audits.clear();
         audits
     }
 
     /// The finding of `obj`'s current generation, whose spec is `spec`: judged on first sight of
-    /// the generation, remembered after. Judging is CPU work bounded by the webhook's budgets
-    /// (the `configSchema` compile budget): call it off the async workers.
-    pub fn finding<K: Resource<DynamicType = ()>>(&self, obj: &K, spec: &impl Serialize) -> Arc<Finding> {
+    /// the generation (on its kind's thread), remembered after.
+    pub async fn finding<K: Resource<DynamicType = ()>>(&self, obj: &K, spec: &impl Serialize) -> Arc<Finding> {
         let kind = Kind::from_kind(&K::kind(&())).expect("the controllers reconcile sandcap kinds");
         let generation = obj.meta().generation;
         let uid = obj.meta().uid.as_deref();
         if let Some(known) = uid.and_then(|uid| self.lookup(uid, generation)) {
             return known;
         }
-        let finding = Arc::new(Finding::of(&judge(&stored(obj, spec), &self.options, Server::default())));
+        let (reply, finding) = oneshot::channel();
+        // The thread outlives `self` and answers every job (a panic is caught there).
+        let _ = self.judges[kind as usize].send(Job { object: stored(obj, spec), reply });
+        let finding = Arc::new(finding.await.unwrap_or_else(|_| Finding::unjudged()));
         if let Some(uid) = uid {
             let mut judged = self.judged.lock().expect("not poisoned");
             let new = Judged { kind, generation, finding: finding.clone() };
@@ -128,6 +148,28 @@ impl Audits {
             self.nonconforming.get_or_create(&KindLabels { kind: judged.kind.as_str() }).inc_by(by);
         }
     }
+}
+
+/// A thread that judges `kind`'s objects until the last [`Audits`] holding its sender is gone.
+/// Judging is CPU work bounded by the webhook's budgets (a provider's may compile `configSchema`s
+/// for up to the compile budget's second), so it runs off the async workers, and one thread per
+/// kind keeps a lease from ever waiting behind a provider. Its own thread also holds the CRDs'
+/// compiled rules once ([`crate::judge`] compiles them per thread), not once per worker thread.
+fn judge_on_a_thread(kind: Kind, options: Options) -> Sender<Job> {
+    let (jobs, queue) = mpsc::channel::<Job>();
+    let judging = move || {
+        for Job { object, reply } in queue {
+            let judged = panic::catch_unwind(|| Finding::of(&judge(&object, &options, Server::default())));
+            let finding = judged.unwrap_or_else(|_| {
+                let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+                tracing::error!(kind = kind.as_str(), name, "judging a stored object panicked");
+                Finding::unjudged()
+            });
+            let _ = reply.send(finding);
+        }
+    };
+    thread::Builder::new().name(format!("audit-{kind}")).spawn(judging).expect("a thread starts");
+    jobs
 }
 
 /// What is judged of a stored object, as the controllers' caches hold it: its kind, name and spec
@@ -207,22 +249,23 @@ mod tests {
         condition(finding, &Conditions { generation: Some(1), previous, now: &time(now) })
     }
 
-    #[test]
-    fn a_conforming_object_is_valid() {
+    #[tokio::test]
+    async fn a_conforming_object_is_valid() {
         let metrics = metrics();
         let l = lease("team-a", "l").of("p", "k").build();
-        let finding = audits(&metrics).finding(&l, &l.spec);
+        let finding = audits(&metrics).finding(&l, &l.spec).await;
         let valid = valid_at(&finding, &[], T0);
         assert_eq!((valid.type_.as_str(), valid.status.as_str(), valid.reason.as_str()), ("Valid", "True", "Conforms"));
         assert_eq!(valid.message, "the CRD and the webhook would admit it today");
         assert_eq!(gauge(&metrics, Kind::SandboxLease), 0);
     }
 
-    #[test]
-    fn the_webhooks_problems_are_named_and_bounded_as_its_denials_are() {
+    #[tokio::test]
+    async fn the_webhooks_problems_are_named_and_bounded_as_its_denials_are() {
         let keys: serde_json::Map<String, Value> = (0..12).map(|i| (format!("typo{i:02}"), json!(1))).collect();
         let l = lease_with(Value::Object(keys));
-        let valid = valid_at(&audits(&metrics()).finding(&l, &l.spec), &[], T0);
+        let finding = audits(&metrics()).finding(&l, &l.spec).await;
+        let valid = valid_at(&finding, &[], T0);
         assert_eq!((valid.status.as_str(), valid.reason.as_str()), ("False", "BreaksCurrentRules"));
         let message = &valid.message;
         assert!(message.starts_with("the webhook would refuse it today: spec.typo00: unknown field"), "{message}");
@@ -230,12 +273,12 @@ mod tests {
         assert!(message.ends_with("; and 4 more unknown fields"), "{message}");
     }
 
-    #[test]
-    fn the_crds_errors_come_alone() {
+    #[tokio::test]
+    async fn the_crds_errors_come_alone() {
         let mut p = provider("p").driver("k").build();
         p.spec.version = "1.4".into();
         p.spec.extra.insert("typo".into(), json!(1));
-        let finding = audits(&metrics()).finding(&p, &p.spec);
+        let finding = audits(&metrics()).finding(&p, &p.spec).await;
         assert!(!finding.conforms);
         let message = &finding.message;
         assert!(
@@ -288,29 +331,29 @@ mod tests {
         assert!(turned(std::slice::from_ref(&valid), &valid).is_none(), "still conforming");
     }
 
-    #[test]
-    fn each_generation_is_judged_once_and_counted_until_the_object_is_gone() {
+    #[tokio::test]
+    async fn each_generation_is_judged_once_and_counted_until_the_object_is_gone() {
         let metrics = metrics();
         let audits = audits(&metrics);
         let mut l = lease_with(json!({"typo": 1}));
-        let first = audits.finding(&l, &l.spec);
+        let first = audits.finding(&l, &l.spec).await;
         assert_eq!(gauge(&metrics, Kind::SandboxLease), 1);
         // The same generation is not judged again: what it found is handed back as it is.
         let mut status_only = l.clone();
         status_only.status = Some(Default::default());
-        assert!(Arc::ptr_eq(&first, &audits.finding(&status_only, &status_only.spec)));
+        assert!(Arc::ptr_eq(&first, &audits.finding(&status_only, &status_only.spec).await));
         assert_eq!(gauge(&metrics, Kind::SandboxLease), 1, "counted once");
         // Fixed: the next generation conforms.
         l.spec.extra.clear();
         l.metadata.generation = Some(2);
-        assert!(audits.finding(&l, &l.spec).conforms);
+        assert!(audits.finding(&l, &l.spec).await.conforms);
         assert_eq!(gauge(&metrics, Kind::SandboxLease), 0);
         // Broken again, then deleted.
         l.spec.extra.insert("typo".into(), json!(1));
         l.metadata.generation = Some(3);
-        assert!(!audits.finding(&l, &l.spec).conforms);
+        assert!(!audits.finding(&l, &l.spec).await.conforms);
         let p = provider("p").driver("k").build();
-        assert!(audits.finding(&p, &p.spec).conforms);
+        assert!(audits.finding(&p, &p.spec).await.conforms);
         assert_eq!((gauge(&metrics, Kind::SandboxLease), gauge(&metrics, Kind::SandboxProvider)), (1, 0));
         audits.forget(l.metadata.uid.as_deref().unwrap());
         assert_eq!(gauge(&metrics, Kind::SandboxLease), 0);

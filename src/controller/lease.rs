@@ -28,11 +28,10 @@ const RESYNC: Duration = Duration::from_secs(3600);
 /// differs from the published one, and records an Event when its `Valid` condition turned.
 pub async fn reconcile_lease(lease: Arc<SandboxLease>, ctx: Arc<Context>) -> Result<Action, Error> {
     let provider = ctx.caches.providers.get(&ObjectRef::new(&lease.spec.provider_ref.name));
-    // Checking the config compiles the driver's configSchema unless it is cached, and judging the
-    // spec runs the CRD's rules: CPU work (bounded by the compile budget), off the async workers.
-    let (resolution, finding) = tokio::task::block_in_place(|| {
-        (resolve(&lease, provider.as_deref(), &ctx.caches.secrets), ctx.audits.finding(lease.as_ref(), &lease.spec))
-    });
+    // Checking the config compiles the driver's configSchema unless it is cached: CPU work
+    // (bounded by the compile budget), off the async workers.
+    let resolution = tokio::task::block_in_place(|| resolve(&lease, provider.as_deref(), &ctx.caches.secrets));
+    let finding = ctx.audits.finding(lease.as_ref(), &lease.spec).await;
     let now = now();
     let mut desired = lease_status(&lease, &resolution, &now);
     let previous = lease.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();

@@ -42,11 +42,10 @@ pub async fn reconcile_provider(provider: Arc<SandboxProvider>, ctx: Arc<Context
             (worker_status(outcome, &now), ctx.probe_interval)
         }
     };
-    // Compiling the drivers' configSchemas and judging the spec are CPU work (bounded by the
-    // compile budget): off the async workers, so that they delay no other reconcile, watch or probe.
-    let (mut desired, finding) = tokio::task::block_in_place(|| {
-        (provider_status(provider, worker, &now), ctx.audits.finding(provider, &provider.spec))
-    });
+    // Compiling the drivers' configSchemas is CPU work (bounded by the compile budget): off the
+    // async workers, so that it delays no other reconcile, watch or probe.
+    let mut desired = tokio::task::block_in_place(|| provider_status(provider, worker, &now));
+    let finding = ctx.audits.finding(provider, &provider.spec).await;
     let previous = provider.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     let valid =
         audit::condition(&finding, &Conditions { generation: provider.metadata.generation, previous, now: &now });
