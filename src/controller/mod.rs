@@ -16,6 +16,7 @@
 
 mod audit;
 pub mod cache;
+mod changes;
 mod context;
 mod error;
 #[cfg(test)]
