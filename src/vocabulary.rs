@@ -156,7 +156,7 @@ words! {
 words! {
     /// The types of the conditions sandcap writes (docs/contract.md, "Status"): `Resolved`,
     /// `ConfigResolved` and `PluginIdentity` on a lease; `WorkerVerified`, `Ready` and
-    /// `ConfigSchemasCompiled` on a provider.
+    /// `ConfigSchemasCompiled` on a provider; `Valid` on both.
     pub enum ConditionType (as_str, parse) {
         Resolved = "Resolved",
         ConfigResolved = "ConfigResolved",
@@ -164,11 +164,14 @@ words! {
         WorkerVerified = "WorkerVerified",
         Ready = "Ready",
         ConfigSchemasCompiled = "ConfigSchemasCompiled",
+        // Both kinds: the stored object against today's rules (the CRD's and the webhook's)
+        Valid = "Valid",
     }
 }
 
 words! {
-    /// The reasons of those conditions, and of the Events a provider's capability changes record.
+    /// The reasons of those conditions, and of the Events that record a provider's capability
+    /// changes and an object's `Valid` turning.
     pub enum ConditionReason (as_str, parse) {
         // SandboxLease `Resolved`
         Resolved = "Resolved",
@@ -203,6 +206,9 @@ words! {
         // Events on a SandboxProvider
         CapabilitiesGranted = "CapabilitiesGranted",
         CapabilitiesRevoked = "CapabilitiesRevoked",
+        // `Valid` on both kinds, and the Events when it turns
+        Conforms = "Conforms",
+        BreaksCurrentRules = "BreaksCurrentRules",
     }
 }
 

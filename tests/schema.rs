@@ -5,7 +5,7 @@
 
 mod support;
 
-use sandcap::cli::judge;
+use sandcap::judge::judge;
 use sandcap::schema::{Server, check};
 use sandcap::validation::Options;
 use serde_json::{Value, json};
@@ -21,7 +21,9 @@ fn errors(object: &Value, old: Option<&Value>, server: Server) -> Vec<String> {
 
 /// The denial `sandcap validate` prints for the object.
 fn denial(object: &Value) -> String {
-    judge(object, &Options::default(), Server::default()).expect_err("denied").0
+    let judgment = judge(object, &Options::default(), Server::default());
+    assert!(!judgment.allowed(), "denied: {judgment:?}");
+    judgment.message()
 }
 
 fn provider_case(pointer: &str, value: Value) -> Value {

@@ -30,6 +30,7 @@ use super::rules::*;
     printcolumn = r#"{"name":"Policy","type":"string","jsonPath":".spec.policy","description":"requested policy"}"#,
     printcolumn = r#"{"name":"Effective Policy","type":"string","jsonPath":".status.effectivePolicy","description":"the policy the lease gets"}"#,
     printcolumn = r#"{"name":"Resolved","type":"string","jsonPath":".status.conditions[?(@.type==\"Resolved\")].status"}"#,
+    printcolumn = r#"{"name":"Valid","type":"string","jsonPath":".status.conditions[?(@.type==\"Valid\")].status","description":"whether the CRD and the webhook would admit the object today"}"#,
     printcolumn = r#"{"name":"Reuse","type":"boolean","jsonPath":".status.capabilities.reusableLeases"}"#,
     printcolumn = r#"{"name":"SyncIn","type":"boolean","jsonPath":".status.capabilities.nativeSyncIn"}"#,
     printcolumn = r#"{"name":"SyncOut","type":"boolean","jsonPath":".status.capabilities.nativeSyncOut"}"#,
@@ -231,7 +232,7 @@ pub struct SandboxLeaseStatus {
     /// The spec generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Resolved`, `ConfigResolved` and `PluginIdentity`.
+    /// `Resolved`, `ConfigResolved`, `PluginIdentity` and `Valid` (the spec against today's rules).
     #[serde(default)]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,

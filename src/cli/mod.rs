@@ -25,7 +25,7 @@ pub use error::CliError;
 pub use explain::{ExplainArgs, Explained, Format};
 pub use manifests::{MAX_ENTRIES, MAX_INPUT, MAX_TOTAL, load_objects};
 pub use resolve::{ResolveArgs, TableOutput};
-pub use validate::{Output, ValidateArgs, judge};
+pub use validate::{Output, ValidateArgs};
 
 /// The name kubectl finds a plugin by: `kubectl sandcap` runs `kubectl-sandcap` from the PATH.
 pub const PLUGIN_NAME: &str = "kubectl-sandcap";

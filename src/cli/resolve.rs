@@ -12,9 +12,9 @@ use serde_json::Value;
 
 use super::error::CliError;
 use super::manifests::{Loaded, Manifests};
-use super::validate::judge;
 use crate::api::{Capabilities, Explanation, LeasePolicy, SandboxLease, SandboxProvider, SecretKeyRef};
 use crate::contract::{self, SecretLookup, Verified};
+use crate::judge::judge;
 use crate::probe::{self, AllowedCidrs, ProbeOutcome, Prober};
 use crate::schema;
 use crate::validation::{self, Options};
@@ -181,8 +181,10 @@ fn load_one<T: serde::de::DeserializeOwned>(manifests: &mut Manifests, path: &Pa
     }
     // The worker URL is the caller's own to probe (or not: --worker-url replaces it).
     let options = Options { allow_worker_urls: true, worker_url_allowed_cidrs: AllowedCidrs::any() };
-    if let Err((message, _)) = judge(&object, &options, schema::Server::default()) {
-        return Err(CliError::Object { path: shown, kind: found, name, message: format!("denied: {message}") });
+    let judgment = judge(&object, &options, schema::Server::default());
+    if !judgment.allowed() {
+        let message = format!("denied: {}", judgment.message());
+        return Err(CliError::Object { path: shown, kind: found, name, message });
     }
     serde_json::from_value(object).map_err(|e| CliError::Object {
         path: shown,

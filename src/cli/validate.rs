@@ -6,13 +6,13 @@ use std::path::PathBuf;
 use clap::ValueEnum;
 use ipnet::IpNet;
 use serde::Serialize;
-use serde_json::Value;
 
 use super::error::CliError;
 use super::manifests::{Loaded, Manifests};
+use crate::judge::{Options, judge};
 use crate::probe::AllowedCidrs;
 use crate::schema;
-use crate::validation::{self, Options};
+use crate::validation;
 use crate::vocabulary::Kind;
 
 #[derive(Debug, Clone, Copy, Default, ValueEnum)]
@@ -65,17 +65,6 @@ struct ValidateRecord {
     warnings: Vec<String>,
 }
 
-/// What `kubectl apply` would print for one object: the apiserver's own verdict (layer one, the
-/// CRD) if it rejects, else the webhook's (layer two), which the apiserver asks only then. `Ok`
-/// holds the warnings of an admitted object, `Err` the denial message and any warnings.
-pub fn judge(object: &Value, options: &Options, server: schema::Server) -> Result<Vec<String>, (String, Vec<String>)> {
-    if let Err(rejection) = schema::check(object, None, server) {
-        return Err((rejection.message(), Vec::new()));
-    }
-    let verdict = validation::review(object, None, options);
-    if verdict.allowed() { Ok(verdict.warnings) } else { Err((verdict.message(), verdict.warnings)) }
-}
-
 pub(super) fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
     let options = Options {
         allow_worker_urls: args.allow_worker_urls,
@@ -98,10 +87,9 @@ pub(super) fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, 
                     message: "unknown kind: sandcap validates SandboxProvider and SandboxLease".into(),
                 });
             }
-            records.push(match judge(&object, &options, args.kubernetes_version) {
-                Ok(warnings) => ValidateRecord { kind, name, allowed: true, message: String::new(), warnings },
-                Err((message, warnings)) => ValidateRecord { kind, name, allowed: false, message, warnings },
-            });
+            let judgment = judge(&object, &options, args.kubernetes_version);
+            let (allowed, message, warnings) = (judgment.allowed(), judgment.message(), judgment.warnings().to_vec());
+            records.push(ValidateRecord { kind, name, allowed, message, warnings });
         }
     }
     let denied = records.iter().any(|r| !r.allowed);

@@ -11,6 +11,7 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
+use super::audit;
 use super::cache::SecretCache;
 use super::context::Context;
 use super::error::Error;
@@ -23,17 +24,24 @@ use crate::vocabulary::{ConditionReason as Why, ConditionType as Type};
 /// safety net only, and costs no request when nothing changed.
 const RESYNC: Duration = Duration::from_secs(3600);
 
-/// Resolves one lease and applies its status if it differs from the published one.
+/// Resolves one lease, judges its spec against today's rules ([`audit`]), applies its status if it
+/// differs from the published one, and records an Event when its `Valid` condition turned.
 pub async fn reconcile_lease(lease: Arc<SandboxLease>, ctx: Arc<Context>) -> Result<Action, Error> {
     let provider = ctx.caches.providers.get(&ObjectRef::new(&lease.spec.provider_ref.name));
     // Checking the config compiles the driver's configSchema unless it is cached: CPU work
     // (bounded by the compile budget), off the async workers.
     let resolution = tokio::task::block_in_place(|| resolve(&lease, provider.as_deref(), &ctx.caches.secrets));
-    let desired = lease_status(&lease, &resolution, &now());
+    let finding = ctx.audits.finding(lease.as_ref(), &lease.spec).await;
+    let now = now();
+    let mut desired = lease_status(&lease, &resolution, &now);
+    let previous = lease.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let valid = audit::condition(&finding, &Conditions { generation: lease.metadata.generation, previous, now: &now });
+    desired.conditions.push(valid.clone());
     if lease.status.as_ref() != Some(&desired) {
         let namespace = lease.namespace().unwrap_or_default();
         let api = Api::<SandboxLease>::namespaced(ctx.client.clone(), &namespace);
         apply_status(&api, &lease.name_any(), &desired).await?;
+        audit::record_turn(lease.as_ref(), previous, &valid, &ctx.recorder).await;
     }
     Ok(Action::requeue(RESYNC))
 }

@@ -10,6 +10,7 @@
 //! one at a time: the controllers are cluster-wide, so two scenarios' sandcaps would fight.
 //! Each scenario uses its own namespaces and object names and removes its webhook registration.
 
+mod audit;
 mod certs;
 mod cluster;
 mod controllers;
@@ -46,6 +47,7 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         controllers::a_standby_takes_over_and_every_lease_follows,
         controllers::recovers_from_an_apiserver_outage,
         controllers::a_hostile_provider_stored_without_the_webhook,
+        audit::objects_stored_without_the_webhook_are_audited,
         certs::self_managed_certificates_with_the_charts_rbac,
         certs::only_the_ca_bundle_is_sandcaps_to_change,
         plugin::check_passes_and_names_each_failure,
