@@ -93,8 +93,10 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, BindError> {
 }
 
 /// Serves `app` over TLS until `shutdown`, then lets open requests finish (up to
-/// `limits.drain_timeout`). Each connection runs in its own task, so a slow or broken client
-/// (a stalled handshake, plain HTTP, half a request) only ever holds up itself.
+/// `limits.drain_timeout`) and closes every connection gracefully: HTTP/2 with GOAWAY, HTTP/1.1
+/// after its answer (`Connection: close`) or at once when idle. Each connection runs in its own
+/// task, so a slow or broken client (a stalled handshake, plain HTTP, half a request) only ever
+/// holds up itself.
 pub async fn serve_https(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
@@ -162,6 +164,10 @@ pub(crate) async fn serve_connections(
             connection.serve(tcp, peer, shutdown).await;
             drop(place);
         });
+    }
+    if let Ok(addr) = listener.local_addr() {
+        let open = connections.len();
+        tracing::info!(%addr, open, "no longer accepting; open connections close once their requests are answered");
     }
     drop(listener);
     connections.close();
