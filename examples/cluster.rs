@@ -56,11 +56,13 @@ fn main() {
     let mut worker = spawn_logged(worker, &state.join("worker.log"));
 
     let (webhook_port, admin_port) = (free_port(), free_port());
-    let (cert, key) = cluster.ca.write_serving(&state.join("tls"));
+    let (cert, key) = cluster.ca.write_serving(&state.join("tls"), &[]);
     let mut sandcap = Command::new(profile.join("sandcap"));
     sandcap
         .args(["run", "--allow-worker-urls", "--worker-url-allowed-cidrs", "127.0.0.0/8"])
         .args(["--secret-namespaces", "team-a", "--leader-elect=false"])
+        // Registered by URL, not behind a Service: nothing to wait for when it stops.
+        .arg("--shutdown-drain-window=0s")
         .args([
             "--webhook-addr",
             &format!("127.0.0.1:{webhook_port}"),

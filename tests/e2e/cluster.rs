@@ -6,13 +6,15 @@
 //! process, so nothing outlives the tests even when one panics or the runner is killed; `Drop`
 //! stops them in order when a cluster goes out of scope.
 
+use std::collections::HashMap;
 use std::fs;
 use std::io::Write;
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Mutex, OnceLock, mpsc};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
@@ -123,7 +125,12 @@ fn spawn_here(command: &mut Command, log: &Path) -> std::io::Result<Child> {
 
 pub fn stop(child: &mut Child) {
     // SIGTERM first: etcd and the apiserver flush and exit in well under a second.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    stop_with(child, libc::SIGTERM);
+}
+
+/// Sends `signal`, then SIGKILL if the process has not exited 10 s later.
+pub fn stop_with(child: &mut Child, signal: i32) {
+    unsafe { libc::kill(child.id() as i32, signal) };
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if let Ok(Some(_)) = child.try_wait() {
@@ -159,19 +166,20 @@ impl TestCa {
         TestCa { issuer: Issuer::new(params, key), pem }
     }
 
-    /// A serving certificate for loopback: (certificate PEM, key PEM).
-    pub fn serving(&self) -> (String, String) {
+    /// A serving certificate for loopback and `names`: (certificate PEM, key PEM).
+    pub fn serving(&self, names: &[String]) -> (String, String) {
         let key = KeyPair::generate().expect("key");
-        let mut params =
-            CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).expect("params");
+        let loopback = ["127.0.0.1".to_string(), "localhost".to_string()];
+        let mut params = CertificateParams::new([&loopback[..], names].concat()).expect("params");
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let cert = params.signed_by(&key, &self.issuer).expect("signed");
         (cert.pem(), key.serialize_pem())
     }
 
-    /// Writes a serving pair into `dir` as `tls.crt`/`tls.key`; returns both paths.
-    pub fn write_serving(&self, dir: &Path) -> (PathBuf, PathBuf) {
-        let (cert, key) = self.serving();
+    /// Writes a serving pair for loopback and `names` into `dir` as `tls.crt`/`tls.key`; returns
+    /// both paths.
+    pub fn write_serving(&self, dir: &Path, names: &[String]) -> (PathBuf, PathBuf) {
+        let (cert, key) = self.serving(names);
         fs::create_dir_all(dir).expect("cert dir");
         let (cert_path, key_path) = (dir.join("tls.crt"), dir.join("tls.key"));
         fs::write(&cert_path, cert).expect("write cert");
@@ -202,7 +210,7 @@ impl Cluster {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("pki")).expect("cluster dir");
         let ca = TestCa::new("sandcap e2e cluster CA");
-        ca.write_serving(&dir.join("pki"));
+        ca.write_serving(&dir.join("pki"), &[]);
         fs::write(dir.join("pki/ca.crt"), &ca.pem).expect("ca");
         let sa_key = KeyPair::generate().expect("service account key");
         fs::write(dir.join("pki/sa.key"), sa_key.serialize_pem()).expect("sa key");
@@ -404,43 +412,92 @@ fn kubeconfig_yaml(port: u16, ca_pem: &str, token: &str) -> String {
     )
 }
 
-/// The HTTP CONNECT proxy the apiserver dials webhooks through. `CONNECT host:port` goes to a
-/// route set with [`Proxy::route`] (a Service's DNS name -> a loopback port), or else to
-/// `host:port` itself when that is a loopback address; anything else is refused, so no traffic
-/// ever leaves the machine.
-/// `host:port` -> loopback port, shared by the proxy's connections.
-type Routes = std::sync::Arc<Mutex<std::collections::HashMap<String, u16>>>;
-
+/// The HTTP CONNECT proxy the apiserver dials webhooks through. `CONNECT host:port` goes to one of
+/// the backends of a Service set with [`Proxy::route`] and [`Proxy::add_backend`] (a Service's
+/// address -> loopback ports, taken in turn, one per connection, as kube-proxy picks an endpoint
+/// per connection), or else to `host:port` itself when that is a loopback address; anything else
+/// is refused, so no traffic ever leaves the machine. A removed backend keeps its open tunnels, as
+/// conntrack keeps a deleted pod's connections.
 pub struct Proxy {
     routes: Routes,
+    /// Connections sent to a backend that did not accept them (a closed port).
+    unreachable: Arc<AtomicUsize>,
+}
+
+/// `host:port` -> its backends, shared by the proxy's connections.
+type Routes = Arc<Mutex<HashMap<String, Service>>>;
+
+#[derive(Default)]
+struct Service {
+    backends: Vec<Backend>,
+    /// Round robin: the index of the next connection.
+    next: usize,
+}
+
+struct Backend {
+    port: u16,
+    /// When new connections stop going here: a removal as endpoint propagation delivers it, late.
+    until: Option<Instant>,
+}
+
+impl Service {
+    fn pick(&mut self) -> Option<u16> {
+        let now = Instant::now();
+        self.backends.retain(|b| b.until.is_none_or(|until| now < until));
+        let port = self.backends.get(self.next % self.backends.len().max(1))?.port;
+        self.next = self.next.wrapping_add(1);
+        Some(port)
+    }
 }
 
 impl Proxy {
     fn start(socket: &Path) -> Proxy {
         let listener = std::os::unix::net::UnixListener::bind(socket).expect("proxy socket");
         listener.set_nonblocking(true).expect("nonblocking");
-        let routes = Routes::default();
-        let table = routes.clone();
+        let proxy = Proxy { routes: Routes::default(), unreachable: Arc::default() };
+        let (table, unreachable) = (proxy.routes.clone(), proxy.unreachable.clone());
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
             runtime.block_on(async move {
                 let listener = tokio::net::UnixListener::from_std(listener).expect("tokio listener");
                 while let Ok((client, _)) = listener.accept().await {
-                    tokio::spawn(tunnel(client, table.clone()));
+                    tokio::spawn(tunnel(client, table.clone(), unreachable.clone()));
                 }
             });
         });
-        Proxy { routes }
+        proxy
     }
 
-    /// Sends connections for `host:port` (e.g. `sandcap-webhook.sandcap-system.svc:443`) to a
-    /// loopback port.
+    /// Sends connections for `host_port` (a Service's `ClusterIP:port`, as the apiserver dials it)
+    /// to this loopback port alone.
     pub fn route(&self, host_port: &str, to: u16) {
-        self.routes.lock().unwrap().insert(host_port.to_string(), to);
+        let service = Service { backends: vec![Backend { port: to, until: None }], next: 0 };
+        self.routes.lock().unwrap().insert(host_port.to_string(), service);
+    }
+
+    /// Adds a backend to `host_port`'s, as a pod that turns ready joins its Service's endpoints.
+    pub fn add_backend(&self, host_port: &str, to: u16) {
+        let mut routes = self.routes.lock().unwrap();
+        routes.entry(host_port.to_string()).or_default().backends.push(Backend { port: to, until: None });
+    }
+
+    /// New connections to `host_port` stop going to `to` after `lag`, as a deleted pod's removal
+    /// from its Service reaches the apiserver and the nodes seconds after the deletion.
+    pub fn remove_backend(&self, host_port: &str, to: u16, lag: Duration) {
+        let until = Instant::now() + lag;
+        let mut routes = self.routes.lock().unwrap();
+        for backend in routes.get_mut(host_port).into_iter().flat_map(|s| &mut s.backends).filter(|b| b.port == to) {
+            backend.until = Some(until);
+        }
+    }
+
+    /// Connections so far that went to a backend that no longer accepted them.
+    pub fn unreachable(&self) -> usize {
+        self.unreachable.load(Ordering::Relaxed)
     }
 }
 
-async fn tunnel(mut client: tokio::net::UnixStream, routes: Routes) {
+async fn tunnel(mut client: tokio::net::UnixStream, routes: Routes, unreachable: Arc<AtomicUsize>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
@@ -452,7 +509,7 @@ async fn tunnel(mut client: tokio::net::UnixStream, routes: Routes) {
     }
     let head = String::from_utf8_lossy(&head);
     let target = head.strip_prefix("CONNECT ").and_then(|rest| rest.split_whitespace().next()).unwrap_or_default();
-    let routed = routes.lock().unwrap().get(target).copied();
+    let routed = routes.lock().unwrap().get_mut(target).and_then(Service::pick);
     let address = match routed {
         Some(port) => format!("127.0.0.1:{port}"),
         None if target.starts_with("127.0.0.1:") || target.starts_with("localhost:") => target.to_string(),
@@ -462,6 +519,7 @@ async fn tunnel(mut client: tokio::net::UnixStream, routes: Routes) {
         }
     };
     let Ok(mut upstream) = tokio::net::TcpStream::connect(&address).await else {
+        unreachable.fetch_add(1, Ordering::Relaxed);
         let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").await;
         return;
     };

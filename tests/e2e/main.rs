@@ -14,6 +14,7 @@ mod certs;
 mod cluster;
 mod controllers;
 mod install;
+mod rollover;
 #[path = "../support/mod.rs"]
 mod support;
 mod webhook;
@@ -45,6 +46,9 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         controllers::a_hostile_provider_stored_without_the_webhook,
         certs::self_managed_certificates_with_the_charts_rbac,
         certs::only_the_ca_bundle_is_sandcaps_to_change,
+        rollover::rolling_restarts_refuse_nothing,
+        rollover::without_a_drain_window_creates_are_refused,
+        rollover::a_helm_upgrade_refuses_nothing,
     ]
 }
 
