@@ -29,7 +29,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the admission webhook (HTTPS) and the controllers, with an admin port for probes and
-    /// metrics. Stops gracefully on SIGTERM or SIGINT.
+    /// metrics. Stops gracefully on SIGTERM (answering through --shutdown-drain-window first) or
+    /// SIGINT.
     Run(Box<crate::run::RunArgs>),
     #[command(flatten)]
     Offline(Offline),

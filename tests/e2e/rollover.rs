@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::{Cluster, tail};
-use crate::controllers::resource;
+use crate::controllers::{holder, resource};
 use crate::install::{self, Install, NAMESPACE, Sandcap, eventually, ok};
 use crate::support::{Worker, all_true, lease, provider};
 
@@ -94,21 +94,24 @@ struct Report {
     unreachable: usize,
     /// Deletion to exit, per deleted pod.
     stops: Vec<Duration>,
+    /// SIGTERM to the leader lease released, for a deleted pod that held it.
+    handovers: Vec<Duration>,
 }
 
 impl Report {
     fn print(&self, c: &Cluster, what: &str) {
-        let stops: Vec<String> = self.stops.iter().map(|d| format!("{:.1} s", d.as_secs_f64())).collect();
+        let seconds = |all: &[Duration]| all.iter().map(|d| format!("{:.1} s", d.as_secs_f64())).collect::<Vec<_>>();
         println!(
             "{} rollover ({what}): {} creates in {:.1} s, {} refused, {} failed otherwise; {} connections to a closed \
-             port; deletion to exit: {}",
+             port; deletion to exit: {}; SIGTERM to the leader lease released: {}",
             c.bin.minor,
             self.created.len() + self.refused.len() + self.failed.len(),
             self.took.as_secs_f64(),
             self.refused.len(),
             self.failed.len(),
             self.unreachable,
-            stops.join(", ")
+            seconds(&self.stops).join(", "),
+            seconds(&self.handovers).join(", ")
         );
     }
 
@@ -158,11 +161,13 @@ impl Rollover {
         let creating = tokio::spawn(create_leases(self.admin.clone(), self.namespace, stop.clone()));
         let (started, unreachable) = (Instant::now(), self.cluster.proxy.unreachable());
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let mut stops = Vec::new();
+        let (mut stops, mut handovers) = (Vec::new(), Vec::new());
         for name in ["c", "d"] {
             self.start_pod(next, name).await;
             let (old, termination) = self.pods.lock().await.remove(0);
-            stops.push(self.delete_pod(old, &termination).await);
+            let (stop, handover) = self.delete_pod(old, &termination).await;
+            stops.push(stop);
+            handovers.extend(handover);
         }
         // The last deleted pod may still get connections until its removal has spread.
         tokio::time::sleep(LAG + Duration::from_secs(1)).await;
@@ -171,18 +176,29 @@ impl Rollover {
         report.took = started.elapsed();
         report.unreachable = self.cluster.proxy.unreachable() - unreachable;
         report.stops = stops;
+        report.handovers = handovers;
         report
     }
 
     /// Deletes a pod as Kubernetes does: its removal from the Service reaches the apiserver
     /// [`LAG`] later, while the kubelet runs the preStop sleep, sends SIGTERM and waits for the exit
-    /// up to the grace period (after which it would kill it). Returns how long the pod took.
-    async fn delete_pod(&self, mut pod: Sandcap, termination: &Termination) -> Duration {
+    /// up to the grace period (after which it would kill it). Returns how long the pod took and,
+    /// if it led, how long after SIGTERM it released the leader lease: at once, not after its drain
+    /// window, so that a standby can take over meanwhile.
+    async fn delete_pod(&self, mut pod: Sandcap, termination: &Termination) -> (Duration, Option<Duration>) {
         let deleted = Instant::now();
         self.cluster.proxy.remove_backend(&self.service, pod.webhook_port, LAG);
         tokio::time::sleep(termination.pre_stop).await;
+        let name = pod.name.clone();
+        let leads = || async { holder(&self.admin).await.as_ref() == Some(&name) };
+        let led = leads().await;
         pod.signal(libc::SIGTERM);
+        let signalled = Instant::now();
+        let mut released = None;
         let status = loop {
+            if led && released.is_none() && !leads().await {
+                released = Some(signalled.elapsed());
+            }
             if let Some(status) = pod.wait_exit(Duration::ZERO) {
                 break status;
             }
@@ -195,9 +211,15 @@ impl Rollover {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
+        let exited = signalled.elapsed();
         assert!(status.success(), "{} exited with {status}\n{}", pod.name, tail(&pod.log, 20));
         assert!(pod.problems().is_empty(), "{}: {:?}", pod.name, pod.problems());
-        deleted.elapsed()
+        if led {
+            assert!(!leads().await, "{} still holds the leader lease after its exit", pod.name);
+            let released = released.unwrap_or(exited);
+            assert!(released < Duration::from_secs(3), "{} released the lease {released:?} after SIGTERM", pod.name);
+        }
+        (deleted.elapsed(), released)
     }
 
     /// Every lease created during the rollover gets `Resolved` True from whichever pod leads.
