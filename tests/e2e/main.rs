@@ -47,7 +47,7 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         certs::self_managed_certificates_with_the_charts_rbac,
         certs::only_the_ca_bundle_is_sandcaps_to_change,
         rollover::rolling_restarts_refuse_nothing,
-        rollover::without_a_drain_window_creates_are_refused,
+        rollover::without_a_drain_window_requests_are_refused,
         rollover::a_helm_upgrade_refuses_nothing,
     ]
 }

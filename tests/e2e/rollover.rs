@@ -42,8 +42,10 @@ pub async fn rolling_restarts_refuse_nothing(c: Arc<Cluster>) {
 }
 
 /// The same without a drain window (sandcap before it had one): the deleted pod closes its port at
-/// once while the Service still sends it connections, and the apiserver refuses creates.
-pub async fn without_a_drain_window_creates_are_refused(c: Arc<Cluster>) {
+/// once while the Service still sends it new connections, which are refused, and so are the
+/// apiserver's reviews on them (how many creates that refuses depends on when the apiserver
+/// happens to open connections: printed, not asserted).
+pub async fn without_a_drain_window_requests_are_refused(c: Arc<Cluster>) {
     let run = Rollover::start(&c, "e2e-rollover-none", drain_window_only(0)).await;
     let report = run.roll(&Install::chart(&c, drain_window_only(0)).await).await;
     report.print(&c, "no drain window, no preStop");
