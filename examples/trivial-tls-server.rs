@@ -12,9 +12,9 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::http::header;
 use axum::routing::post;
-use sandcap::listener::{Limits, bind, serve_https};
+use sandcap::listener::{Limits, Stop, bind, serve_https};
 use sandcap::metrics::Metrics;
-use sandcap::run::{Stop, watch_signals};
+use sandcap::run::watch_signals;
 use sandcap::tls::{self, CertResolver};
 
 // The same allocator as the `sandcap` binary, so the comparison measures the handler alone.
@@ -36,7 +36,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     eprintln!("trivial handler listening on https://{addr}/validate");
     let limits = Limits::default();
     tokio::select! {
-        () = serve_https(listener, tls::server_config(resolver), app, &limits, stop.closing.clone()) => Ok(()),
+        () = serve_https(listener, tls::server_config(resolver), app, &limits, stop.clone()) => Ok(()),
         forced = watch_signals(stop, Duration::ZERO, limits.drain_timeout) => Err(forced.into()),
     }
 }

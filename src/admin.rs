@@ -9,7 +9,7 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::listener::{Limits, serve_connections};
+use crate::listener::{Limits, Stop, serve_connections};
 use crate::metrics;
 use crate::tls::CertResolver;
 
@@ -51,13 +51,13 @@ impl Readiness {
     }
 }
 
-/// Serves the admin port over plain HTTP until `shutdown`, with the same timeouts and caps as
-/// the webhook port ([`Limits::admin`] in `sandcap run`).
-pub async fn serve_admin(listener: TcpListener, app: Router, limits: Limits, shutdown: CancellationToken) {
+/// Serves the admin port over plain HTTP until `stop` closes it, with the same timeouts and caps
+/// as the webhook port ([`Limits::admin`] in `sandcap run`).
+pub async fn serve_admin(listener: TcpListener, app: Router, limits: Limits, stop: Stop) {
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "admin listening (/healthz, /readyz, /metrics)");
     }
-    serve_connections(listener, None, app, &limits, shutdown).await;
+    serve_connections(listener, None, app, &limits, stop).await;
 }
 
 /// `/healthz` (alive), `/readyz` (see [`Readiness`]) and `/metrics` (Prometheus text).

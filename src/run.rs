@@ -11,12 +11,11 @@ use axum::http::header;
 use clap::ArgAction;
 use ipnet::IpNet;
 use prometheus_client::registry::Registry;
-use tokio_util::sync::CancellationToken;
 
 use crate::admin::{Readiness, admin_router, serve_admin};
 use crate::certs::{self, CertOptions};
 use crate::controller::{self, ControllerOptions, SecretScope};
-use crate::listener::{BindError, Limits, bind};
+use crate::listener::{BindError, Limits, Stop, bind};
 use crate::metrics::{ApiLabels, Metrics};
 use crate::probe::AllowedCidrs;
 use crate::telemetry::{LogFormat, init_tracing};
@@ -176,7 +175,8 @@ pub enum RunError {
 /// `--self-managed-certs`, the certificate keeper on every replica (the webhook's readiness waits
 /// for the certificate it writes, so it must not wait for readiness itself).
 ///
-/// On SIGTERM it stops in the phases of [`Stop`]. A shutdown that outlives `--shutdown-timeout`,
+/// On SIGTERM it stops in the phases of [`Stop`]: not ready and the controllers handed over at
+/// once, the webhook still answering through the drain window, then closing. A shutdown that outlives `--shutdown-timeout`,
 /// or a second signal, ends it with an error at once, whatever is still running: the caller must
 /// not wait for the runtime's tasks either.
 pub async fn run(args: RunArgs) -> Result<(), RunError> {
@@ -204,8 +204,7 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
     let readiness = readiness.until(stop.terminating.clone());
 
     let admin = bind(args.admin_addr).await?;
-    let admin =
-        serve_admin(admin, admin_router(Arc::new(registry), readiness.clone()), Limits::admin(), stop.closing.clone());
+    let admin = serve_admin(admin, admin_router(Arc::new(registry), readiness.clone()), Limits::admin(), stop.clone());
     let admin = async {
         admin.await;
         Ok(())
@@ -227,6 +226,9 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
                     identity: args.identity(),
                     secret_namespaces: args.secret_namespaces.clone(),
                 };
+                // They serve no client, so there is nothing to drain: they stop at the first
+                // signal, and the leader releases its Lease at once, so that a standby takes over
+                // without waiting for the webhook's drain window.
                 controller::run(client.clone(), options, metrics.clone(), stop.terminating.clone())
                     .await
                     .map_err(|e| RunError::Controller(Box::new(e)))
@@ -260,7 +262,7 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
             },
             limits: Limits::default(),
         };
-        Ok(serve_webhook(webhook, metrics.clone(), readiness, stop.closing.clone()).await?)
+        Ok(serve_webhook(webhook, metrics.clone(), readiness, stop.clone()).await?)
     };
     tokio::try_join!(admin, webhook, controllers, certificates)?;
     tracing::info!("stopped");
@@ -299,21 +301,6 @@ fn cert_source(args: &RunArgs) -> Result<CertSource, RunError> {
         _ if args.tls_self_signed => Ok(CertSource::SelfSigned),
         _ => Err(RunError::NoCertificate),
     }
-}
-
-/// The phases of a graceful stop, as tokens.
-///
-/// `terminating` is cancelled by the first SIGTERM or SIGINT: `/readyz` turns false, and the
-/// controllers and the certificate keeper stop. They serve no client, so there is nothing to
-/// drain, and the leader lease is released at once: a standby takes over without waiting for the
-/// webhook's drain window. `closing` is cancelled once the drain window is over: the listeners
-/// stop accepting, and each open connection closes once its requests are answered (HTTP/2
-/// GOAWAY, HTTP/1.1 `Connection: close`), so that clients reconnect elsewhere instead of meeting a
-/// reset.
-#[derive(Clone, Debug, Default)]
-pub struct Stop {
-    pub terminating: CancellationToken,
-    pub closing: CancellationToken,
 }
 
 /// Cancels `stop.terminating` on the first SIGTERM or SIGINT, and `stop.closing` after

@@ -15,7 +15,7 @@ use rcgen::{
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 use sandcap::admin::{self, Readiness};
-use sandcap::listener::{self, Limits};
+use sandcap::listener::{self, Limits, Stop};
 use sandcap::metrics::Metrics;
 use sandcap::tls::CertSource;
 use sandcap::validation::Options;
@@ -25,7 +25,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
-use tokio_util::sync::CancellationToken;
 
 // ---- certificates ------------------------------------------------------------------------------
 
@@ -131,7 +130,7 @@ impl SecretVolume {
 struct Harness {
     webhook: SocketAddr,
     admin: SocketAddr,
-    shutdown: CancellationToken,
+    shutdown: Stop,
     stopped: JoinHandle<Result<(), sandcap::tls::CertLoadError>>,
 }
 
@@ -155,7 +154,7 @@ async fn start(certificate: CertSource) -> Harness {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
     let readiness = Readiness::default();
-    let shutdown = CancellationToken::new();
+    let shutdown = Stop::default();
     let admin_app = admin::admin_router(Arc::new(registry), readiness.clone());
     let admin_limits = Limits { max_connections: 4, ..test_limits() };
     tokio::spawn(admin::serve_admin(admin, admin_app, admin_limits, shutdown.clone()));
@@ -712,7 +711,7 @@ async fn shutdown_finishes_in_flight_reviews_and_stops_accepting() {
     in_flight.write_all(&body[..100]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
 
-    harness.shutdown.cancel();
+    harness.shutdown.closing.cancel();
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(TcpStream::connect(harness.webhook).await.is_err(), "no new connections after shutdown");
     in_flight.write_all(&body[100..]).await.unwrap();
@@ -751,6 +750,40 @@ fn a_review(harness: &Harness) -> http::Request<axum::body::Body> {
     http::Request::post(harness.url("/validate")).body(axum::body::Body::from(body)).unwrap()
 }
 
+/// While terminating (the drain window), everything is still answered, new connections included,
+/// but each HTTP/1.1 answer closes its connection, so that the client opens a new one (elsewhere,
+/// once the Service no longer sends it here) without ever writing to a connection being closed.
+#[tokio::test]
+async fn while_terminating_http1_answers_close_their_connection() {
+    use hyper::client::conn::{http1, http2};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let (harness, _client, ca, _volume) = serving().await;
+    let h1 = tls_connect(&ca, harness.webhook, &[]).await;
+    let (mut h1, h1_connection) = http1::handshake(TokioIo::new(h1)).await.unwrap();
+    let h1_connection = tokio::spawn(h1_connection);
+    assert!(h1.send_request(a_review(&harness)).await.unwrap().headers().get(http::header::CONNECTION).is_none());
+    let h2 = tls_connect(&ca, harness.webhook, &[b"h2"]).await;
+    let (mut h2, h2_connection) = http2::handshake(TokioExecutor::new(), TokioIo::new(h2)).await.unwrap();
+    tokio::spawn(h2_connection);
+
+    harness.shutdown.terminating.cancel();
+    let answered = h1.send_request(a_review(&harness)).await.unwrap();
+    assert_eq!(answered.status(), 200);
+    assert_eq!(answered.headers()[http::header::CONNECTION], "close");
+    let closed = tokio::time::timeout(Duration::from_secs(2), h1_connection).await;
+    assert!(matches!(closed, Ok(Ok(Ok(())))), "closed after its answer: {closed:?}");
+    let fresh = tls_connect(&ca, harness.webhook, &[]).await;
+    let (mut fresh, fresh_connection) = http1::handshake(TokioIo::new(fresh)).await.unwrap();
+    tokio::spawn(fresh_connection);
+    let answered = fresh.send_request(a_review(&harness)).await.unwrap();
+    assert_eq!(answered.status(), 200);
+    assert_eq!(answered.headers()[http::header::CONNECTION], "close", "new connections too");
+    for _ in 0..2 {
+        let answered = h2.send_request(a_review(&harness)).await.expect("HTTP/2 streams go on until GOAWAY");
+        assert_eq!(answered.status(), 200);
+    }
+}
+
 /// Clients must learn that a connection is going away without losing a request on it: HTTP/2 gets
 /// GOAWAY and its streams in flight still finish; HTTP/1.1 is closed at once when idle, and after
 /// its answer, which says `Connection: close`, when a request is in flight.
@@ -778,7 +811,7 @@ async fn shutdown_closes_connections_gracefully() {
     let h1_in_flight = tokio::spawn(h1.send_request(request));
     tokio::time::sleep(Duration::from_millis(200)).await;
 
-    harness.shutdown.cancel();
+    harness.shutdown.closing.cancel();
     let closed = tokio::time::timeout(Duration::from_secs(2), idle_connection).await;
     assert!(matches!(closed, Ok(Ok(Ok(())))), "the idle HTTP/1.1 connection is closed cleanly: {closed:?}");
     tokio::time::sleep(Duration::from_millis(200)).await;
