@@ -130,12 +130,12 @@ impl RunArgs {
         AllowedCidrs::new(self.worker_url_allowed_cidrs.iter().copied())
     }
 
-    /// The leader-election identity: --pod-name, else the hostname.
     /// The drain window that applies: none without a webhook, which has no clients to wait for.
     pub fn drain_window(&self) -> Duration {
         if self.controllers_only { Duration::ZERO } else { self.shutdown_drain_window }
     }
 
+    /// The leader-election identity: --pod-name, else the hostname.
     pub fn identity(&self) -> String {
         self.pod_name.clone().unwrap_or_else(|| {
             std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -176,9 +176,9 @@ pub enum RunError {
 /// for the certificate it writes, so it must not wait for readiness itself).
 ///
 /// On SIGTERM it stops in the phases of [`Stop`]: not ready and the controllers handed over at
-/// once, the webhook still answering through the drain window, then closing. A shutdown that outlives `--shutdown-timeout`,
-/// or a second signal, ends it with an error at once, whatever is still running: the caller must
-/// not wait for the runtime's tasks either.
+/// once, the webhook still answering through the drain window, then closing. A shutdown that
+/// outlives `--shutdown-timeout`, or a second signal, ends it with an error at once, whatever is
+/// still running: the caller must not wait for the runtime's tasks either.
 pub async fn run(args: RunArgs) -> Result<(), RunError> {
     init_tracing(args.log_format);
     let (window, timeout) = (args.drain_window(), args.shutdown_timeout);
