@@ -231,7 +231,11 @@ impl Rollover {
         if led {
             assert!(!leads().await, "{} still holds the leader lease after its exit", pod.name);
             let released = released.unwrap_or(exited);
-            assert!(released < Duration::from_secs(3), "{} released the lease {released:?} after SIGTERM", pod.name);
+            assert!(
+                termination.window.is_zero() || released < termination.window,
+                "{} released the leader lease {released:?} after SIGTERM, not within its drain window",
+                pod.name
+            );
         }
         (deleted.elapsed(), released)
     }
@@ -268,10 +272,11 @@ impl Rollover {
     }
 }
 
-/// How the kubelet stops a pod of a rendered Deployment.
+/// How the kubelet stops a pod of a rendered Deployment, and the drain window it gives sandcap.
 struct Termination {
     pre_stop: Duration,
     grace: Duration,
+    window: Duration,
 }
 
 impl Termination {
@@ -279,7 +284,10 @@ impl Termination {
         let pod = &install.of_kind("Deployment")["spec"]["template"]["spec"];
         let pre_stop = pod["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"].as_u64().unwrap_or(0);
         let grace = pod["terminationGracePeriodSeconds"].as_u64().expect("a grace period");
-        Termination { pre_stop: Duration::from_secs(pre_stop), grace: Duration::from_secs(grace) }
+        let (_, window) =
+            install.env("any").into_iter().find(|(k, _)| k == "SANDCAP_SHUTDOWN_DRAIN_WINDOW").expect("a window");
+        let window = humantime::parse_duration(&window).expect("a duration");
+        Termination { pre_stop: Duration::from_secs(pre_stop), grace: Duration::from_secs(grace), window }
     }
 }
 
