@@ -40,7 +40,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the admission webhook (HTTPS) and the controllers, with an admin port for probes and
-    /// metrics. Stops gracefully on SIGTERM or SIGINT.
+    /// metrics. Stops gracefully on SIGTERM (answering through --shutdown-drain-window first) or
+    /// SIGINT.
     Run(Box<crate::run::RunArgs>),
     #[command(flatten)]
     Tool(Tool),
@@ -120,6 +121,9 @@ mod tests {
         assert_eq!(args.leader_election_namespace(), args.pod_namespace);
         assert_eq!(args.log_format, LogFormat::Text);
         assert_eq!(args.shutdown_timeout, Duration::from_secs(30));
+        assert_eq!(args.drain_window(), Duration::from_secs(10));
+        let controllers = run_args(&["--controllers-only", "--shutdown-drain-window", "1m"]).unwrap();
+        assert_eq!(controllers.drain_window(), Duration::ZERO, "no webhook, no clients to wait for");
     }
 
     #[test]

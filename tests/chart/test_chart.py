@@ -789,3 +789,90 @@ def test_reuse_values_from_a_release_without_crd_values(tmp_path: pathlib.Path) 
     assert {c["metadata"]["name"] for c in crds} == CRD_NAMES
     assert all(c["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"} for c in crds)
     assert "installed and upgraded with this release, kept on uninstall" in manifests["sandcap/templates/NOTES.txt"]
+
+
+# ---- graceful rollover ----------------------------------------------------------------------
+
+# How long sandcap may wait for the reviews in flight once the drain window is over (the webhook
+# listener's drain timeout, src/listener.rs): the least its stop needs past the window.
+IN_FLIGHT_DRAIN = 15
+
+
+def shutdown_settings(values: dict[str, Any]) -> tuple[int, int, int, int]:
+    """(preStop sleep, drain window, sandcap's stop timeout, grace period) of the rendered pod, in seconds."""
+    pod = one(render(values), "Deployment")["spec"]["template"]["spec"]
+    [c] = pod["containers"]
+    variables = {e["name"]: e.get("value") for e in c["env"]}
+    pre_stop = c.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
+    window, timeout = (int(variables[f"SANDCAP_SHUTDOWN_{n}"].removesuffix("s")) for n in ("DRAIN_WINDOW", "TIMEOUT"))
+    return pre_stop, window, timeout, pod["terminationGracePeriodSeconds"]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        {"shutdown": {"preStopSleepSeconds": 0}},
+        {"shutdown": {"preStopSleepSeconds": 10, "drainWindowSeconds": 20, "timeoutSeconds": 40}},
+        {"shutdown": {"drainWindowSeconds": 0, "timeoutSeconds": 15}},
+    ],
+)
+def test_a_stopping_pod_is_never_killed_before_its_drain_ends(values: dict[str, Any]) -> None:
+    """Every shutdown value reaches the pod, and the kubelet's grace period covers the preStop
+    sleep, the drain window and the in-flight drain, so that a pod stopping as it should is
+    never killed."""
+    settings = merged(values)["shutdown"]
+    pre_stop, window, timeout, grace = shutdown_settings(values)
+    assert (pre_stop, window, timeout) == (
+        settings["preStopSleepSeconds"],
+        settings["drainWindowSeconds"],
+        settings["timeoutSeconds"],
+    )
+    assert grace == pre_stop + timeout
+    assert timeout >= window + IN_FLIGHT_DRAIN
+    assert grace >= pre_stop + window + IN_FLIGHT_DRAIN
+    objects = render(values)
+    for kube_version in KUBE_VERSION_RANGE:
+        validate_object(one(objects, "Deployment"), kube_version)
+
+
+def test_shutdown_defaults() -> None:
+    """5 s unaware (preStop) + 5 s knowing (drain window) of answering after the deletion, more than
+    endpoint removals take to spread in most clusters; a grace period of Kubernetes' default 30 s."""
+    assert shutdown_settings({}) == (5, 5, 25, 30)
+    container_spec = container(render({}))
+    # No shell in the image: the kubelet's own sleep action.
+    assert container_spec["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+
+
+def test_no_pre_stop_hook_without_a_sleep() -> None:
+    """A sleep of 0 s needs another feature gate (PodLifecycleSleepActionAllowZero): no hook at all."""
+    assert "lifecycle" not in container(render({"shutdown": {"preStopSleepSeconds": 0}}))
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"shutdown": {"drainWindowSeconds": 11}},
+        {"shutdown": {"drainWindowSeconds": 30, "timeoutSeconds": 44}},
+    ],
+)
+def test_a_timeout_too_short_for_the_drain_window_is_refused(values: dict[str, Any]) -> None:
+    refusal = r"shutdown.timeoutSeconds \(\d+\) must be at least shutdown.drainWindowSeconds \(\d+\) \+ 15"
+    with pytest.raises(helm.HelmRenderError, match=refusal):
+        render(values)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"shutdown": {"drainWindow": 5}},
+        {"shutdown": {"drainWindowSeconds": "5s"}},
+        {"shutdown": {"preStopSleepSeconds": -1}},
+        {"shutdown": {"timeoutSeconds": 10}},
+        {"shutdown": {"drainWindowSeconds": 121}},
+    ],
+)
+def test_shutdown_schema_rejects_typos_and_bad_values(values: dict[str, Any]) -> None:
+    with pytest.raises(helm.HelmValuesError):
+        render(values)

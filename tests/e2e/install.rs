@@ -138,7 +138,7 @@ impl Install {
         Install { objects, kubeconfig }
     }
 
-    fn of_kind(&self, kind: &str) -> &Value {
+    pub fn of_kind(&self, kind: &str) -> &Value {
         self.objects.iter().find(|o| o["kind"] == kind).unwrap_or_else(|| panic!("the chart renders no {kind}"))
     }
 
@@ -160,6 +160,40 @@ impl Install {
                 (name, value)
             })
             .collect()
+    }
+
+    /// The DNS names of the chart's webhook Service, which its serving certificate must hold.
+    pub fn service_names(&self) -> Vec<String> {
+        let name = self.of_kind("Service")["metadata"]["name"].as_str().expect("name");
+        vec![name.to_string(), format!("{name}.{NAMESPACE}"), format!("{name}.{NAMESPACE}.svc")]
+    }
+
+    /// Applies the chart's webhook Service and returns the address the apiserver dials for it
+    /// (`ClusterIP:port`, through the test's proxy), which [`crate::cluster::Proxy`] routes.
+    pub async fn service_address(&self, cluster: &Cluster) -> String {
+        let service = self.of_kind("Service");
+        apply(cluster, std::slice::from_ref(service));
+        let services = kube::Api::<k8s_openapi::api::core::v1::Service>::namespaced(cluster.admin().await, NAMESPACE);
+        let name = service["metadata"]["name"].as_str().expect("name");
+        let spec = services.get(name).await.expect("the Service").spec.expect("spec");
+        let port = spec.ports.expect("ports").iter().find(|p| p.name.as_deref() == Some("https")).expect("https").port;
+        format!("{}:{port}", spec.cluster_ip.expect("a ClusterIP"))
+    }
+
+    /// Applies every rendered object as `helm install` or `helm upgrade` would (the apiserver
+    /// stores them all; without a kubelet no pod runs), the webhook configuration calling the
+    /// Service with `ca_pem` in its caBundle, where sandcap's certificate keeper would have put its
+    /// own CA.
+    pub fn release(&self, cluster: &Cluster, ca_pem: &str) -> WebhookRegistration {
+        use base64::Engine;
+        let mut objects = self.objects.clone();
+        let config = objects.iter_mut().find(|o| o["kind"] == "ValidatingWebhookConfiguration").expect("a webhook");
+        let name = config["metadata"]["name"].as_str().expect("name").to_string();
+        for hook in config["webhooks"].as_array_mut().expect("webhooks") {
+            hook["clientConfig"]["caBundle"] = json!(base64::engine::general_purpose::STANDARD.encode(ca_pem));
+        }
+        apply(cluster, &objects);
+        WebhookRegistration { kubeconfig: cluster.kubeconfig.clone(), kubectl: cluster.bin.path("kubectl"), name }
     }
 
     /// The chart's ValidatingWebhookConfiguration, registered by URL on loopback with `ca_pem`
@@ -228,7 +262,7 @@ impl Sandcap {
     pub fn start(cluster: &Cluster, install: &Install, name: &str, overrides: &[(&str, &str)]) -> Sandcap {
         let (webhook_port, admin_port) = (free_port(), free_port());
         let tls = cluster.dir.join(format!("{name}-tls"));
-        let (cert, key) = cluster.ca.write_serving(&tls);
+        let (cert, key) = cluster.ca.write_serving(&tls, &install.service_names());
         let mut env = install.env(name);
         let loopback = [
             ("SANDCAP_WEBHOOK_ADDR", format!("127.0.0.1:{webhook_port}")),
@@ -288,16 +322,18 @@ impl Sandcap {
         unsafe { libc::kill(self.child.id() as i32, signal) };
     }
 
-    /// Waits up to `timeout` for the process to exit.
+    /// Waits up to `timeout` for the process to exit (`Duration::ZERO`: whether it has).
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
+        loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Some(status);
             }
+            if Instant::now() >= deadline {
+                return None;
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
-        None
     }
 
     /// Lines of the log that no healthy run writes.
@@ -312,7 +348,8 @@ impl Sandcap {
 
 impl Drop for Sandcap {
     fn drop(&mut self) {
-        cluster::stop(&mut self.child);
+        // SIGINT skips the drain window: a scenario that is over has no clients left to wait for.
+        cluster::stop_with(&mut self.child, libc::SIGINT);
     }
 }
 

@@ -18,6 +18,7 @@ mod conventions;
 mod crds;
 mod install;
 mod plugin;
+mod rollover;
 #[path = "../support/mod.rs"]
 mod support;
 mod webhook;
@@ -55,6 +56,9 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         conventions::the_built_in_roles_cover_sandcaps_resources,
         conventions::leases_are_selected_by_provider_and_driver,
         conventions::the_helm_test_may_do_what_check_does_and_no_more,
+        rollover::rolling_restarts_refuse_nothing,
+        rollover::without_a_drain_window_requests_are_refused,
+        rollover::a_helm_upgrade_refuses_nothing,
         crds::an_upgrade_brings_the_crds_new_rules_and_uninstall_keeps_them,
     ]
 }

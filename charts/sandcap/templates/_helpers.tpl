@@ -79,3 +79,11 @@ app.kubernetes.io/component: helm-test
 app.kubernetes.io/part-of: sandcap
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
+
+{{/* sandcap's stop must fit its own timeout: the drain window, then up to 15 s for reviews in flight. */}}
+{{- define "sandcap.checkShutdown" -}}
+{{- $s := .Values.shutdown }}
+{{- if lt (int $s.timeoutSeconds) (add $s.drainWindowSeconds 15 | int) }}
+{{- fail (printf "shutdown.timeoutSeconds (%d) must be at least shutdown.drainWindowSeconds (%d) + 15: sandcap's stop takes the drain window, then up to 15 s for the reviews in flight" (int $s.timeoutSeconds) (int $s.drainWindowSeconds)) }}
+{{- end }}
+{{- end }}
