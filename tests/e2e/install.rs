@@ -40,9 +40,12 @@ pub fn crds(cluster: &Cluster) {
 }
 
 /// Applies the CRDs in `dir` as an admin following README's `kubectl apply --server-side -f crds/`
-/// would, and waits until both are served.
+/// would, and waits until both are served. Forced: earlier scenarios of the same cluster change
+/// the CRDs under their own field manager (a stale CRD for `sandcap check`), and the admin's apply
+/// takes the fields back, as kubectl's own conflict message advises.
 pub fn crds_from(cluster: &Cluster, dir: &Path) {
-    ok("apply the CRDs", cluster.kubectl(&["apply", "--server-side", "-f", path_str(dir)]));
+    let args = ["apply", "--server-side", "--force-conflicts", "-f", path_str(dir)];
+    ok("apply the CRDs", cluster.kubectl(&args));
     ok(
         "wait for the CRDs",
         cluster.kubectl(&[
