@@ -122,6 +122,11 @@ impl Report {
             seconds(&self.stops).join(", "),
             seconds(&self.handovers).join(", ")
         );
+        // Why, in the apiserver's words (the part after `failed to call webhook: `), for a few.
+        for refusal in self.refused.iter().chain(&self.failed).take(3) {
+            let why = refusal.split("failed to call webhook: ").nth(1).unwrap_or(refusal);
+            println!("  {}", why.split(": InternalError").next().unwrap_or(why));
+        }
     }
 
     fn assert_nothing_refused(&self) {
