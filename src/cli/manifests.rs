@@ -20,6 +20,10 @@ pub const MAX_ENTRIES: usize = 4096;
 pub const STDIN: &str = "STDIN";
 const EXTENSIONS: [&str; 3] = ["json", "yaml", "yml"];
 
+fn stdin_twice() -> CliError {
+    CliError::Usage("- (stdin) can be read only once".into())
+}
+
 /// The objects of one file (or of stdin).
 pub struct Loaded {
     pub shown: String,
@@ -42,12 +46,21 @@ impl Manifests {
         Manifests { recursive, ..Manifests::default() }
     }
 
+    /// Refuses `-` named more than once among `paths`, before anything is read: a command that
+    /// judges one input before it loads the next would otherwise spend that work first.
+    pub fn stdin_at_most_once<'a>(paths: impl IntoIterator<Item = &'a Path>) -> Result<(), CliError> {
+        match paths.into_iter().filter(|p| p.as_os_str() == "-").count() {
+            0 | 1 => Ok(()),
+            _ => Err(stdin_twice()),
+        }
+    }
+
     /// Every object at `path`: a file, the manifests of a directory, or stdin for `-`.
     pub fn load(&mut self, path: &Path) -> Result<Vec<Loaded>, CliError> {
         let mut loaded = Vec::new();
         if path.as_os_str() == "-" {
             if std::mem::replace(&mut self.stdin_read, true) {
-                return Err(CliError::Usage("- (stdin) can be read only once".into()));
+                return Err(stdin_twice());
             }
             let text = self.read(STDIN, std::io::stdin().lock())?;
             loaded.push(Loaded { objects: parse_objects(STDIN, &text)?, shown: STDIN.into() });

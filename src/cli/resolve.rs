@@ -67,6 +67,8 @@ struct ResolveRecord {
 }
 
 pub(super) fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, CliError> {
+    let inputs = std::iter::once(&args.provider).chain(&args.lease).chain(&args.secrets);
+    Manifests::stdin_at_most_once(inputs.map(PathBuf::as_path))?;
     let mut manifests = Manifests::new(args.recursive);
     let provider: SandboxProvider = load_one(&mut manifests, &args.provider, Kind::SandboxProvider)?;
     let verified = match (&args.worker_methods, &args.worker_url) {
