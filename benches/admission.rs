@@ -31,7 +31,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| sandcap::validation::review(black_box(&object), None, &Options::default()))
     });
     group.bench_function("sandcap validate: layer 1 (CRD schema and CEL) + layer 2", |b| {
-        b.iter(|| sandcap::cli::judge(black_box(&object), &Options::default(), sandcap::schema::Server::default()))
+        b.iter(|| sandcap::judge::judge(black_box(&object), &Options::default(), sandcap::schema::Server::default()))
     });
     group.bench_function("decode + review + encode", |b| {
         b.iter(|| admission::handle(black_box(REVIEW), &Options::default()))

@@ -29,7 +29,9 @@ cargo build --release --locked --bin sandcap --example trivial-tls-server
 pids=()
 tmp=$(mktemp -d)
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$tmp"' EXIT
-target/release/sandcap run --webhook-only --tls-self-signed --webhook-addr "$WEBHOOK" --admin-addr "$ADMIN" >/dev/null &
+# No drain window: the trap's SIGTERM should stop it at once.
+target/release/sandcap run --webhook-only --tls-self-signed --shutdown-drain-window 0s \
+  --webhook-addr "$WEBHOOK" --admin-addr "$ADMIN" >/dev/null &
 pids+=($!)
 target/release/examples/trivial-tls-server "$TRIVIAL" 2>/dev/null &
 pids+=($!)

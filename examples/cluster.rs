@@ -43,6 +43,7 @@ fn main() {
         "crd/sandboxleases.sandcap.dev",
     ]);
     kubectl(&["create", "namespace", "team-a"]);
+    kubectl(&["create", "namespace", "sandcap-system"]);
 
     let profile = std::env::current_exe()
         .expect("path")
@@ -56,11 +57,15 @@ fn main() {
     let mut worker = spawn_logged(worker, &state.join("worker.log"));
 
     let (webhook_port, admin_port) = (free_port(), free_port());
-    let (cert, key) = cluster.ca.write_serving(&state.join("tls"));
+    let (cert, key) = cluster.ca.write_serving(&state.join("tls"), &[]);
     let mut sandcap = Command::new(profile.join("sandcap"));
     sandcap
         .args(["run", "--allow-worker-urls", "--worker-url-allowed-cidrs", "127.0.0.0/8"])
-        .args(["--secret-namespaces", "team-a", "--leader-elect=false"])
+        // As the chart runs it: in sandcap-system, with leader election (`kubectl sandcap check`
+        // finds the Lease there).
+        .args(["--secret-namespaces", "team-a", "--pod-namespace", "sandcap-system"])
+        // Registered by URL, not behind a Service: nothing to wait for when it stops.
+        .arg("--shutdown-drain-window=0s")
         .args([
             "--webhook-addr",
             &format!("127.0.0.1:{webhook_port}"),

@@ -6,15 +6,16 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::http::header;
 use axum::routing::post;
-use sandcap::listener::{Limits, bind, serve_https};
+use sandcap::listener::{Limits, Stop, bind, serve_https};
 use sandcap::metrics::Metrics;
+use sandcap::run::watch_signals;
 use sandcap::tls::{self, CertResolver};
-use tokio_util::sync::CancellationToken;
 
 // The same allocator as the `sandcap` binary, so the comparison measures the handler alone.
 #[global_allocator]
@@ -31,11 +32,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let app = Router::new()
         .route("/validate", post(|_body: Bytes| async { ([(header::CONTENT_TYPE, "application/json")], FIXED) }));
     let listener = bind(addr).await?;
-    let shutdown = CancellationToken::new();
+    let stop = Stop::default();
     eprintln!("trivial handler listening on https://{addr}/validate");
     let limits = Limits::default();
     tokio::select! {
-        () = serve_https(listener, tls::server_config(resolver), app, &limits, shutdown.clone()) => Ok(()),
-        forced = sandcap::run::watch_signals(shutdown, limits.drain_timeout) => Err(forced.into()),
+        () = serve_https(listener, tls::server_config(resolver), app, &limits, stop.clone()) => Ok(()),
+        forced = watch_signals(stop, Duration::ZERO, limits.drain_timeout) => Err(forced.into()),
     }
 }

@@ -9,25 +9,40 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::listener::{Limits, serve_connections};
+use crate::listener::{Limits, Stop, serve_connections};
 use crate::metrics;
 use crate::tls::CertResolver;
 
-/// `/readyz`: ready once the webhook listener is bound and its resolver has a certificate.
+/// `/readyz`: ready once the webhook listener is bound and its resolver has a certificate, until
+/// the shutdown begins.
 #[derive(Clone, Debug, Default)]
 pub struct Readiness {
     webhook: Arc<OnceLock<Arc<CertResolver>>>,
     no_webhook: bool,
+    terminating: CancellationToken,
 }
 
 impl Readiness {
     /// For `--controllers-only`: there is no listener to wait for.
     pub fn without_webhook() -> Readiness {
-        Readiness { webhook: Arc::default(), no_webhook: true }
+        Readiness { no_webhook: true, ..Readiness::default() }
     }
 
-    pub fn is_ready(&self) -> bool {
-        self.no_webhook || self.webhook.get().is_some_and(|resolver| resolver.has_cert())
+    /// Not ready from the moment `terminating` is cancelled: while the webhook still answers during
+    /// the drain window, nothing should send it new clients.
+    pub fn until(self, terminating: CancellationToken) -> Readiness {
+        Readiness { terminating, ..self }
+    }
+
+    /// Why `/readyz` answers 503, if it does.
+    fn not_ready(&self) -> Option<&'static str> {
+        if self.terminating.is_cancelled() {
+            Some("shutting down")
+        } else if self.no_webhook || self.webhook.get().is_some_and(|resolver| resolver.has_cert()) {
+            None
+        } else {
+            Some("the webhook has no certificate loaded yet")
+        }
     }
 
     /// The webhook's listener is bound and serves with `resolver`'s certificate.
@@ -36,13 +51,13 @@ impl Readiness {
     }
 }
 
-/// Serves the admin port over plain HTTP until `shutdown`, with the same timeouts and caps as
-/// the webhook port ([`Limits::admin`] in `sandcap run`).
-pub async fn serve_admin(listener: TcpListener, app: Router, limits: Limits, shutdown: CancellationToken) {
+/// Serves the admin port over plain HTTP until `stop` closes it, with the same timeouts and caps
+/// as the webhook port ([`Limits::admin`] in `sandcap run`).
+pub async fn serve_admin(listener: TcpListener, app: Router, limits: Limits, stop: Stop) {
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "admin listening (/healthz, /readyz, /metrics)");
     }
-    serve_connections(listener, None, app, &limits, shutdown).await;
+    serve_connections(listener, None, app, &limits, stop).await;
 }
 
 /// `/healthz` (alive), `/readyz` (see [`Readiness`]) and `/metrics` (Prometheus text).
@@ -52,10 +67,9 @@ pub fn admin_router(registry: Arc<Registry>, readiness: Readiness) -> Router {
         .route(
             "/readyz",
             get(move || async move {
-                if readiness.is_ready() {
-                    (StatusCode::OK, "ready\n")
-                } else {
-                    (StatusCode::SERVICE_UNAVAILABLE, "not ready: the webhook has no certificate loaded yet\n")
+                match readiness.not_ready() {
+                    None => (StatusCode::OK, "ready\n".to_string()),
+                    Some(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
                 }
             }),
         )

@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::text;
-use crate::validation::{self, Options, REVIEWED, Shape};
+use crate::validation::{self, MAX_MESSAGE, Options, REVIEWED, Shape};
 use crate::vocabulary::{Kind, words};
 
 pub const API_VERSION: &str = "admission.k8s.io/v1";
@@ -82,9 +82,6 @@ pub struct Summary {
     pub problems: usize,
 }
 
-/// The longest denial message. A denial lists a bounded number of problems of each kind
-/// ([`validation::MAX_PER_KIND`]), which stays well below it; this is the last bound.
-pub const MAX_MESSAGE: usize = 16 * 1024;
 /// The longest `uid` answered: an apiserver's is a UUID (36 bytes).
 const MAX_UID: usize = 128;
 

@@ -192,7 +192,8 @@ pub fn resolve_driver(verified: &Verified, driver: &DriverDeclaration) -> Resolu
     resolve(verified, &Declared::from_driver(driver), &narrowing)
 }
 
-fn driver_kind_failure(driver: &DriverDeclaration) -> Option<IdentityFailure> {
+/// Why a driver's capabilities are never read, if they are not: it is not `kind: sandbox_provider`.
+pub fn driver_kind_failure(driver: &DriverDeclaration) -> Option<IdentityFailure> {
     (!driver.is_sandbox_provider()).then(|| IdentityFailure::NotSandboxProvider {
         driver: driver.driver_key.clone(),
         kind: driver.kind.map_or_else(|| "(omitted)".into(), |k| k.to_string()),

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, Version, header};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -92,17 +92,33 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, BindError> {
     TcpListener::bind(addr).await.map_err(|source| BindError { addr, source })
 }
 
-/// Serves `app` over TLS until `shutdown`, then lets open requests finish (up to
-/// `limits.drain_timeout`). Each connection runs in its own task, so a slow or broken client
-/// (a stalled handshake, plain HTTP, half a request) only ever holds up itself.
+/// The two moments of a graceful stop, as tokens.
+///
+/// From `terminating` on, a listener still accepts connections and answers, but every HTTP/1.1
+/// answer closes its connection (`Connection: close`): HTTP/1.1 cannot move an idle client on
+/// without racing the request it may be writing at that moment (which the client then reports as
+/// `server closed idle connection`), so connections are closed right after an answer, when the
+/// client knows. From `closing` on, it accepts nothing, and every connection closes once its
+/// requests are answered: HTTP/2 with GOAWAY (no race: a client retries what the server did not
+/// take), HTTP/1.1 after its answer or at once when idle. `sandcap run` cancels `terminating` on
+/// SIGTERM and `closing` after the drain window.
+#[derive(Clone, Debug, Default)]
+pub struct Stop {
+    pub terminating: CancellationToken,
+    pub closing: CancellationToken,
+}
+
+/// Serves `app` over TLS until `stop` closes it (see [`Stop`]), then lets open requests finish (up
+/// to `limits.drain_timeout`). Each connection runs in its own task, so a slow or broken client (a
+/// stalled handshake, plain HTTP, half a request) only ever holds up itself.
 pub async fn serve_https(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     app: Router,
     limits: &Limits,
-    shutdown: CancellationToken,
+    stop: Stop,
 ) {
-    serve_connections(listener, Some(TlsAcceptor::from(tls)), app, limits, shutdown).await;
+    serve_connections(listener, Some(TlsAcceptor::from(tls)), app, limits, stop).await;
 }
 
 /// What one connection may hold unread in HTTP/2 flow-control windows (hyper's default is 1 MiB
@@ -114,8 +130,9 @@ pub(crate) async fn serve_connections(
     tls: Option<TlsAcceptor>,
     app: Router,
     limits: &Limits,
-    shutdown: CancellationToken,
+    stop: Stop,
 ) {
+    let shutdown = stop.closing;
     let app = app
         .layer(DefaultBodyLimit::max(limits.max_body))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, limits.request_timeout));
@@ -156,12 +173,17 @@ pub(crate) async fn serve_connections(
             handshake_timeout: limits.handshake_timeout,
             first_request_timeout: limits.header_timeout,
             idle_timeout: limits.idle_timeout,
+            terminating: stop.terminating.clone(),
         };
         let shutdown = shutdown.clone();
         connections.spawn(async move {
             connection.serve(tcp, peer, shutdown).await;
             drop(place);
         });
+    }
+    if let Ok(addr) = listener.local_addr() {
+        let open = connections.len();
+        tracing::info!(%addr, open, "no longer accepting; open connections close once their requests are answered");
     }
     drop(listener);
     connections.close();
@@ -177,6 +199,7 @@ struct Connection {
     handshake_timeout: Duration,
     first_request_timeout: Duration,
     idle_timeout: Duration,
+    terminating: CancellationToken,
 }
 
 impl Connection {
@@ -198,12 +221,16 @@ impl Connection {
     {
         let activity = Activity::new();
         let service = {
-            let (activity, app) = (activity.clone(), self.app);
+            let (activity, app, terminating) = (activity.clone(), self.app, self.terminating);
             tower::service_fn(move |request: axum::extract::Request<Incoming>| {
                 let busy = activity.begin();
+                let close = terminating.is_cancelled() && request.version() < Version::HTTP_2;
                 let answer = app.clone().oneshot(request);
                 async move {
-                    let answer = answer.await;
+                    let mut answer = answer.await;
+                    if let (true, Ok(answer)) = (close, &mut answer) {
+                        answer.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                    }
                     drop(busy);
                     answer
                 }

@@ -1,7 +1,6 @@
 use std::io::Write as _;
 
-use clap::Parser;
-use sandcap::cli::{self, Cli, Command};
+use sandcap::cli::{self, Command};
 use sandcap::run::RunArgs;
 
 // Every review allocates its parsed object and answer; mimalloc's per-thread free lists make that
@@ -10,10 +9,10 @@ use sandcap::run::RunArgs;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = cli::parse();
     let code = match cli.command {
         Command::Run(args) => serve(*args),
-        Command::Offline(command) => match cli::run(command, &mut std::io::stdout().lock()) {
+        Command::Tool(command) => match cli::run(command, &mut std::io::stdout().lock()) {
             Ok(code) => code,
             Err(e) => {
                 report(&e);

@@ -102,6 +102,7 @@ pub struct Metrics {
     pub leader: Gauge,
     pub api_requests: Family<ApiLabels, Counter>,
     pub reconcile_queue: Family<KindLabels, Gauge>,
+    pub nonconforming: Family<KindLabels, Gauge>,
 }
 
 impl Metrics {
@@ -158,6 +159,12 @@ impl Metrics {
                 r,
                 "reconcile_queue_depth",
                 "Objects triggered by a change and not yet reconciled, by kind",
+                Family::default(),
+            ),
+            nonconforming: registered(
+                r,
+                "nonconforming_objects",
+                "Stored objects that the CRD or the webhook would refuse today, by kind (on the leader)",
                 Family::default(),
             ),
         }

@@ -1,5 +1,6 @@
 //! `sandcap run`: its flags, and the wiring of the admin port, the webhook, the controllers and
-//! the certificate keeper under one shutdown token, with signals and the shutdown deadline.
+//! the certificate keeper under the phases of one graceful stop, with signals and the shutdown
+//! deadline.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,18 +11,23 @@ use axum::http::header;
 use clap::ArgAction;
 use ipnet::IpNet;
 use prometheus_client::registry::Registry;
-use tokio_util::sync::CancellationToken;
 
 use crate::admin::{Readiness, admin_router, serve_admin};
 use crate::certs::{self, CertOptions};
 use crate::controller::{self, ControllerOptions, SecretScope};
-use crate::listener::{BindError, Limits, bind};
+use crate::listener::{BindError, Limits, Stop, bind};
 use crate::metrics::{ApiLabels, Metrics};
 use crate::probe::AllowedCidrs;
 use crate::telemetry::{LogFormat, init_tracing};
 use crate::tls::{CertLoadError, CertSource};
 use crate::validation::Options;
 use crate::webhook::{Webhook, serve_webhook};
+
+// Defaults that `explain` and `check` share with `sandcap run`, so they find what it uses.
+pub const LEADER_ELECTION_NAME: &str = "sandcap-controller";
+pub const SECRET_NAMESPACES: &str = "*";
+pub const CERT_SECRET_NAME: &str = "sandcap-webhook-tls";
+pub const WEBHOOK_CONFIG_NAME: &str = "sandcap";
 
 /// `sandcap run`. Every flag can also be set by the environment variable shown in `--help`.
 /// Durations are written like `10s`, `5m` or `1h 30m`.
@@ -81,7 +87,7 @@ pub struct RunArgs {
     #[arg(long, env = "SANDCAP_LEADER_ELECTION_NAMESPACE")]
     pub leader_election_namespace: Option<String>,
     /// Name of the leader-election Lease.
-    #[arg(long, env = "SANDCAP_LEADER_ELECTION_NAME", default_value = "sandcap-controller")]
+    #[arg(long, env = "SANDCAP_LEADER_ELECTION_NAME", default_value = LEADER_ELECTION_NAME)]
     pub leader_election_name: String,
     /// The namespace sandcap runs in (set from the downward API).
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
@@ -89,26 +95,32 @@ pub struct RunArgs {
     /// This replica's identity for leader election [default: the hostname].
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
-    /// After SIGTERM or SIGINT, how long the shutdown may take before the process exits non-zero
-    /// without waiting further (a second signal exits at once).
+    /// After SIGTERM or SIGINT, how long the shutdown may take, drain window included, before the
+    /// process exits non-zero without waiting further (a second signal exits at once).
     #[arg(long, env = "SANDCAP_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub shutdown_timeout: Duration,
+    /// After SIGTERM, how long the webhook, no longer ready, keeps accepting connections and
+    /// answering reviews before it closes them: the time a pod's removal from its Service takes to
+    /// reach every client (the apiserver keeps calling a terminating pod until then). SIGINT
+    /// (Ctrl-C) skips it. Shorter than --shutdown-timeout.
+    #[arg(long, env = "SANDCAP_SHUTDOWN_DRAIN_WINDOW", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub shutdown_drain_window: Duration,
     /// Log format.
     #[arg(long, env = "SANDCAP_LOG_FORMAT", value_enum, default_value_t)]
     pub log_format: LogFormat,
     /// Namespaces whose Secrets leases may read for configFrom, comma-separated; `*` means every
     /// namespace, an empty value none (give the operator RBAC to match).
-    #[arg(long, env = "SANDCAP_SECRET_NAMESPACES", default_value = "*")]
+    #[arg(long, env = "SANDCAP_SECRET_NAMESPACES", default_value = SECRET_NAMESPACES)]
     pub secret_namespaces: SecretScope,
     /// Keep a CA and serving certificate in a Secret and the webhook configuration's caBundle in
     /// sync with it.
     #[arg(long, env = "SANDCAP_SELF_MANAGED_CERTS")]
     pub self_managed_certs: bool,
     /// The Secret (in --pod-namespace) holding ca.crt, tls.crt and tls.key.
-    #[arg(long, env = "SANDCAP_CERT_SECRET_NAME", default_value = "sandcap-webhook-tls")]
+    #[arg(long, env = "SANDCAP_CERT_SECRET_NAME", default_value = CERT_SECRET_NAME)]
     pub cert_secret_name: String,
     /// The ValidatingWebhookConfiguration whose caBundle is kept in sync.
-    #[arg(long, env = "SANDCAP_WEBHOOK_CONFIG_NAME", default_value = "sandcap")]
+    #[arg(long, env = "SANDCAP_WEBHOOK_CONFIG_NAME", default_value = WEBHOOK_CONFIG_NAME)]
     pub webhook_config_name: String,
     /// The webhook Service: the serving certificate names <svc>, <svc>.<ns> and <svc>.<ns>.svc.
     #[arg(long, env = "SANDCAP_SERVICE_NAME", default_value = "sandcap-webhook")]
@@ -122,6 +134,11 @@ impl RunArgs {
 
     pub fn worker_url_allowed_cidrs(&self) -> AllowedCidrs {
         AllowedCidrs::new(self.worker_url_allowed_cidrs.iter().copied())
+    }
+
+    /// The drain window that applies: none without a webhook, which has no clients to wait for.
+    pub fn drain_window(&self) -> Duration {
+        if self.controllers_only { Duration::ZERO } else { self.shutdown_drain_window }
     }
 
     /// The leader-election identity: --pod-name, else the hostname.
@@ -146,6 +163,13 @@ pub enum RunError {
     Kube(kube::Error),
     #[error("controllers: {0}")]
     Controller(Box<crate::controller::Error>),
+    #[error(
+        "--shutdown-drain-window ({}) must be shorter than --shutdown-timeout ({}), which counts from the \
+         signal and covers the drain window and then the reviews in flight",
+        humantime::format_duration(*.window),
+        humantime::format_duration(*.timeout)
+    )]
+    DrainWindowPastTimeout { window: Duration, timeout: Duration },
     #[error("shutdown did not finish within {}; exiting without waiting further", humantime::format_duration(*.0))]
     ShutdownTimeout(Duration),
     #[error("{0} received again during shutdown; exiting at once")]
@@ -157,15 +181,21 @@ pub enum RunError {
 /// `--self-managed-certs`, the certificate keeper on every replica (the webhook's readiness waits
 /// for the certificate it writes, so it must not wait for readiness itself).
 ///
-/// A shutdown that outlives `--shutdown-timeout`, or a second signal, ends it with an error at
-/// once, whatever is still running: the caller must not wait for the runtime's tasks either.
+/// On SIGTERM it stops in the phases of [`Stop`]: not ready and the controllers handed over at
+/// once, the webhook still answering through the drain window, then closing. A shutdown that
+/// outlives `--shutdown-timeout`, or a second signal, ends it with an error at once, whatever is
+/// still running: the caller must not wait for the runtime's tasks either.
 pub async fn run(args: RunArgs) -> Result<(), RunError> {
     init_tracing(args.log_format);
-    let shutdown = CancellationToken::new();
+    let (window, timeout) = (args.drain_window(), args.shutdown_timeout);
+    if window >= timeout {
+        return Err(RunError::DrainWindowPastTimeout { window, timeout });
+    }
+    let stop = Stop::default();
     // Its own task, so that it fires even while the tasks it cuts short do not yield.
-    let mut forced = tokio::spawn(watch_signals(shutdown.clone(), args.shutdown_timeout));
+    let mut forced = tokio::spawn(watch_signals(stop.clone(), window, timeout));
     tokio::select! {
-        result = serve(&args, shutdown) => result,
+        result = serve(&args, stop) => result,
         Ok(forced) = &mut forced => {
             tracing::error!(error = %forced, "shutdown cut short");
             Err(forced)
@@ -173,14 +203,14 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     }
 }
 
-async fn serve(args: &RunArgs, shutdown: CancellationToken) -> Result<(), RunError> {
+async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let readiness = if args.controllers_only { Readiness::without_webhook() } else { Readiness::default() };
+    let readiness = readiness.until(stop.terminating.clone());
 
     let admin = bind(args.admin_addr).await?;
-    let admin =
-        serve_admin(admin, admin_router(Arc::new(registry), readiness.clone()), Limits::admin(), shutdown.clone());
+    let admin = serve_admin(admin, admin_router(Arc::new(registry), readiness.clone()), Limits::admin(), stop.clone());
     let admin = async {
         admin.await;
         Ok(())
@@ -202,7 +232,10 @@ async fn serve(args: &RunArgs, shutdown: CancellationToken) -> Result<(), RunErr
                     identity: args.identity(),
                     secret_namespaces: args.secret_namespaces.clone(),
                 };
-                controller::run(client.clone(), options, metrics.clone(), shutdown.clone())
+                // They serve no client, so there is nothing to drain: they stop at the first
+                // signal, and the leader releases its Lease at once, so that a standby takes over
+                // without waiting for the webhook's drain window.
+                controller::run(client.clone(), options, metrics.clone(), stop.terminating.clone())
                     .await
                     .map_err(|e| RunError::Controller(Box::new(e)))
             }
@@ -218,7 +251,7 @@ async fn serve(args: &RunArgs, shutdown: CancellationToken) -> Result<(), RunErr
                 webhook_config_name: args.webhook_config_name.clone(),
                 check_interval: CERT_CHECK_INTERVAL,
             };
-            certs::run_self_managed(client.clone(), options, shutdown.clone()).await;
+            certs::run_self_managed(client.clone(), options, stop.terminating.clone()).await;
         }
         Ok(())
     };
@@ -235,7 +268,7 @@ async fn serve(args: &RunArgs, shutdown: CancellationToken) -> Result<(), RunErr
             },
             limits: Limits::default(),
         };
-        Ok(serve_webhook(webhook, metrics.clone(), readiness, shutdown.clone()).await?)
+        Ok(serve_webhook(webhook, metrics.clone(), readiness, stop.clone()).await?)
     };
     tokio::try_join!(admin, webhook, controllers, certificates)?;
     tracing::info!("stopped");
@@ -276,9 +309,11 @@ fn cert_source(args: &RunArgs) -> Result<CertSource, RunError> {
     }
 }
 
-/// Cancels `shutdown` on the first SIGTERM or SIGINT; then returns why the shutdown must be cut
-/// short: a second signal, or `deadline` passed. Never returns while neither happens.
-pub async fn watch_signals(shutdown: CancellationToken, deadline: Duration) -> RunError {
+/// Cancels `stop.terminating` on the first SIGTERM or SIGINT, and `stop.closing` after
+/// `drain_window` (SIGTERM) or at once (SIGINT: a person at a terminal, with nothing routing
+/// traffic to the process); then returns why the shutdown must be cut short: a second signal, or
+/// `deadline` (counted from the first signal) passed. Never returns while neither happens.
+pub async fn watch_signals(stop: Stop, drain_window: Duration, deadline: Duration) -> RunError {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
         tracing::error!("cannot install signal handlers; stop with SIGKILL");
@@ -291,14 +326,33 @@ pub async fn watch_signals(shutdown: CancellationToken, deadline: Duration) -> R
         }
     };
     let name = next().await;
-    tracing::info!(
-        signal = name,
-        deadline = %humantime::format_duration(deadline),
-        "shutting down: no new connections, finishing in-flight work; a second signal exits at once"
-    );
-    shutdown.cancel();
+    let deadline_at = tokio::time::Instant::now() + deadline;
+    let window = if name == "SIGTERM" { drain_window } else { Duration::ZERO };
+    stop.terminating.cancel();
+    if !window.is_zero() {
+        tracing::info!(
+            signal = name,
+            drain_window = %humantime::format_duration(window),
+            deadline = %humantime::format_duration(deadline),
+            "shutting down: not ready, the controllers hand the leader lease over; admission reviews are \
+             still answered for the drain window, while the pod's removal from the Service spreads; a second \
+             signal exits at once"
+        );
+        tokio::select! {
+            name = next() => return RunError::SignalAgain(name),
+            () = tokio::time::sleep(window) => {}
+        }
+        tracing::info!("drain window over: no new connections; open ones close once their reviews are answered");
+    } else {
+        tracing::info!(
+            signal = name,
+            deadline = %humantime::format_duration(deadline),
+            "shutting down: no new connections, finishing in-flight work; a second signal exits at once"
+        );
+    }
+    stop.closing.cancel();
     tokio::select! {
         name = next() => RunError::SignalAgain(name),
-        () = tokio::time::sleep(deadline) => RunError::ShutdownTimeout(deadline),
+        () = tokio::time::sleep_until(deadline_at) => RunError::ShutdownTimeout(deadline),
     }
 }

@@ -1,8 +1,8 @@
 //! The contract's words: the two kinds, capability keys, explanation reasons, condition types and
-//! reasons, worker method names, driver kinds and the removed keys. It depends on nothing in the
-//! crate, so every module may use it: [`crate::api`] writes these words into the CRD schema,
-//! [`crate::contract`] (which also reads the types of [`crate::api`]) resolves with them, and the
-//! controllers write them into status.
+//! reasons, worker method names, driver kinds and the removed keys, and the words of the `explain`
+//! and `check` commands. It depends on nothing in the crate, so every module may use it:
+//! [`crate::api`] writes these words into the CRD schema, [`crate::contract`] (which also reads
+//! the types of [`crate::api`]) resolves with them, and the controllers write them into status.
 //!
 //! Each enum is declared once with its wire spelling; the string table, the list of all values
 //! and the serde and schema spellings all come from that one declaration.
@@ -156,7 +156,7 @@ words! {
 words! {
     /// The types of the conditions sandcap writes (docs/contract.md, "Status"): `Resolved`,
     /// `ConfigResolved` and `PluginIdentity` on a lease; `WorkerVerified`, `Ready` and
-    /// `ConfigSchemasCompiled` on a provider.
+    /// `ConfigSchemasCompiled` on a provider; `Valid` on both.
     pub enum ConditionType (as_str, parse) {
         Resolved = "Resolved",
         ConfigResolved = "ConfigResolved",
@@ -164,11 +164,14 @@ words! {
         WorkerVerified = "WorkerVerified",
         Ready = "Ready",
         ConfigSchemasCompiled = "ConfigSchemasCompiled",
+        // Both kinds: the stored object against today's rules (the CRD's and the webhook's)
+        Valid = "Valid",
     }
 }
 
 words! {
-    /// The reasons of those conditions, and of the Events a provider's capability changes record.
+    /// The reasons of those conditions, and of the Events that record a provider's capability
+    /// changes and an object's `Valid` turning.
     pub enum ConditionReason (as_str, parse) {
         // SandboxLease `Resolved`
         Resolved = "Resolved",
@@ -203,6 +206,37 @@ words! {
         // Events on a SandboxProvider
         CapabilitiesGranted = "CapabilitiesGranted",
         CapabilitiesRevoked = "CapabilitiesRevoked",
+        // `Valid` on both kinds, and the Events when it turns
+        Conforms = "Conforms",
+        BreaksCurrentRules = "BreaksCurrentRules",
+    }
+}
+
+// The words of `sandcap explain` and `sandcap check` (docs/contract.md, "Command line").
+
+words! {
+    /// The gates of the resolution that `sandcap explain` shows for each capability, in the order
+    /// the contract applies them.
+    pub enum Gate (as_str, parse) {
+        Identity = "identity",
+        Worker = "worker",
+        Declaration = "declaration",
+        Policy = "policy",
+        JobBackend = "jobBackend",
+        NativeFileSync = "nativeFileSync",
+        Config = "config",
+    }
+}
+
+words! {
+    /// The checks of `sandcap check`, in the order it runs them: each assumes the ones before it
+    /// passed.
+    pub enum Check (name, parse) {
+        Crds = "crds",
+        Webhook = "webhook",
+        Admission = "admission",
+        Leader = "leader",
+        Controllers = "controllers",
     }
 }
 

@@ -1,4 +1,5 @@
-//! `crds/` (what admins `kubectl apply`) and `charts/sandcap/crds/` (what `helm install` applies)
+//! `crds/` (what admins `kubectl apply`) and `charts/sandcap/files/crds/` (what the chart's
+//! `templates/crds.yaml` renders, adding only labels and the keep policy: tests/chart checks that)
 //! must both hold exactly what `sandcap crds` prints, or a cluster would run with a schema the
 //! binary does not expect. Regenerate both with `SANDCAP_UPDATE_CRDS=1 cargo test --test crds`.
 
@@ -8,7 +9,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-const CRD_DIRS: [&str; 2] = ["crds", "charts/sandcap/crds"];
+const CRD_DIRS: [&str; 2] = ["crds", "charts/sandcap/files/crds"];
 
 fn yaml_files(dir: &Path) -> BTreeSet<String> {
     let Ok(entries) = fs::read_dir(dir) else {
@@ -43,8 +44,8 @@ fn crd_directories_match_sandcap_crds() {
                 stale.push(format!("{} differs from `sandcap crds`", path.display()));
             }
         }
-        // A CRD that was renamed or dropped must not linger: Helm and `kubectl apply -f` would
-        // still install it.
+        // A CRD that was renamed or dropped must not linger: the chart and `kubectl apply -f`
+        // would still install it.
         for extra in yaml_files(&dir).difference(&expected) {
             let path = dir.join(extra);
             if update {

@@ -5,7 +5,7 @@
 
 mod support;
 
-use sandcap::cli::judge;
+use sandcap::judge::judge;
 use sandcap::schema::{Server, check};
 use sandcap::validation::Options;
 use serde_json::{Value, json};
@@ -21,7 +21,9 @@ fn errors(object: &Value, old: Option<&Value>, server: Server) -> Vec<String> {
 
 /// The denial `sandcap validate` prints for the object.
 fn denial(object: &Value) -> String {
-    judge(object, &Options::default(), Server::default()).expect_err("denied").0
+    let judgment = judge(object, &Options::default(), Server::default());
+    assert!(!judgment.allowed(), "denied: {judgment:?}");
+    judgment.message()
 }
 
 fn provider_case(pointer: &str, value: Value) -> Value {
@@ -176,14 +178,18 @@ fn driver_keys_are_unique_as_a_list_map() {
 
 #[test]
 fn exactly_one_of_service_or_url() {
-    for worker in
-        [json!({}), json!({"service": {"namespace": "n", "name": "w", "port": 1}, "url": "https://w.example"})]
-    {
+    for (worker, which) in [
+        (json!({}), "neither is set"),
+        (json!({"service": {"namespace": "n", "name": "w", "port": 1}, "url": "https://w.example"}), "both are set"),
+    ] {
         let p = provider_case("/spec/worker", worker);
-        assert_eq!(errors(&p, None, Server::V1_37), ["spec.worker: Invalid value: set exactly one of service or url"]);
+        assert_eq!(
+            errors(&p, None, Server::V1_37),
+            [format!("spec.worker: Invalid value: set exactly one of service or url: {which}")]
+        );
         assert_eq!(
             errors(&p, None, Server::V1_33),
-            ["spec.worker: Invalid value: \"object\": set exactly one of service or url"]
+            [format!("spec.worker: Invalid value: \"object\": set exactly one of service or url: {which}")]
         );
     }
     let url = provider_case("/spec/worker", json!({"url": "ftp://x/rpc"}));
@@ -210,7 +216,7 @@ fn sandbox_capabilities_are_six_boolean_keys_and_removed_keys_say_so() {
     assert_eq!(
         errors(&provider_case(&format!("{caps}/reusableLease"), json!(true)), None, Server::V1_37),
         [
-            "spec.environmentDrivers[0].sandboxCapabilities: Invalid value: unknown capability key: the keys are reusableLeases, nativeSyncIn, nativeSyncOut, persistentProcessSessions, independentControlCommands, incrementalSessionOutput"
+            "spec.environmentDrivers[0].sandboxCapabilities: Invalid value: unknown capability key \"reusableLease\": the keys are reusableLeases, nativeSyncIn, nativeSyncOut, persistentProcessSessions, independentControlCommands, incrementalSessionOutput"
         ]
     );
     for key in ["concurrentSyncAndExec", "concurrentSyncOperations"] {
@@ -227,6 +233,51 @@ fn sandbox_capabilities_are_six_boolean_keys_and_removed_keys_say_so() {
     assert_eq!(
         errors(&provider_case(&caps, Value::Object(many)), None, Server::V1_37),
         ["spec.environmentDrivers[0].sandboxCapabilities: Too many: 17: must have at most 16 items", SKIPPED]
+    );
+}
+
+/// The unknown-key rule names the keys (its `messageExpression`): the first three in byte order,
+/// whatever order the map holds them in, each quoted as `strings.quote` does and cut to 64
+/// characters (code points, not bytes), the rest counted; removed keys have their own rule. The
+/// texts are what kube-apiserver 1.37.2 and 1.33.13 answered for the same maps.
+#[test]
+fn unknown_capability_keys_are_named() {
+    const KEYS: &str = "the keys are reusableLeases, nativeSyncIn, nativeSyncOut, persistentProcessSessions, independentControlCommands, incrementalSessionOutput";
+    let caps = format!("{D0}/sandboxCapabilities");
+    let named = |map: Value| {
+        let e = errors(&provider_case(&caps, map), None, Server::V1_37);
+        assert_eq!(e.len(), 1, "{e:?}");
+        let detail =
+            e[0].strip_prefix("spec.environmentDrivers[0].sandboxCapabilities: Invalid value: unknown capability ");
+        detail.and_then(|d| d.strip_suffix(&format!(": {KEYS}"))).unwrap_or_else(|| panic!("{e:?}")).to_string()
+    };
+    assert_eq!(named(json!({"reuseableLeases": true, "nativeSyncIn": true})), r#"key "reuseableLeases""#);
+    assert_eq!(
+        named(json!({"reuseableLeases": true, "nativeSynIn": false})),
+        r#"keys "nativeSynIn", "reuseableLeases""#
+    );
+    assert_eq!(
+        named(json!({"zz": true, "aa": true, "mm": true, "bb": true, "cc": true})),
+        r#"keys "aa", "bb", "cc" and 2 more"#
+    );
+    let sixteen: serde_json::Map<String, Value> = (0..16).map(|i| (format!("k{i:02}"), json!(true))).collect();
+    assert_eq!(named(Value::Object(sixteen)), r#"keys "k00", "k01", "k02" and 13 more"#);
+    assert_eq!(named(json!({"x".repeat(100): true})), format!(r#"key "{}...""#, "x".repeat(64)));
+    assert_eq!(named(json!({"é".repeat(64): true})), format!(r#"key "{}""#, "é".repeat(64)));
+    assert_eq!(named(json!({"é".repeat(70): true})), format!(r#"key "{}...""#, "é".repeat(64)));
+    assert_eq!(named(json!({"a\nb": true, "t\tc": true})), r#"keys "a\nb", "t\tc""#);
+    assert_eq!(named(json!({" lead": true, "a\"q\\": true, "": true})), r#"keys "", " lead", "a\"q\\""#);
+    let e = errors(
+        &provider_case(&caps, json!({"concurrentSyncAndExec": true, "reuseableLeases": true})),
+        None,
+        Server::V1_33,
+    );
+    assert_eq!(
+        e,
+        [
+            "spec.environmentDrivers[0].sandboxCapabilities: Invalid value: \"object\": concurrentSyncAndExec was removed from the contract (concurrency is no longer declared): delete it".to_string(),
+            format!("spec.environmentDrivers[0].sandboxCapabilities: Invalid value: \"object\": unknown capability key \"reuseableLeases\": {KEYS}"),
+        ]
     );
 }
 
@@ -346,7 +397,7 @@ fn null_optional_fields_count_as_absent() {
     // A null service is no service: the one-of rule names the worker.
     assert_eq!(
         errors(&provider_case("/spec/worker/service", Value::Null), None, Server::V1_37),
-        ["spec.worker: Invalid value: set exactly one of service or url"]
+        ["spec.worker: Invalid value: set exactly one of service or url: neither is set"]
     );
 }
 

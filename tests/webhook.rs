@@ -15,7 +15,7 @@ use rcgen::{
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 use sandcap::admin::{self, Readiness};
-use sandcap::listener::{self, Limits};
+use sandcap::listener::{self, Limits, Stop};
 use sandcap::metrics::Metrics;
 use sandcap::tls::CertSource;
 use sandcap::validation::Options;
@@ -25,7 +25,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
-use tokio_util::sync::CancellationToken;
 
 // ---- certificates ------------------------------------------------------------------------------
 
@@ -131,7 +130,7 @@ impl SecretVolume {
 struct Harness {
     webhook: SocketAddr,
     admin: SocketAddr,
-    shutdown: CancellationToken,
+    shutdown: Stop,
     stopped: JoinHandle<Result<(), sandcap::tls::CertLoadError>>,
 }
 
@@ -155,7 +154,7 @@ async fn start(certificate: CertSource) -> Harness {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
     let readiness = Readiness::default();
-    let shutdown = CancellationToken::new();
+    let shutdown = Stop::default();
     let admin_app = admin::admin_router(Arc::new(registry), readiness.clone());
     let admin_limits = Limits { max_connections: 4, ..test_limits() };
     tokio::spawn(admin::serve_admin(admin, admin_app, admin_limits, shutdown.clone()));
@@ -712,13 +711,122 @@ async fn shutdown_finishes_in_flight_reviews_and_stops_accepting() {
     in_flight.write_all(&body[..100]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
 
-    harness.shutdown.cancel();
+    harness.shutdown.closing.cancel();
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(TcpStream::connect(harness.webhook).await.is_err(), "no new connections after shutdown");
     in_flight.write_all(&body[100..]).await.unwrap();
     let answer = String::from_utf8_lossy(&read_until_closed(&mut in_flight).await).to_string();
     assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
     assert!(answer.contains(r#""allowed":true"#), "{answer}");
+    tokio::time::timeout(Duration::from_secs(5), harness.stopped).await.unwrap().unwrap().unwrap();
+}
+
+/// A request whose body the test sends in two halves, so that it is in flight for as long as the
+/// test wants: the rest goes with [`Halfway::finish`].
+struct Halfway {
+    rest: futures::channel::mpsc::UnboundedSender<Result<axum::body::Bytes, std::io::Error>>,
+    body: Vec<u8>,
+}
+
+impl Halfway {
+    fn start(harness: &Harness) -> (Halfway, http::Request<axum::body::Body>) {
+        let body = serde_json::to_vec(&review("CREATE", &example("provider-full.yaml"), None)).unwrap();
+        let (rest, chunks) = futures::channel::mpsc::unbounded();
+        rest.unbounded_send(Ok(body[..100].to_vec().into())).unwrap();
+        let request = http::Request::post(harness.url("/validate"))
+            .header(http::header::CONTENT_LENGTH, body.len())
+            .body(axum::body::Body::from_stream(chunks))
+            .unwrap();
+        (Halfway { rest, body }, request)
+    }
+
+    fn finish(self) {
+        self.rest.unbounded_send(Ok(self.body[100..].to_vec().into())).unwrap();
+    }
+}
+
+fn a_review(harness: &Harness) -> http::Request<axum::body::Body> {
+    let body = serde_json::to_vec(&review("CREATE", &example("provider-full.yaml"), None)).unwrap();
+    http::Request::post(harness.url("/validate")).body(axum::body::Body::from(body)).unwrap()
+}
+
+/// While terminating (the drain window), everything is still answered, new connections included,
+/// but each HTTP/1.1 answer closes its connection, so that the client opens a new one (elsewhere,
+/// once the Service no longer sends it here) without ever writing to a connection being closed.
+#[tokio::test]
+async fn while_terminating_http1_answers_close_their_connection() {
+    use hyper::client::conn::{http1, http2};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let (harness, _client, ca, _volume) = serving().await;
+    let h1 = tls_connect(&ca, harness.webhook, &[]).await;
+    let (mut h1, h1_connection) = http1::handshake(TokioIo::new(h1)).await.unwrap();
+    let h1_connection = tokio::spawn(h1_connection);
+    assert!(h1.send_request(a_review(&harness)).await.unwrap().headers().get(http::header::CONNECTION).is_none());
+    let h2 = tls_connect(&ca, harness.webhook, &[b"h2"]).await;
+    let (mut h2, h2_connection) = http2::handshake(TokioExecutor::new(), TokioIo::new(h2)).await.unwrap();
+    tokio::spawn(h2_connection);
+
+    harness.shutdown.terminating.cancel();
+    let answered = h1.send_request(a_review(&harness)).await.unwrap();
+    assert_eq!(answered.status(), 200);
+    assert_eq!(answered.headers()[http::header::CONNECTION], "close");
+    let closed = tokio::time::timeout(Duration::from_secs(2), h1_connection).await;
+    assert!(matches!(closed, Ok(Ok(Ok(())))), "closed after its answer: {closed:?}");
+    let fresh = tls_connect(&ca, harness.webhook, &[]).await;
+    let (mut fresh, fresh_connection) = http1::handshake(TokioIo::new(fresh)).await.unwrap();
+    tokio::spawn(fresh_connection);
+    let answered = fresh.send_request(a_review(&harness)).await.unwrap();
+    assert_eq!(answered.status(), 200);
+    assert_eq!(answered.headers()[http::header::CONNECTION], "close", "new connections too");
+    for _ in 0..2 {
+        let answered = h2.send_request(a_review(&harness)).await.expect("HTTP/2 streams go on until GOAWAY");
+        assert_eq!(answered.status(), 200);
+    }
+}
+
+/// Clients must learn that a connection is going away without losing a request on it: HTTP/2 gets
+/// GOAWAY and its streams in flight still finish; HTTP/1.1 is closed at once when idle, and after
+/// its answer, which says `Connection: close`, when a request is in flight.
+#[tokio::test]
+async fn shutdown_closes_connections_gracefully() {
+    use hyper::client::conn::{http1, http2};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let (harness, _client, ca, _volume) = serving().await;
+    let h2 = tls_connect(&ca, harness.webhook, &[b"h2"]).await;
+    let (mut h2, h2_connection) = http2::handshake(TokioExecutor::new(), TokioIo::new(h2)).await.unwrap();
+    let h2_connection = tokio::spawn(h2_connection);
+    assert_eq!(h2.send_request(a_review(&harness)).await.unwrap().status(), 200);
+    let (h2_half, request) = Halfway::start(&harness);
+    let h2_in_flight = tokio::spawn(h2.send_request(request));
+
+    let idle = tls_connect(&ca, harness.webhook, &[]).await;
+    let (mut idle, idle_connection) = http1::handshake(TokioIo::new(idle)).await.unwrap();
+    let idle_connection = tokio::spawn(idle_connection);
+    let kept_alive = idle.send_request(a_review(&harness)).await.unwrap();
+    assert!(kept_alive.headers().get(http::header::CONNECTION).is_none());
+    let h1 = tls_connect(&ca, harness.webhook, &[]).await;
+    let (mut h1, h1_connection) = http1::handshake(TokioIo::new(h1)).await.unwrap();
+    let h1_connection = tokio::spawn(h1_connection);
+    let (h1_half, request) = Halfway::start(&harness);
+    let h1_in_flight = tokio::spawn(h1.send_request(request));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    harness.shutdown.closing.cancel();
+    let closed = tokio::time::timeout(Duration::from_secs(2), idle_connection).await;
+    assert!(matches!(closed, Ok(Ok(Ok(())))), "the idle HTTP/1.1 connection is closed cleanly: {closed:?}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    h2_half.finish();
+    h1_half.finish();
+    let answered = h2_in_flight.await.unwrap().expect("the HTTP/2 stream in flight is answered");
+    assert_eq!(answered.status(), 200);
+    let answered = h1_in_flight.await.unwrap().expect("the HTTP/1.1 request in flight is answered");
+    assert_eq!(answered.status(), 200);
+    assert_eq!(answered.headers()[http::header::CONNECTION], "close");
+    for (protocol, connection) in [("HTTP/2", h2_connection), ("HTTP/1.1", h1_connection)] {
+        let ended = tokio::time::timeout(Duration::from_secs(2), connection).await;
+        assert!(matches!(ended, Ok(Ok(Ok(())))), "the {protocol} connection ends without an error: {ended:?}");
+    }
+    assert!(h2.send_request(a_review(&harness)).await.is_err(), "no new stream after GOAWAY");
     tokio::time::timeout(Duration::from_secs(5), harness.stopped).await.unwrap().unwrap().unwrap();
 }
 
@@ -733,6 +841,7 @@ fn free_port() -> u16 {
 struct Sandcap {
     child: std::process::Child,
     webhook: u16,
+    admin: u16,
 }
 
 impl Sandcap {
@@ -745,7 +854,7 @@ impl Sandcap {
             .args(["--webhook-addr", &format!("127.0.0.1:{webhook}"), "--admin-addr", &format!("127.0.0.1:{admin}")])
             .env("RUST_LOG", "info");
         configure(&mut command);
-        let sandcap = Sandcap { child: command.spawn().unwrap(), webhook };
+        let sandcap = Sandcap { child: command.spawn().unwrap(), webhook, admin };
         let ready = (0..200).any(|_| {
             std::thread::sleep(Duration::from_millis(50));
             http_get(admin, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
@@ -806,7 +915,8 @@ impl Drop for Sandcap {
 #[test]
 fn sandcap_run_serves_until_sigterm_and_exits_zero() {
     let mut sandcap = Sandcap::start(|command| {
-        command.env("SANDCAP_LOG_FORMAT", "json").stdout(std::process::Stdio::piped());
+        command.env("SANDCAP_LOG_FORMAT", "json").env("SANDCAP_SHUTDOWN_DRAIN_WINDOW", "0s");
+        command.stdout(std::process::Stdio::piped());
     });
     let answer = sandcap.post_review(&review("CREATE", &webhook_denied(), None));
     assert_eq!(answer["response"]["allowed"], false);
@@ -838,7 +948,7 @@ fn sandcap_run_serves_until_sigterm_and_exits_zero() {
 fn a_closed_log_pipe_does_not_stop_the_shutdown() {
     let (reader, writer) = std::io::pipe().unwrap();
     let mut sandcap = Sandcap::start(|command| {
-        command.stdout(writer.try_clone().unwrap()).stderr(writer);
+        command.arg("--shutdown-drain-window=0s").stdout(writer.try_clone().unwrap()).stderr(writer);
     });
     let mut first = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(reader), &mut first).unwrap();
@@ -856,7 +966,7 @@ fn a_closed_log_pipe_does_not_stop_the_shutdown() {
 fn a_shutdown_past_its_deadline_exits_non_zero() {
     let mut sandcap = Sandcap::start(|command| {
         command
-            .args(["--shutdown-timeout", "1s"])
+            .args(["--shutdown-timeout", "1s", "--shutdown-drain-window", "0s"])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped());
     });
@@ -885,6 +995,77 @@ fn a_second_signal_exits_at_once() {
     assert!(took < Duration::from_millis(500), "{took:?}");
     let stderr = sandcap.stderr();
     assert!(stderr.contains("sandcap: SIGINT received again during shutdown; exiting at once"), "{stderr}");
+}
+
+/// SIGTERM: not ready at once, yet every review is answered through the drain window, on open
+/// connections and new ones alike; then the port closes and the process exits 0.
+#[test]
+fn sigterm_keeps_answering_through_the_drain_window() {
+    let mut sandcap = Sandcap::start(|command| {
+        command.args(["--shutdown-drain-window", "3s"]).stdout(std::process::Stdio::piped());
+    });
+    let kept_alive = reqwest::Client::builder().danger_accept_invalid_certs(true).build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let allowed = |client: &reqwest::Client| {
+        let url = format!("https://127.0.0.1:{}/validate", sandcap.webhook);
+        let body = serde_json::to_vec(&review("CREATE", &example("provider-full.yaml"), None)).unwrap();
+        let answer: Value = runtime.block_on(async { client.post(url).body(body).send().await?.json().await }).unwrap();
+        answer["response"]["allowed"] == true
+    };
+    assert!(allowed(&kept_alive));
+
+    let signalled = std::time::Instant::now();
+    sandcap.signal("TERM");
+    std::thread::sleep(Duration::from_millis(200));
+    let readyz = http_get(sandcap.admin, "/readyz").unwrap();
+    assert!(readyz.starts_with("HTTP/1.1 503") && readyz.ends_with("not ready: shutting down\n"), "{readyz}");
+    for _ in 0..10 {
+        assert!(allowed(&kept_alive), "the open connection is served");
+        let fresh = reqwest::Client::builder().danger_accept_invalid_certs(true).build().unwrap();
+        assert!(allowed(&fresh), "a new connection is served");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(signalled.elapsed() < Duration::from_secs(3), "the checks took longer than the window");
+
+    let (status, _) = sandcap.wait(Duration::from_secs(10)).expect("sandcap exits after the window");
+    assert_eq!(status.code(), Some(0));
+    assert!(signalled.elapsed() >= Duration::from_secs(3), "{:?}", signalled.elapsed());
+    assert!(std::net::TcpStream::connect(("127.0.0.1", sandcap.webhook)).is_err());
+    let mut logs = String::new();
+    sandcap.child.stdout.take().unwrap().read_to_string(&mut logs).unwrap();
+    let phases = ["shutting down: not ready", "drain window over", "no longer accepting", "stopped"];
+    let mut at = 0;
+    for phase in phases {
+        at += logs[at..].find(phase).unwrap_or_else(|| panic!("{phase:?}, in this order, in {logs}"));
+    }
+}
+
+/// Ctrl-C is a person at a terminal, with nothing routing clients to the process: no window.
+#[test]
+fn sigint_skips_the_drain_window() {
+    let mut sandcap = Sandcap::start(|command| {
+        command.stdout(std::process::Stdio::null());
+    });
+    sandcap.signal("INT");
+    let (status, took) = sandcap.wait(Duration::from_secs(5)).expect("sandcap exits on SIGINT");
+    assert_eq!(status.code(), Some(0));
+    assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+#[test]
+fn a_drain_window_past_the_shutdown_timeout_is_refused() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandcap"))
+        .args(["run", "--webhook-only", "--tls-self-signed", "--shutdown-timeout", "5s"])
+        .args(["--webhook-addr", &format!("127.0.0.1:{}", free_port())])
+        .args(["--admin-addr", &format!("127.0.0.1:{}", free_port())])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("sandcap: --shutdown-drain-window (10s) must be shorter than --shutdown-timeout (5s)"),
+        "{stderr}"
+    );
 }
 
 /// A minimal HTTP/1.1 GET, so the polling loop needs no runtime.

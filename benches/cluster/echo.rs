@@ -8,18 +8,17 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::http::header;
 use axum::routing::post;
-use sandcap::listener::{Limits, bind, serve_https};
+use sandcap::listener::{Limits, Stop, bind, serve_https};
 use sandcap::metrics::Metrics;
 use sandcap::tls::{self, CertResolver};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use crate::cluster::{Cluster, free_port};
 
 /// Serves on a free loopback port with a serving certificate of the cluster's CA until the
-/// returned token is cancelled (or dropped with its guard); returns the port.
+/// returned guard is dropped; returns the port.
 pub async fn start(c: &Cluster) -> (u16, tokio_util::sync::DropGuard) {
-    let (cert, key) = c.ca.serving();
+    let (cert, key) = c.ca.serving(&[]);
     let resolver = Arc::new(CertResolver::default());
     let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
     resolver.install(&tls::load_pem(cert.as_bytes(), key.as_bytes(), "echo.crt", "echo.key").expect("pair"), &metrics);
@@ -36,10 +35,10 @@ pub async fn start(c: &Cluster) -> (u16, tokio_util::sync::DropGuard) {
     );
     let port = free_port();
     let listener = bind(([127, 0, 0, 1], port).into()).await.expect("bind");
-    let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
+    let stop = Stop::default();
+    let closing = stop.closing.clone();
     tokio::spawn(
         async move { serve_https(listener, tls::server_config(resolver), app, &Limits::default(), stop).await },
     );
-    (port, shutdown.drop_guard())
+    (port, closing.drop_guard())
 }

@@ -30,6 +30,7 @@ use super::rules::*;
     printcolumn = r#"{"name":"Version","type":"string","jsonPath":".spec.version"}"#,
     printcolumn = r#"{"name":"Worker","type":"string","jsonPath":".status.worker.probe"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Valid","type":"string","jsonPath":".status.conditions[?(@.type==\"Valid\")].status","description":"whether the CRD and the webhook would admit the object today"}"#,
     printcolumn = r#"{"name":"Reuse","type":"boolean","jsonPath":".status.drivers[0].capabilities.reusableLeases","description":"first driver"}"#,
     printcolumn = r#"{"name":"SyncIn","type":"boolean","jsonPath":".status.drivers[0].capabilities.nativeSyncIn","description":"first driver"}"#,
     printcolumn = r#"{"name":"SyncOut","type":"boolean","jsonPath":".status.drivers[0].capabilities.nativeSyncOut","description":"first driver"}"#,
@@ -71,6 +72,7 @@ pub struct SandboxProviderSpec {
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
 #[schemars(extend("x-kubernetes-validations" = [{
     "rule": "has(self.service) != has(self.url)",
+    "messageExpression": "'set exactly one of service or url: ' + (has(self.service) ? 'both are set' : 'neither is set')",
     "message": "set exactly one of service or url"
 }]))]
 pub struct WorkerRef {
@@ -217,7 +219,8 @@ pub struct SandboxProviderStatus {
     /// The spec generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `WorkerVerified` (the last probe succeeded) and `Ready`.
+    /// `WorkerVerified` (the last probe succeeded), `Ready`, `ConfigSchemasCompiled` and `Valid`
+    /// (the spec against today's rules).
     #[serde(default)]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,

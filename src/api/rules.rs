@@ -123,9 +123,11 @@ pub(super) fn capabilities_schema(_: &mut SchemaGenerator) -> Schema {
         })
         .collect();
     let all: Vec<&str> = keys.iter().chain(&REMOVED_KEYS).copied().collect();
+    let listed = format!("the keys are {}", keys.join(", "));
     rules.push(serde_json::json!({
         "rule": format!("self.all(k, k in [{}])", known(&all)),
-        "message": format!("unknown capability key: the keys are {}", keys.join(", ")),
+        "messageExpression": unknown_keys_message(&known(&all), &listed),
+        "message": format!("unknown capability key: {listed}"),
     }));
     let meanings: Vec<String> = Capability::ALL.iter().map(|c| format!("{}: {}", c.key(), c.meaning())).collect();
     json_schema!({
@@ -138,6 +140,40 @@ pub(super) fn capabilities_schema(_: &mut SchemaGenerator) -> Schema {
         "maxProperties": MAX_CAPABILITY_KEYS,
         "x-kubernetes-validations": rules,
     })
+}
+
+/// How many unknown capability keys the message names (the rest are counted), and the characters
+/// of each it shows: an admin sees the typo at once, and the message stays short however long or
+/// many the keys are.
+const NAMED_KEYS: u32 = 3;
+const NAMED_KEY_CHARS: u32 = 64;
+
+/// The CEL `messageExpression` that names the unknown keys: `unknown capability key "reuseableLeases":
+/// <listed>`, or `keys "a", "b", "c" and 2 more: <listed>`, each key cut to [`NAMED_KEY_CHARS`]
+/// characters and quoted (`strings.quote`, so a newline cannot push the message back to the fixed
+/// one). The apiserver iterates a map in random order and 1.33 has no `sort()`, so the n-th key is
+/// the one with n unknown keys below it (byte order). `join()` and `string(int)` are avoided: the
+/// apiserver's cost estimate cannot bound the strings they build from a map's keys, and refuses
+/// the CRD.
+fn unknown_keys_message(known: &str, listed: &str) -> String {
+    let unknown = |var: &str| format!("!({var} in [{known}])");
+    let count = format!("self.filter(k, {}).size()", unknown("k"));
+    let nth = |n: u32| {
+        format!(
+            "self.filter(k, {} && self.filter(j, {} && j < k).size() == {n}).map(k, strings.quote(k.size() > {NAMED_KEY_CHARS} ? k.substring(0, {NAMED_KEY_CHARS}) + '...' : k))[0]",
+            unknown("k"),
+            unknown("j"),
+        )
+    };
+    let mut parts = vec![format!("({count} == 1 ? 'unknown capability key ' : 'unknown capability keys ')"), nth(0)];
+    parts.extend((1..NAMED_KEYS).map(|n| format!("({count} > {n} ? ', ' + {} : '')", nth(n))));
+    let more: Vec<String> = (0..=MAX_CAPABILITY_KEYS - NAMED_KEYS).map(|n| format!("'{n}'")).collect();
+    parts.push(format!(
+        "({count} > {NAMED_KEYS} ? ' and ' + [{}][{count} - {NAMED_KEYS}] + ' more' : '')",
+        more.join(", ")
+    ));
+    parts.push(format!("': {listed}'"));
+    parts.join(" + ")
 }
 
 /// `metav1.Condition` list keyed by `type`, so server-side apply merges conditions per type.

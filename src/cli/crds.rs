@@ -8,14 +8,21 @@ use crate::api::{SandboxLease, SandboxProvider};
 /// Both CRDs as one multi-document YAML stream, one file each in `crds/` (named so that
 /// `cat crds/*.yaml` gives back exactly this stream).
 pub fn crds() -> [(String, String); 2] {
-    [SandboxLease::crd(), SandboxProvider::crd()].map(|crd| {
-        let file = format!("{}.yaml", crd.metadata.name.as_deref().unwrap_or_default());
-        let mut crd = serde_json::to_value(&crd).expect("CRDs serialize");
-        unwrap_descriptions(&mut crd);
+    crd_values().map(|(name, crd)| {
         (
-            file,
+            format!("{name}.yaml"),
             format!("---\n{}", serde_saphyr::to_string_with_options(&crd, crd_yaml_options()).expect("CRDs serialize")),
         )
+    })
+}
+
+/// Both CRDs by name, as JSON exactly as `crds/` holds them.
+pub fn crd_values() -> [(String, Value); 2] {
+    [SandboxLease::crd(), SandboxProvider::crd()].map(|crd| {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let mut crd = serde_json::to_value(&crd).expect("CRDs serialize");
+        unwrap_descriptions(&mut crd);
+        (name, crd)
     })
 }
 

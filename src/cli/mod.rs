@@ -1,23 +1,34 @@
 //! The command line (docs/contract.md, "Command line"). `run` starts the servers
 //! ([`crate::run::run`], under the tokio runtime `main` builds); the offline commands
 //! `validate`, `resolve` and `crds` read manifests from files and call the same pure functions the
-//! webhook and the controllers call.
+//! webhook and the controllers call; `explain` and `check` read the live cluster ([`cluster`]).
+//! Installed as `kubectl-sandcap`, the binary is a kubectl plugin: `kubectl sandcap ...`.
 
+mod check;
+mod cluster;
 mod crds;
 mod error;
+mod explain;
 mod manifests;
 mod resolve;
 mod validate;
 
 use std::io::Write;
+use std::path::Path;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-pub use crds::{crds, crds_yaml};
+pub use check::CheckArgs;
+pub use cluster::ClusterArgs;
+pub use crds::{crd_values, crds, crds_yaml};
 pub use error::CliError;
-pub use manifests::load_objects;
+pub use explain::{ExplainArgs, Explained, Format};
+pub use manifests::{MAX_ENTRIES, MAX_INPUT, MAX_TOTAL, load_objects};
 pub use resolve::{ResolveArgs, TableOutput};
-pub use validate::{Output, ValidateArgs, judge};
+pub use validate::{Output, ValidateArgs};
+
+/// The name kubectl finds a plugin by: `kubectl sandcap` runs `kubectl-sandcap` from the PATH.
+pub const PLUGIN_NAME: &str = "kubectl-sandcap";
 
 #[derive(Debug, Parser)]
 #[command(name = "sandcap", version, about = "Admission webhook and operator for sandbox-provider capabilities")]
@@ -29,32 +40,55 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the admission webhook (HTTPS) and the controllers, with an admin port for probes and
-    /// metrics. Stops gracefully on SIGTERM or SIGINT.
+    /// metrics. Stops gracefully on SIGTERM (answering through --shutdown-drain-window first) or
+    /// SIGINT.
     Run(Box<crate::run::RunArgs>),
     #[command(flatten)]
-    Offline(Offline),
+    Tool(Tool),
 }
 
-/// The commands that need no runtime and no cluster: [`run`] runs them.
+/// The commands that answer and exit (all but `run`): [`run`] runs them.
 #[derive(Debug, Subcommand)]
-pub enum Offline {
+pub enum Tool {
     /// Print what the cluster would answer for every object in the files, offline.
     Validate(ValidateArgs),
     /// Print the capability resolution the controller would write.
     Resolve(ResolveArgs),
     /// Print the CustomResourceDefinitions (the YAML that crds/ holds).
     Crds,
+    /// Explain, from the live cluster, why each capability of a lease or provider is on or off,
+    /// and what to change.
+    Explain(Box<ExplainArgs>),
+    /// Check, against the live cluster, that sandcap works end to end: one line per check, exit 1
+    /// at the first that fails.
+    Check(Box<CheckArgs>),
 }
 
-/// Runs an offline command, writing to `out`. Returns the process exit code.
-pub fn run(command: Offline, out: &mut dyn Write) -> Result<i32, CliError> {
+/// Parses the command line. Invoked as [`PLUGIN_NAME`] (by kubectl), usage and help say
+/// `kubectl sandcap`.
+pub fn parse() -> Cli {
+    let invoked_as = std::env::args_os().next();
+    let plugin = invoked_as.as_deref().map(Path::new).and_then(Path::file_name).is_some_and(|n| n == PLUGIN_NAME);
+    let command = if plugin { plugin_command() } else { Cli::command() };
+    Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit())
+}
+
+/// The command line as kubectl's plugin.
+pub fn plugin_command() -> clap::Command {
+    Cli::command().bin_name("kubectl sandcap")
+}
+
+/// Runs a command other than `run`, writing to `out`. Returns the process exit code.
+pub fn run(command: Tool, out: &mut dyn Write) -> Result<i32, CliError> {
     let code = match command {
-        Offline::Validate(args) => validate::validate(&args, out)?,
-        Offline::Resolve(args) => resolve::resolve(&args, out)?,
-        Offline::Crds => {
+        Tool::Validate(args) => validate::validate(&args, out)?,
+        Tool::Resolve(args) => resolve::resolve(&args, out)?,
+        Tool::Crds => {
             out.write_all(crds_yaml().as_bytes())?;
             0
         }
+        Tool::Explain(args) => explain::explain(&args, out)?,
+        Tool::Check(args) => check::check(&args, out)?,
     };
     out.flush()?;
     Ok(code)
@@ -87,6 +121,9 @@ mod tests {
         assert_eq!(args.leader_election_namespace(), args.pod_namespace);
         assert_eq!(args.log_format, LogFormat::Text);
         assert_eq!(args.shutdown_timeout, Duration::from_secs(30));
+        assert_eq!(args.drain_window(), Duration::from_secs(10));
+        let controllers = run_args(&["--controllers-only", "--shutdown-drain-window", "1m"]).unwrap();
+        assert_eq!(controllers.drain_window(), Duration::ZERO, "no webhook, no clients to wait for");
     }
 
     #[test]

@@ -11,10 +11,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::error::CliError;
-use super::manifests::load_objects;
-use super::validate::judge;
+use super::manifests::{Loaded, Manifests};
 use crate::api::{Capabilities, Explanation, LeasePolicy, SandboxLease, SandboxProvider, SecretKeyRef};
 use crate::contract::{self, SecretLookup, Verified};
+use crate::judge::judge;
 use crate::probe::{self, AllowedCidrs, ProbeOutcome, Prober};
 use crate::schema;
 use crate::validation::{self, Options};
@@ -29,7 +29,7 @@ pub enum TableOutput {
 
 #[derive(Debug, clap::Args)]
 pub struct ResolveArgs {
-    /// The SandboxProvider manifest.
+    /// The SandboxProvider manifest (`-` for stdin, as for every file here).
     #[arg(long)]
     pub provider: PathBuf,
     /// Resolve only this driver (default: the lease's driver, or every driver).
@@ -38,9 +38,13 @@ pub struct ResolveArgs {
     /// A SandboxLease manifest: resolve at lease level, with every narrowing.
     #[arg(long)]
     pub lease: Option<PathBuf>,
-    /// Secret manifests for the lease's configFrom; a Secret not given is a missing Secret.
+    /// Secret manifests for the lease's configFrom, files or directories; a Secret not given is a
+    /// missing Secret.
     #[arg(long = "secret")]
     pub secrets: Vec<PathBuf>,
+    /// Read the subdirectories of a --secret directory too.
+    #[arg(short = 'R', long)]
+    pub recursive: bool,
     /// The worker's verified methods (default: the provider file's status.worker.supportedMethods).
     #[arg(long, value_delimiter = ',', conflicts_with = "worker_url")]
     pub worker_methods: Option<Vec<String>>,
@@ -63,7 +67,10 @@ struct ResolveRecord {
 }
 
 pub(super) fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, CliError> {
-    let provider: SandboxProvider = load_one(&args.provider, Kind::SandboxProvider)?;
+    let inputs = std::iter::once(&args.provider).chain(&args.lease).chain(&args.secrets);
+    Manifests::stdin_at_most_once(inputs.map(PathBuf::as_path))?;
+    let mut manifests = Manifests::new(args.recursive);
+    let provider: SandboxProvider = load_one(&mut manifests, &args.provider, Kind::SandboxProvider)?;
     let verified = match (&args.worker_methods, &args.worker_url) {
         (Some(methods), _) => Verified::methods(methods.iter().map(|m| m.trim()).filter(|m| !m.is_empty())),
         (None, Some(url)) => probe_live(url, &provider)?,
@@ -71,7 +78,7 @@ pub(super) fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, Cl
     };
     let records = match &args.lease {
         Some(lease_path) => {
-            let lease: SandboxLease = load_one(lease_path, Kind::SandboxLease)?;
+            let lease: SandboxLease = load_one(&mut manifests, lease_path, Kind::SandboxLease)?;
             if let Some(driver) = &args.driver
                 && *driver != lease.spec.provider_ref.driver_key
             {
@@ -80,7 +87,7 @@ pub(super) fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, Cl
                     lease.spec.provider_ref.driver_key
                 )));
             }
-            let secrets = load_secrets(&args.secrets)?;
+            let secrets = load_secrets(&mut manifests, &args.secrets)?;
             // The lease names its provider: a file for another provider means that provider is absent.
             let provider = (provider.metadata.name == Some(lease.spec.provider_ref.name.clone())).then_some(&provider);
             let r = contract::resolve_lease(&lease, provider, &verified, |r| secrets.lookup(r));
@@ -156,9 +163,13 @@ fn write_table(out: &mut dyn Write, r: &ResolveRecord) -> std::io::Result<()> {
 }
 
 /// Loads exactly one object of `kind`, refusing one the webhook would deny.
-fn load_one<T: serde::de::DeserializeOwned>(path: &Path, kind: Kind) -> Result<T, CliError> {
-    let shown = path.display().to_string();
-    let mut objects = load_objects(path)?;
+fn load_one<T: serde::de::DeserializeOwned>(manifests: &mut Manifests, path: &Path, kind: Kind) -> Result<T, CliError> {
+    let loaded = manifests.load(path)?;
+    let shown = match loaded.as_slice() {
+        [one] => one.shown.clone(),
+        _ => path.display().to_string(),
+    };
+    let mut objects: Vec<Value> = loaded.into_iter().flat_map(|l| l.objects).collect();
     if objects.len() != 1 {
         return Err(CliError::Parse {
             path: shown,
@@ -172,8 +183,10 @@ fn load_one<T: serde::de::DeserializeOwned>(path: &Path, kind: Kind) -> Result<T
     }
     // The worker URL is the caller's own to probe (or not: --worker-url replaces it).
     let options = Options { allow_worker_urls: true, worker_url_allowed_cidrs: AllowedCidrs::any() };
-    if let Err((message, _)) = judge(&object, &options, schema::Server::default()) {
-        return Err(CliError::Object { path: shown, kind: found, name, message: format!("denied: {message}") });
+    let judgment = judge(&object, &options, schema::Server::default());
+    if !judgment.allowed() {
+        let message = format!("denied: {}", judgment.message());
+        return Err(CliError::Object { path: shown, kind: found, name, message });
     }
     serde_json::from_value(object).map_err(|e| CliError::Object {
         path: shown,
@@ -195,13 +208,17 @@ impl Secrets {
     }
 }
 
-fn load_secrets(paths: &[PathBuf]) -> Result<Secrets, CliError> {
+fn load_secrets(manifests: &mut Manifests, paths: &[PathBuf]) -> Result<Secrets, CliError> {
     let mut secrets = BTreeMap::new();
+    let mut loaded = Vec::new();
     for path in paths {
-        for object in load_objects(path)? {
+        loaded.extend(manifests.load(path)?);
+    }
+    for Loaded { shown, objects } in loaded {
+        for object in objects {
             let (kind, name) = validation::identify(&object);
             let err = |message: String| CliError::Object {
-                path: path.display().to_string(),
+                path: shown.clone(),
                 kind: kind.clone(),
                 name: name.clone(),
                 message,

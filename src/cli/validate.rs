@@ -6,13 +6,13 @@ use std::path::PathBuf;
 use clap::ValueEnum;
 use ipnet::IpNet;
 use serde::Serialize;
-use serde_json::Value;
 
 use super::error::CliError;
-use super::manifests::load_objects;
+use super::manifests::{Loaded, Manifests};
+use crate::judge::{Options, judge};
 use crate::probe::AllowedCidrs;
 use crate::schema;
-use crate::validation::{self, Options};
+use crate::validation;
 use crate::vocabulary::Kind;
 
 #[derive(Debug, Clone, Copy, Default, ValueEnum)]
@@ -24,9 +24,16 @@ pub enum Output {
 
 #[derive(Debug, clap::Args)]
 pub struct ValidateArgs {
-    /// YAML or JSON files; multi-document and `kind: List` files are read object by object.
-    #[arg(required = true)]
+    /// YAML or JSON files, directories (their .json, .yaml and .yml files) or `-` for stdin;
+    /// multi-document and `kind: List` files are read object by object.
+    #[arg(required_unless_present = "filename")]
     pub files: Vec<PathBuf>,
+    /// The same as a FILE argument, as kubectl takes it.
+    #[arg(short, long = "filename", value_name = "FILE")]
+    pub filename: Vec<PathBuf>,
+    /// Read the subdirectories of a directory too.
+    #[arg(short = 'R', long)]
+    pub recursive: bool,
     #[arg(short, long, value_enum, default_value_t)]
     pub output: Output,
     /// Judge as an operator started with --allow-worker-urls would.
@@ -58,38 +65,31 @@ struct ValidateRecord {
     warnings: Vec<String>,
 }
 
-/// What `kubectl apply` would print for one object: the apiserver's own verdict (layer one, the
-/// CRD) if it rejects, else the webhook's (layer two), which the apiserver asks only then. `Ok`
-/// holds the warnings of an admitted object, `Err` the denial message and any warnings.
-pub fn judge(object: &Value, options: &Options, server: schema::Server) -> Result<Vec<String>, (String, Vec<String>)> {
-    if let Err(rejection) = schema::check(object, None, server) {
-        return Err((rejection.message(), Vec::new()));
-    }
-    let verdict = validation::review(object, None, options);
-    if verdict.allowed() { Ok(verdict.warnings) } else { Err((verdict.message(), verdict.warnings)) }
-}
-
 pub(super) fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
     let options = Options {
         allow_worker_urls: args.allow_worker_urls,
         worker_url_allowed_cidrs: AllowedCidrs::new(args.worker_url_allowed_cidrs.iter().copied()),
     };
     let mut records = Vec::new();
-    for path in &args.files {
-        for object in load_objects(path)? {
+    let mut manifests = Manifests::new(args.recursive);
+    let mut loaded = Vec::new();
+    for path in args.files.iter().chain(&args.filename) {
+        loaded.extend(manifests.load(path)?);
+    }
+    for Loaded { shown, objects } in loaded {
+        for object in objects {
             let (kind, name) = validation::identify(&object);
             if Kind::from_kind(&kind).is_none() {
                 return Err(CliError::Object {
-                    path: path.display().to_string(),
+                    path: shown,
                     kind,
                     name,
                     message: "unknown kind: sandcap validates SandboxProvider and SandboxLease".into(),
                 });
             }
-            records.push(match judge(&object, &options, args.kubernetes_version) {
-                Ok(warnings) => ValidateRecord { kind, name, allowed: true, message: String::new(), warnings },
-                Err((message, warnings)) => ValidateRecord { kind, name, allowed: false, message, warnings },
-            });
+            let judgment = judge(&object, &options, args.kubernetes_version);
+            let (allowed, message, warnings) = (judgment.allowed(), judgment.message(), judgment.warnings().to_vec());
+            records.push(ValidateRecord { kind, name, allowed, message, warnings });
         }
     }
     let denied = records.iter().any(|r| !r.allowed);

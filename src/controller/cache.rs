@@ -8,15 +8,15 @@
 //! Every trigger is an `ObjectRef` sent on a channel: the controller looks the object up in the
 //! cache when it reconciles, so it always reads the newest version.
 //! - own changes: an object whose `metadata.generation` changed (status writes never trigger);
-//! - provider -> leases: a provider whose [`lease_view`] changed, or that was deleted;
+//! - provider -> leases: a provider whose `lease_view` changed, or that was deleted;
 //! - Secret -> leases: a Secret whose data changed, that was deleted, or that lost its label.
+//!
+//! What changed, for whom, is decided in `changes.rs`.
 //!
 //! The leases of a provider or a Secret are looked up in [`Relations`], an index the lease watch
 //! keeps. After a watch re-list, objects deleted during the gap are found by comparing with the list.
 
-use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::hash::{Hash, Hasher};
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -31,8 +31,9 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tokio_util::sync::CancellationToken;
 
 use super::cached::CachedLease;
+use super::changes::{Seen, forget_deleted, generation, lease_view, secret_view};
 use super::error::Error;
-use super::relations::{Relations, reference};
+use super::relations::Relations;
 use crate::api::{SandboxProvider, SecretKeyRef};
 use crate::contract::SecretLookup;
 use crate::metrics::{KindLabels, Metrics};
@@ -163,88 +164,6 @@ impl SecretCache {
     }
 }
 
-/// What of a provider a lease reads: its identity, its drivers and the worker's verdict. A probe
-/// that returns what it returned before (a new `lastProbeTime` only) changes none of it.
-pub fn lease_view(provider: &SandboxProvider) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    provider.metadata.uid.hash(&mut hasher);
-    provider.spec.plugin_key.hash(&mut hasher);
-    serde_json::to_string(&provider.spec.environment_drivers).unwrap_or_default().hash(&mut hasher);
-    if let Some(worker) = provider.status.as_ref().and_then(|s| s.worker.as_ref()) {
-        serde_json::to_string(&worker.probe).unwrap_or_default().hash(&mut hasher);
-        worker.supported_methods.hash(&mut hasher);
-    }
-    hasher.finish()
-}
-
-fn secret_view(secret: &Secret) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    if let Some(data) = &secret.data {
-        for (key, value) in data {
-            key.hash(&mut hasher);
-            value.0.hash(&mut hasher);
-        }
-    }
-    hasher.finish()
-}
-
-fn generation<K: Resource>(obj: &K) -> u64 {
-    obj.meta().generation.map_or(0, |g| g as u64)
-}
-
-/// Remembers a view of every object of one watch and tells which objects it changed for.
-struct Seen<K: Resource<DynamicType = ()>> {
-    view: fn(&K) -> u64,
-    values: HashMap<ObjectRef<K>, u64>,
-    /// The objects of the list in progress (between `Init` and `InitDone`).
-    listing: Option<HashSet<ObjectRef<K>>>,
-    listed: bool,
-}
-
-impl<K: Resource<DynamicType = ()> + Clone> Seen<K> {
-    fn new(view: fn(&K) -> u64) -> Self {
-        Seen { view, values: HashMap::new(), listing: None, listed: false }
-    }
-
-    /// Whether the first list has completed (before that, every object is new to every reader).
-    fn listed(&self) -> bool {
-        self.listed
-    }
-
-    /// The objects whose view this event changed, deletions included: for `Delete` and
-    /// `InitDone` (the objects a re-list no longer holds) every object returned is deleted.
-    fn observe(&mut self, event: &watcher::Event<K>) -> Vec<ObjectRef<K>> {
-        match event {
-            watcher::Event::Init => {
-                self.listing = Some(HashSet::new());
-                Vec::new()
-            }
-            watcher::Event::InitApply(obj) | watcher::Event::Apply(obj) => {
-                let key = reference(obj);
-                if let (watcher::Event::InitApply(_), Some(listing)) = (event, self.listing.as_mut()) {
-                    listing.insert(key.clone());
-                }
-                let view = (self.view)(obj);
-                if self.values.insert(key.clone(), view) == Some(view) { Vec::new() } else { vec![key] }
-            }
-            watcher::Event::Delete(obj) => {
-                let key = reference(obj);
-                self.values.remove(&key);
-                vec![key]
-            }
-            watcher::Event::InitDone => {
-                self.listed = true;
-                let Some(listing) = self.listing.take() else { return Vec::new() };
-                let gone: Vec<ObjectRef<K>> = self.values.keys().filter(|k| !listing.contains(*k)).cloned().collect();
-                for key in &gone {
-                    self.values.remove(key);
-                }
-                gone
-            }
-        }
-    }
-}
-
 /// One watch of `api`, its events applied to a new cache before anything else sees them.
 fn watch<K>(api: Api<K>, config: watcher::Config) -> (Store<K>, impl Stream<Item = watcher::Event<K>> + Send)
 where
@@ -268,7 +187,7 @@ fn drop_managed_fields<K: Resource>(obj: &mut K) {
 impl Caches {
     /// Starts every watch in its own task (until `shutdown`), waits until each has listed once
     /// (at most [`LIST_DEADLINE`]), and returns the caches and the triggers of both controllers.
-    /// `forget` is called with the uid of every deleted provider and lease.
+    /// `forget` is called with the uid of every deleted provider and lease (watch gaps included).
     pub async fn start(
         client: &Client,
         scope: &SecretScope,
@@ -308,10 +227,8 @@ impl Caches {
         let mut spec = Seen::new(generation);
         let mut view = Seen::new(lease_view);
         spawn_until(shutdown, provider_events, move |event| {
-            if let watcher::Event::Delete(p) = &event {
-                forget_provider(p.uid().as_deref().unwrap_or_default());
-            }
             let changed = spec.observe(&event);
+            forget_deleted(&event, &changed, &forget_provider);
             // A deleted object has nothing left to reconcile: its trigger would stay counted as waiting.
             if !matches!(event, watcher::Event::Delete(_) | watcher::Event::InitDone) {
                 changed.into_iter().for_each(|p| own.send(p));
@@ -330,10 +247,8 @@ impl Caches {
         let (own, relations) = (lease_tx.clone(), caches.relations.clone());
         let mut spec = Seen::new(generation);
         spawn_until(shutdown, lease_events, move |event| {
-            if let watcher::Event::Delete(l) = &event {
-                forget(l.uid().as_deref().unwrap_or_default());
-            }
             let changed = spec.observe(&event);
+            forget_deleted(&event, &changed, &forget);
             match &event {
                 watcher::Event::Apply(lease) | watcher::Event::InitApply(lease) => {
                     relations.apply(lease);
@@ -402,98 +317,4 @@ fn spawn_until<K: Send + 'static>(
 /// The channel as a stream, for `Controller::reconcile_on`.
 pub fn stream<T: Send + 'static>(mut rx: UnboundedReceiver<T>) -> impl Stream<Item = T> + Send + 'static {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-
-    use crate::controller::fixtures::{T0, lease, provider, time};
-
-    fn secret(name: &str, data: serde_json::Value, labels: serde_json::Value) -> Secret {
-        serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": name, "namespace": "team-a", "labels": labels},
-            "data": data
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn a_probe_that_answers_as_before_changes_no_lease_view() {
-        let before = provider("p").driver("k").probed_ok(&["environmentExecute"]).at(T0).build();
-        let mut reprobed =
-            provider("p").driver("k").probed_ok(&["environmentExecute"]).at("2030-01-01T00:05:00Z").build();
-        reprobed.status.as_mut().unwrap().conditions = vec![Condition {
-            type_: "Ready".into(),
-            status: "True".into(),
-            reason: "CapabilitiesResolved".into(),
-            message: "a new transition".into(),
-            observed_generation: Some(1),
-            last_transition_time: time("2030-01-01T00:05:00Z"),
-        }];
-        assert_eq!(lease_view(&before), lease_view(&reprobed));
-    }
-
-    #[test]
-    fn what_a_lease_reads_of_its_provider_changes_its_view() {
-        let base = || provider("p").driver("k").probed_ok(&["environmentExecute"]);
-        let view = lease_view(&base().build());
-        let changed = [
-            ("uid", base().uid("re-created").build()),
-            ("pluginKey", base().plugin_key("other.plugin").build()),
-            ("drivers", base().declares(&["nativeSyncIn"]).build()),
-            ("methods", provider("p").driver("k").probed_ok(&["environmentSyncIn"]).build()),
-            ("verdict", provider("p").driver("k").probe_failed("timed out").build()),
-            ("no status", provider("p").driver("k").build()),
-        ];
-        for (what, provider) in changed {
-            assert_ne!(lease_view(&provider), view, "{what}");
-        }
-    }
-
-    #[test]
-    fn only_a_secrets_data_changes_its_view() {
-        let data = json!({"config.json": "e30="});
-        let view = secret_view(&secret("s", data.clone(), json!({CONFIG_SOURCE_LABEL: "true"})));
-        assert_eq!(secret_view(&secret("s", data, json!({CONFIG_SOURCE_LABEL: "true", "team": "a"}))), view);
-        assert_ne!(secret_view(&secret("s", json!({"config.json": "e30K"}), json!({}))), view);
-        assert_ne!(secret_view(&secret("s", json!({"other.json": "e30="}), json!({}))), view);
-    }
-
-    #[test]
-    fn a_status_write_triggers_nothing_a_spec_change_or_a_deletion_does() {
-        let mut spec = Seen::new(generation);
-        let first = lease("team-a", "l").of("p", "k").build();
-        let key = ObjectRef::from_obj(&first);
-        assert_eq!(spec.observe(&watcher::Event::Apply(first.clone())), std::slice::from_ref(&key), "new");
-        let mut status_only = first.clone();
-        status_only.status = Some(Default::default());
-        assert!(spec.observe(&watcher::Event::Apply(status_only)).is_empty(), "status write");
-        let mut edited = first.clone();
-        edited.metadata.generation = Some(2);
-        assert_eq!(spec.observe(&watcher::Event::Apply(edited.clone())), std::slice::from_ref(&key), "spec change");
-        assert_eq!(spec.observe(&watcher::Event::Delete(edited)), [key], "deletion");
-    }
-
-    #[test]
-    fn a_relist_reports_what_was_deleted_during_the_gap_and_nothing_else() {
-        let mut spec = Seen::new(generation);
-        let kept = lease("team-a", "kept").build();
-        let gone = lease("team-a", "gone").build();
-        assert!(!spec.listed());
-        spec.observe(&watcher::Event::Init);
-        spec.observe(&watcher::Event::InitApply(kept.clone()));
-        spec.observe(&watcher::Event::InitApply(gone.clone()));
-        assert!(spec.observe(&watcher::Event::InitDone).is_empty(), "the first list deletes nothing");
-        assert!(spec.listed());
-
-        spec.observe(&watcher::Event::Init);
-        assert!(spec.observe(&watcher::Event::InitApply(kept)).is_empty(), "unchanged");
-        assert_eq!(spec.observe(&watcher::Event::InitDone), [ObjectRef::from_obj(&gone)]);
-        assert!(spec.values.len() == 1, "the deleted object is forgotten");
-    }
 }

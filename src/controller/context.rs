@@ -11,6 +11,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 
+use super::audit::Audits;
 use super::cache::{Caches, Queue};
 use super::error::Error;
 use super::status::kind_label;
@@ -35,6 +36,27 @@ pub struct Context {
     pub probe_interval: Duration,
     /// Failed reconciles in a row, by uid; an object's entry goes when it is deleted.
     failures: Arc<Mutex<HashMap<String, u32>>>,
+    pub audits: Arc<Audits>,
+}
+
+/// What the controllers keep of each object, by uid, until it is deleted (so an object deleted
+/// and re-created starts afresh): its failed reconciles in a row and what the audit found.
+#[derive(Clone)]
+pub struct PerObject {
+    failures: Arc<Mutex<HashMap<String, u32>>>,
+    pub audits: Arc<Audits>,
+}
+
+impl PerObject {
+    pub fn new(audits: Audits) -> PerObject {
+        PerObject { failures: Arc::default(), audits: Arc::new(audits) }
+    }
+
+    /// The object with this uid was deleted.
+    pub fn forget(&self, uid: &str) {
+        self.failures.lock().expect("not poisoned").remove(uid);
+        self.audits.forget(uid);
+    }
 }
 
 impl Context {
@@ -45,7 +67,7 @@ impl Context {
         metrics: Metrics,
         probe_interval: Duration,
         identity: &str,
-        failures: Arc<Mutex<HashMap<String, u32>>>,
+        per_object: PerObject,
     ) -> Context {
         let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: Some(identity.into()) };
         Context {
@@ -55,7 +77,8 @@ impl Context {
             prober,
             metrics,
             probe_interval,
-            failures,
+            failures: per_object.failures,
+            audits: per_object.audits,
         }
     }
 

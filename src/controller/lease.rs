@@ -11,6 +11,7 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
+use super::audit;
 use super::cache::SecretCache;
 use super::cached::CachedLease;
 use super::context::Context;
@@ -25,7 +26,8 @@ use crate::vocabulary::{ConditionReason as Why, ConditionType as Type};
 /// every lease is a safety net only, and costs no request when nothing changed.
 pub const RESYNC: Duration = Duration::from_secs(3600);
 
-/// Resolves one lease and applies its status if it differs from the published one.
+/// Resolves one lease, judges its spec against today's rules ([`audit`]), applies its status if it
+/// differs from the published one, and records an Event when its `Valid` condition turned.
 pub async fn reconcile_lease(lease: Arc<CachedLease>, ctx: Arc<Context>) -> Result<Action, Error> {
     let provider = ctx.caches.providers.get(&ObjectRef::new(&lease.spec.provider_ref.name));
     // Checking the config compiles the driver's configSchema unless it is cached: CPU work
@@ -34,11 +36,18 @@ pub async fn reconcile_lease(lease: Arc<CachedLease>, ctx: Arc<Context>) -> Resu
     let resolve = || resolve(&lease, provider.as_deref(), &ctx.caches.secrets);
     let resolution =
         if compiles_nothing(&lease, provider.as_deref()) { resolve() } else { tokio::task::block_in_place(resolve) };
-    let desired = lease_status(&lease, &resolution, &now());
+    let finding = ctx.audits.finding(lease.as_ref(), &lease.spec).await;
+    let now = now();
+    let mut desired = lease_status(&lease, &resolution, &now);
+    let previous = lease.conditions();
+    let conditions = Conditions { generation: lease.metadata.generation, previous: &previous, now: &now };
+    let valid = audit::condition(&finding, &conditions);
+    desired.conditions.push(valid.clone());
     if !lease.is_published(&desired) {
         let namespace = lease.namespace().unwrap_or_default();
         let api = Api::<SandboxLease>::namespaced(ctx.client.clone(), &namespace);
         apply_status(&api, &lease.name_any(), &desired).await?;
+        audit::record_turn(lease.as_ref(), &previous, &valid, &ctx.recorder).await;
     }
     // Nothing to schedule: the loop's pass every [`RESYNC`] comes back to every lease.
     Ok(Action::await_change())

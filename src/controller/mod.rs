@@ -14,12 +14,14 @@
 //!
 //! [`contract::resolve_lease`]: crate::contract::resolve_lease
 
+mod audit;
 pub mod cache;
 mod cached;
+mod changes;
 mod context;
 mod error;
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 pub mod leader;
 mod lease;
 mod provider;
@@ -27,8 +29,7 @@ mod relations;
 mod runner;
 mod status;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -38,12 +39,17 @@ use kube::runtime::watcher;
 use kube::{Client, Resource};
 use tokio_util::sync::CancellationToken;
 
-pub use cache::{Caches, SecretScope};
-use context::{Context, error_policy, reconciler, retry_delay};
+use audit::Audits;
+pub use cache::{CONFIG_SOURCE_LABEL, Caches, SecretScope};
+use context::{Context, PerObject, error_policy, reconciler, retry_delay};
 pub use error::Error;
 use lease::reconcile_lease;
 use provider::reconcile_provider;
+/// The statuses the controllers write, for the tests of what reads them (`sandcap explain`).
+#[cfg(test)]
+pub(crate) use {lease::lease_status, provider::provider_status};
 
+use crate::judge::Options;
 use crate::metrics::Metrics;
 use crate::probe::{AllowedCidrs, Prober};
 
@@ -111,23 +117,27 @@ async fn controllers(
         options.worker_url_allowed_cidrs.clone(),
         &options.identity,
     );
-    let failures: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    // The audit judges with the settings this process's webhook runs with.
+    let settings = Options {
+        allow_worker_urls: options.allow_worker_urls,
+        worker_url_allowed_cidrs: options.worker_url_allowed_cidrs.clone(),
+    };
+    let per_object = PerObject::new(Audits::new(settings, &metrics));
     let forget = {
-        let failures = failures.clone();
-        move |uid: &str| {
-            failures.lock().expect("not poisoned").remove(uid);
-        }
+        let per_object = per_object.clone();
+        move |uid: &str| per_object.forget(uid)
     };
     // The watches end with the controllers, also when they stop for a lost leader lease.
     let watches = shutdown.child_token();
     let _stop_watches = watches.clone().drop_guard();
     let (caches, queues, triggers) =
         Caches::start(&client, &options.secret_namespaces, forget, &metrics, &watches).await?;
+    let audits = per_object.audits.clone();
     if shutdown.is_cancelled() {
         return Ok(());
     }
     let ctx =
-        Context::new(client, caches.clone(), prober, metrics, options.probe_interval, &options.identity, failures);
+        Context::new(client, caches.clone(), prober, metrics, options.probe_interval, &options.identity, per_object);
     let ctx = Arc::new(ctx);
 
     let provider_controller = Controller::for_stream(futures::stream::pending(), caches.providers.clone())
@@ -154,6 +164,8 @@ async fn controllers(
         "caches listed; controllers started"
     );
     futures::join!(provider_controller, lease_controller);
+    // Another replica, or the next run, counts from scratch.
+    audits.clear();
     tracing::info!("controllers stopped");
     Ok(())
 }
@@ -207,7 +219,8 @@ mod tests {
             secrets: cache::SecretCache::default(),
             relations: Default::default(),
         };
-        Arc::new(Context::new(client, caches, prober, metrics, Duration::from_secs(60), "test", Arc::default()))
+        let per_object = PerObject::new(Audits::new(Options::default(), &metrics));
+        Arc::new(Context::new(client, caches, prober, metrics, Duration::from_secs(60), "test", per_object))
     }
 
     #[tokio::test]

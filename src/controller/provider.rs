@@ -14,6 +14,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 
+use super::audit;
 use super::context::Context;
 use super::error::Error;
 use super::status::{Conditions, apply_status, now};
@@ -25,8 +26,9 @@ use crate::probe::{ProbeOutcome, Prober};
 use crate::text;
 use crate::vocabulary::{ConditionReason as Why, ConditionType as Type};
 
-/// Reconciles one provider: probes its worker if a probe is due, then applies the status if it
-/// differs from the published one, and records an Event for every capability that turned on or off.
+/// Reconciles one provider: probes its worker if a probe is due, judges its spec against today's
+/// rules ([`audit`]), then applies the status if it differs from the published one, and records an
+/// Event for every capability that turned on or off and when its `Valid` condition turned.
 pub async fn reconcile_provider(provider: Arc<SandboxProvider>, ctx: Arc<Context>) -> Result<Action, Error> {
     let provider = provider.as_ref();
     let now = now();
@@ -44,15 +46,21 @@ pub async fn reconcile_provider(provider: Arc<SandboxProvider>, ctx: Arc<Context
     // async workers, so that it delays no other reconcile, watch or probe. Schemas compiled before
     // are checked here: each hand-over to another thread would leave that thread holding memory.
     let schemas = provider.spec.environment_drivers.iter().filter_map(|d| d.config_schema.as_ref());
-    let desired = if schemas.clone().all(config_schema::is_cached) {
+    let mut desired = if schemas.clone().all(config_schema::is_cached) {
         provider_status(provider, worker, &now)
     } else {
         tokio::task::block_in_place(|| provider_status(provider, worker, &now))
     };
+    let finding = ctx.audits.finding(provider, &provider.spec).await;
+    let previous = provider.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let valid =
+        audit::condition(&finding, &Conditions { generation: provider.metadata.generation, previous, now: &now });
+    desired.conditions.push(valid.clone());
     if provider.status.as_ref() != Some(&desired) {
         let api = Api::<SandboxProvider>::all(ctx.client.clone());
         apply_status(&api, &provider.name_any(), &desired).await?;
         record_capability_changes(provider, &desired, &ctx).await;
+        audit::record_turn(provider, previous, &valid, &ctx.recorder).await;
     }
     Ok(Action::requeue(next_probe))
 }

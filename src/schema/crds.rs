@@ -4,7 +4,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 use kube::CustomResourceExt;
-use kube_cel::cel::Context;
+use kube_cel::cel::extractors::This;
+use kube_cel::cel::{self, Context, FunctionContext};
 use kube_cel::{CompiledSchema, KubeCelExt};
 use serde_json::Value;
 
@@ -38,7 +39,18 @@ impl Crds {
         };
         // In `Kind` order.
         let kinds = Kind::ALL.map(crd);
-        Crds { kinds, context: Context::default().with_all(), patterns: RefCell::default() }
+        let mut context = Context::default().with_all();
+        context.add_function("size", size);
+        Crds { kinds, context, patterns: RefCell::default() }
+    }
+}
+
+/// CEL's `size()`, counting a string's code points as the CEL specification and the apiserver
+/// do (the cel crate counts its bytes, which would cut a key of accented letters elsewhere).
+fn size(ftx: &FunctionContext, This(this): This<cel::Value>) -> cel::ResolveResult {
+    match this {
+        cel::Value::String(s) => Ok(cel::Value::Int(s.chars().count() as i64)),
+        other => cel::functions::size(ftx, This(other)).map(cel::Value::Int),
     }
 }
 

@@ -89,20 +89,31 @@ pub(super) fn cel_detail(
     schema: &Value,
     server: Server,
 ) -> String {
-    let message = rule
-        .message_program
-        .as_ref()
-        .and_then(|p| match p.execute(ctx) {
-            Ok(cel::Value::String(s)) => Some(s.to_string()),
-            _ => None,
-        })
-        .or_else(|| rule.rule.message.clone())
-        .unwrap_or_else(|| format!("failed rule: {}", rule.rule.rule));
+    let message = rule_message(rule, ctx);
     match (server, value) {
         (Server::V1_33, _) => format!("\"{}\": {message}", schema["type"].as_str().unwrap_or_default()),
         (Server::V1_37, Value::Object(_) | Value::Array(_)) => message,
         (Server::V1_37, scalar) => format!("{}: {message}", go_value(scalar)),
     }
+}
+
+/// The longest evaluated `messageExpression` the apiserver shows, in bytes.
+const MAX_MESSAGE_EXPRESSION_BYTES: usize = 5 * 1024;
+
+/// A failed rule's message as the apiserver picks it: its `messageExpression`, trimmed, unless
+/// that fails, is not a string, or is empty, longer than 5 KiB or on several lines; then its
+/// `message`, trimmed; then `failed rule: <rule>`. (The apiserver also stops at a
+/// `messageExpression` over its cost budget; sandcap's are bounded well below it.)
+fn rule_message(rule: &CompilationResult, ctx: &Context) -> String {
+    let evaluated = rule.message_program.as_ref().and_then(|p| match p.execute(ctx) {
+        Ok(cel::Value::String(s)) => Some(s.trim().to_string()),
+        _ => None,
+    });
+    let shown = |m: &String| !m.is_empty() && m.len() <= MAX_MESSAGE_EXPRESSION_BYTES && !m.contains('\n');
+    evaluated.filter(shown).unwrap_or_else(|| match rule.rule.message.as_deref() {
+        Some(message) if !message.is_empty() => message.trim().to_string(),
+        _ => format!("failed rule: {}", rule.rule.rule.trim()),
+    })
 }
 
 /// JSON as CEL sees it: a `null` field is absent (`has()` is false), as the apiserver drops it.
@@ -125,5 +136,33 @@ pub(super) fn cel_value(value: &Value) -> cel::Value {
                 .collect();
             cel::Value::Map(cel::objects::Map { map: Arc::new(entries) })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// What the apiserver shows for a failed rule with this `messageExpression` and `message`.
+    fn shown(message_expression: &str, message: Option<&str>) -> String {
+        let mut rule = json!({"rule": " false ", "messageExpression": message_expression});
+        if let Some(message) = message {
+            rule["message"] = json!(message);
+        }
+        let compiled = kube_cel::compile_schema(&json!({"type": "object", "x-kubernetes-validations": [rule]}));
+        let rule = compiled.validations[0].as_ref().expect("compiles");
+        rule_message(rule, &Context::default())
+    }
+
+    #[test]
+    fn a_message_expression_falls_back_to_the_message_as_the_apiserver_does() {
+        assert_eq!(shown("'  named  '", Some("fixed")), "named");
+        for unusable in ["''", "'  '", "'two\\nlines'", "'x'.repeat(1)", "1", &format!("'{}'", "x".repeat(5121))] {
+            assert_eq!(shown(unusable, Some(" fixed ")), "fixed", "{unusable}");
+        }
+        assert_eq!(shown(&format!("'{}'", "x".repeat(5120)), Some("fixed")).len(), 5120);
+        assert_eq!(shown("''", None), "failed rule: false");
     }
 }

@@ -27,8 +27,7 @@ use crate::probe::AllowedCidrs;
 use crate::schema;
 use crate::text;
 use crate::vocabulary::{Capability, DriverKind, Kind, REMOVED_KEYS};
-use verdict::MAX_PROBLEM;
-pub use verdict::{MAX_PER_KIND, MAX_WARNING_LEN, MAX_WARNINGS, Problem, Verdict, truncate_warning};
+pub use verdict::{MAX_MESSAGE, MAX_PER_KIND, MAX_WARNING_LEN, MAX_WARNINGS, Problem, Verdict, truncate_warning};
 
 /// Operator settings that change what is admitted.
 #[derive(Clone, Debug, Default)]
@@ -242,15 +241,8 @@ impl Checker {
         self.verdict
     }
 
-    /// Paths arrive as `Display` (often `format_args!`) and are written out only here: a review
-    /// that finds nothing formats no path at all, and one that finds many formats only those it
-    /// lists.
     fn problem(&mut self, kind: &'static str, path: impl fmt::Display, message: impl AsRef<str>) {
-        if !self.verdict.lists(kind) {
-            return self.verdict.omit(kind);
-        }
-        let message = text::clip(message.as_ref(), MAX_PROBLEM);
-        self.verdict.problems.push(Problem { path: path.to_string(), message, kind });
+        self.verdict.add(kind, path, message);
     }
 
     fn warn(&mut self, warning: String) {

@@ -40,7 +40,10 @@ pub const MAX_PER_KIND: usize = 8;
 /// Warnings an answer carries; more are counted in a last warning.
 pub const MAX_WARNINGS: usize = 16;
 /// The longest problem text (a `configSchema`'s compile error can quote the schema).
-pub(super) const MAX_PROBLEM: usize = 512;
+const MAX_PROBLEM: usize = 512;
+/// The longest denial message. A denial lists a bounded number of problems of each kind
+/// ([`MAX_PER_KIND`]), which stays well below it; this is the last bound.
+pub const MAX_MESSAGE: usize = 16 * 1024;
 
 impl Verdict {
     pub fn allowed(&self) -> bool {
@@ -58,6 +61,18 @@ impl Verdict {
         let listed = self.problems.iter().map(ToString::to_string);
         let omitted = self.omitted.iter().map(|(kind, n)| format!("and {n} more {kind}"));
         listed.chain(omitted).collect::<Vec<_>>().join("; ")
+    }
+
+    /// Adds a problem of `kind`: listed, cut to 512 bytes (`MAX_PROBLEM`), while fewer than
+    /// [`MAX_PER_KIND`] of its kind are; counted after that. The path arrives as `Display` (often
+    /// `format_args!`) and is written out only here: a review that finds nothing formats no path
+    /// at all, and one that finds many formats only those it lists.
+    pub fn add(&mut self, kind: &'static str, path: impl fmt::Display, message: impl AsRef<str>) {
+        if !self.lists(kind) {
+            return self.omit(kind);
+        }
+        let message = text::clip(message.as_ref(), MAX_PROBLEM);
+        self.problems.push(Problem { path: path.to_string(), message, kind });
     }
 
     /// Whether another problem of `kind` would be listed rather than counted.

@@ -5,10 +5,9 @@ mod handler;
 
 use std::sync::Arc;
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 
 use crate::admin::Readiness;
-use crate::listener::{Limits, serve_https};
+use crate::listener::{Limits, Stop, serve_https};
 use crate::metrics::Metrics;
 use crate::tls::{self, CertLoadError, CertResolver, CertSource};
 use crate::validation::Options;
@@ -21,13 +20,14 @@ pub struct Webhook {
     pub limits: Limits,
 }
 
-/// Serves admission reviews over HTTPS until `shutdown`, keeping the certificate current meanwhile.
-/// Marks `readiness` once listening (it turns ready when the first certificate loads).
+/// Serves admission reviews over HTTPS until `stop` closes the listener (see [`Stop`]), keeping the
+/// certificate current meanwhile. Marks `readiness` once listening (it turns ready when the first
+/// certificate loads).
 pub async fn serve_webhook(
     webhook: Webhook,
     metrics: Metrics,
     readiness: Readiness,
-    shutdown: CancellationToken,
+    stop: Stop,
 ) -> Result<(), CertLoadError> {
     let resolver = Arc::new(CertResolver::default());
     let watcher = match webhook.certificate {
@@ -37,7 +37,7 @@ pub async fn serve_webhook(
             None
         }
         CertSource::Files { cert, key, interval } => {
-            let watch = tls::watch_files(cert, key, interval, resolver.clone(), metrics.clone(), shutdown.clone());
+            let watch = tls::watch_files(cert, key, interval, resolver.clone(), metrics.clone(), stop.closing.clone());
             Some(tokio::spawn(watch))
         }
     };
@@ -46,7 +46,7 @@ pub async fn serve_webhook(
         tracing::info!(%addr, "admission webhook listening (POST /validate)");
     }
     let app = handler::webhook_router(webhook.options, metrics, &webhook.limits);
-    serve_https(webhook.listener, tls::server_config(resolver), app, &webhook.limits, shutdown).await;
+    serve_https(webhook.listener, tls::server_config(resolver), app, &webhook.limits, stop).await;
     if let Some(watcher) = watcher {
         // It ends with the same shutdown token.
         let _ = watcher.await;

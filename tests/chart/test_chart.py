@@ -15,6 +15,7 @@ import copy
 import json
 import pathlib
 import re
+import shutil
 from functools import cache
 from typing import Any
 
@@ -39,6 +40,7 @@ CRD_MODELS = {
     ("cert-manager.io/v1", "Issuer"): cert_manager.Issuer,
     ("cert-manager.io/v1", "Certificate"): cert_manager.Certificate,
     ("monitoring.coreos.com/v1", "ServiceMonitor"): prometheus_operator.ServiceMonitor,
+    ("monitoring.coreos.com/v1", "PrometheusRule"): prometheus_operator.PrometheusRule,
 }
 
 EGRESS = [{"to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}], "ports": [{"port": 443, "protocol": "TCP"}]}]
@@ -85,18 +87,23 @@ def merged(values: dict[str, Any]) -> dict[str, Any]:
 
 
 @cache
-def _render(values_json: str) -> tuple[dict[str, Any], ...]:
+def _render(values_json: str, hooks: bool) -> tuple[dict[str, Any], ...]:
     with helm.Chart.load(CHART) as chart:
         manifests = chart.render(json.loads(values_json), name=RELEASE, namespace=NAMESPACE, is_install=True)
     objects = []
     for path, text in sorted(manifests.items()):
         if path.endswith(".yaml"):
-            objects.extend(doc for doc in yaml.safe_load_all(text) if doc)
+            objects.extend(doc for doc in yaml.safe_load_all(text) if doc and (hooks or not is_hook(doc)))
     return tuple(objects)
 
 
-def render(values: dict[str, Any]) -> list[dict[str, Any]]:
-    return copy.deepcopy(list(_render(json.dumps(values, sort_keys=True))))
+def is_hook(obj: dict[str, Any]) -> bool:
+    return "helm.sh/hook" in obj["metadata"].get("annotations", {})
+
+
+def render(values: dict[str, Any], hooks: bool = False) -> list[dict[str, Any]]:
+    """The objects an install applies; with `hooks`, also those `helm test` creates."""
+    return copy.deepcopy(list(_render(json.dumps(values, sort_keys=True), hooks)))
 
 
 def render_text(values: dict[str, Any], **options: Any) -> dict[str, str]:
@@ -104,9 +111,9 @@ def render_text(values: dict[str, Any], **options: Any) -> dict[str, str]:
         return chart.render(values, name=RELEASE, namespace=NAMESPACE, **options)
 
 
-def chart_crds() -> list[dict[str, Any]]:
-    with helm.Chart.load(CHART) as chart:
-        return [yaml.safe_load(crd["data"]) for crd in chart.crds]
+def chart_crds(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The CRDs the chart installs: templates/crds.yaml renders them from files/crds/."""
+    return of_kind(render(values or {}), "CustomResourceDefinition")
 
 
 def of_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -125,6 +132,11 @@ def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
 
 def env(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container(objects)["env"]}
+
+
+def is_aggregated(role: dict[str, Any]) -> bool:
+    """A ClusterRole whose rules kube-controller-manager copies into view, edit or admin."""
+    return any(k.startswith("rbac.authorization.k8s.io/aggregate-to-") for k in role["metadata"].get("labels", {}))
 
 
 def rbac_rules(objects: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -236,17 +248,21 @@ EVERYTHING_ON = {
 @pytest.mark.parametrize("kube_version", KUBE_VERSION_RANGE)
 @pytest.mark.parametrize("mode", ["selfManaged", "certManager"])
 def test_objects_fit_the_supported_kubernetes_range(kube_version: str, mode: str) -> None:
-    for obj in render({**EVERYTHING_ON, "certificates": {"mode": mode}}) + chart_crds():
+    for obj in render({**EVERYTHING_ON, "certificates": {"mode": mode}}):
         validate_object(obj, kube_version)
 
 
 def test_chart_crds_validate_and_match_repo() -> None:
     crds = chart_crds()
     assert {c["metadata"]["name"] for c in crds} == {"sandboxproviders.sandcap.dev", "sandboxleases.sandcap.dev"}
+    repo = CHART.parents[1] / "crds"
     for crd in crds:
         validate_object(crd)
-    repo = CHART.parents[1] / "crds"
-    for path in (CHART / "crds").glob("*.yaml"):
+        generated = yaml.safe_load((repo / f"{crd['metadata']['name']}.yaml").read_text())
+        assert without_release_metadata(crd) == generated, f"{crd['metadata']['name']} differs from crds/"
+    files = sorted((CHART / "files" / "crds").glob("*.yaml"))
+    assert [p.name for p in files] == sorted(p.name for p in repo.glob("*.yaml"))
+    for path in files:
         assert path.read_text() == (repo / path.name).read_text(), f"{path} differs from crds/{path.name}"
 
 
@@ -265,9 +281,8 @@ def test_names_follow_the_release_name() -> None:
         variables["SANDCAP_SERVICE_NAME"] == one(objects, "Service")["metadata"]["name"] == "platform-sandcap-webhook"
     )
     assert variables["SANDCAP_CERT_SECRET_NAME"] == "platform-sandcap-webhook-tls"
-    # "default" holds the Events about cluster-scoped SandboxProviders, and nothing else.
-    assert {o["metadata"].get("namespace") for o in objects} == {"infra", "default", None}
-    assert {o["kind"] for o in objects if o["metadata"].get("namespace") == "default"} == {"Role", "RoleBinding"}
+    # Nothing lands outside the release's namespace (the Events' grant is cluster-wide).
+    assert {o["metadata"].get("namespace") for o in objects} == {"infra", None}
 
 
 @pytest.mark.parametrize("mode", ["selfManaged", "certManager"])
@@ -455,7 +470,9 @@ def test_no_rbac_wildcards(scenario: str) -> None:
     for role, rule in rbac_rules(render(SCENARIOS[scenario])):
         for field in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
             assert not any("*" in item for item in rule.get(field, [])), f"{role['metadata']['name']}: {rule}"
-        assert not set(rule["verbs"]) & {"escalate", "bind", "impersonate", "delete", "deletecollection"}
+        # Users delete their leases through the built-in roles; sandcap itself deletes nothing.
+        deletes = set() if is_aggregated(role) else {"delete", "deletecollection"}
+        assert not set(rule["verbs"]) & {"escalate", "bind", "impersonate", *deletes}
 
 
 def test_cluster_role_grants_only_what_the_controllers_use() -> None:
@@ -471,21 +488,20 @@ def test_cluster_role_grants_only_what_the_controllers_use() -> None:
             "resources": ["sandboxproviders/status", "sandboxleases/status"],
             "verbs": ["patch"],
         },
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_events_only_where_sandcap_writes_them(scenario: str) -> None:
-    """sandcap records Events only about SandboxProviders, which are cluster-scoped: kube's Recorder
-    writes those in "default" (kube-runtime's events.rs), so that is the one place it may."""
+def test_events_where_the_objects_they_are_about_live(scenario: str) -> None:
+    """kube's Recorder writes an Event about a cluster-scoped SandboxProvider in "default"
+    (kube-runtime's events.rs) and one about a SandboxLease in the lease's namespace, which may be
+    any: one cluster-wide grant of create and patch (a repeated Event is a patch), and no other."""
     objects = render(SCENARIOS[scenario])
-    writers = [(role["kind"], role["metadata"].get("namespace"), rule) for role, rule in rbac_rules(objects)]
+    writers = [(role["kind"], role["metadata"]["name"], rule) for role, rule in rbac_rules(objects)]
     assert [w for w in writers if "events" in w[2]["resources"]] == [
-        ("Role", "default", {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]})
+        ("ClusterRole", RELEASE, {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]})
     ]
-    binding = next(b for b in of_kind(objects, "RoleBinding") if b["metadata"]["namespace"] == "default")
-    sa = one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
 
 
 def test_leader_election_role() -> None:
@@ -653,11 +669,210 @@ def test_network_policy_only_when_enabled() -> None:
     assert not of_kind(render({}), "NetworkPolicy")
     ingress_only = one(render(SCENARIOS["networkPolicy-ingress-only"]), "NetworkPolicy")["spec"]
     assert ingress_only["policyTypes"] == ["Ingress"] and "egress" not in ingress_only
-    assert ingress_only["ingress"][0] == {
-        "ports": [{"port": "webhook", "protocol": "TCP"}],
-        "from": [{"ipBlock": {"cidr": "172.18.0.0/16"}}],
-    }
+    webhook = ingress_only["ingress"][0]
+    assert webhook["ports"] == [{"port": "webhook", "protocol": "TCP"}]
+    # The `helm test` pod follows (test_conventions.py).
+    assert webhook["from"][0] == {"ipBlock": {"cidr": "172.18.0.0/16"}}
     spec = one(render(SCENARIOS["networkPolicy"]), "NetworkPolicy")["spec"]
     assert spec["policyTypes"] == ["Ingress", "Egress"]
     assert {p["port"] for p in spec["egress"][0]["ports"]} == {53}, "DNS is always allowed once egress is restricted"
     assert spec["egress"][1:] == EGRESS
+
+
+# ---- the CRDs, installed and upgraded as templates ------------------------------------------
+
+CRD_NAMES = {"sandboxproviders.sandcap.dev", "sandboxleases.sandcap.dev"}
+
+
+def without_release_metadata(crd: dict[str, Any]) -> dict[str, Any]:
+    """The CRD as `sandcap crds` prints it: without the labels and annotations the chart adds."""
+    crd = copy.deepcopy(crd)
+    crd["metadata"].pop("labels", None)
+    crd["metadata"].pop("annotations", None)
+    return crd
+
+
+def test_crds_are_templates_kept_on_uninstall() -> None:
+    with helm.Chart.load(CHART) as chart:
+        # A crds/ directory would be installed once, before the templates, without Helm's
+        # ownership metadata: the templates' CRDs would then conflict with it.
+        assert chart.crds == []
+    crds = chart_crds()
+    assert {c["metadata"]["name"] for c in crds} == CRD_NAMES
+    for crd in crds:
+        assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+        assert crd["metadata"]["labels"]["app.kubernetes.io/part-of"] == "sandcap"
+    unkept = chart_crds({"crds": {"keep": False}})
+    assert [without_release_metadata(c) for c in unkept] == [without_release_metadata(c) for c in crds]
+    assert all("annotations" not in c["metadata"] for c in unkept)
+    assert chart_crds({"crds": {"install": False}}) == []
+    notes = render_text({"crds": {"install": False}})["sandcap/templates/NOTES.txt"]
+    assert "apply crds/ yourself" in notes
+
+
+@pytest.mark.parametrize("values", [{"crds": {"install": False}}, {"crds": {"install": True, "keep": False}}])
+def test_crd_values_lint(values: dict[str, Any]) -> None:
+    report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE)
+    assert not [m for m in report["messages"] if m["severity"] >= 2] and not report["errors"], report
+
+
+@pytest.mark.parametrize("values", [{"crds": {"instal": False}}, {"crds": {"keep": "yes"}}, {"crds": True}])
+def test_crd_values_reject_typos(values: dict[str, Any]) -> None:
+    with pytest.raises(helm.HelmValuesError):
+        render(values)
+
+
+def upgrade_manifest(chart_dir: pathlib.Path) -> list[dict[str, Any]]:
+    """What `helm upgrade` would apply from the chart at `chart_dir` (its templates; never crds/)."""
+    with helm.Chart.load(chart_dir) as chart:
+        manifests = chart.render({}, name=RELEASE, namespace=NAMESPACE, is_upgrade=True)
+    return [d for p, t in sorted(manifests.items()) if p.endswith(".yaml") for d in yaml.safe_load_all(t) if d]
+
+
+def capability_rules(crd: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    return spec["properties"]["environmentDrivers"]["items"]["properties"]["sandboxCapabilities"][
+        "x-kubernetes-validations"
+    ]
+
+
+def test_an_upgrade_applies_a_changed_rule(tmp_path: pathlib.Path) -> None:
+    """An older chart whose provider CRD lacks a rule (a removed key allowed, typos unnamed):
+    the upgrade's manifest carries the provider CRD with the new rules, so Helm patches it (the
+    e2e suite shows the apiserver then enforcing them). With the CRDs in crds/, as before, the
+    upgrade's manifest holds no CRD at all."""
+    old = tmp_path / "old"
+    shutil.copytree(CHART, old)
+    provider = old / "files" / "crds" / "sandboxproviders.sandcap.dev.yaml"
+    crd = yaml.safe_load(provider.read_text())
+    rules = capability_rules(crd)
+    removed = next(r for r in rules if "concurrentSyncOperations" in r["rule"])
+    rules.remove(removed)
+    for rule in rules:
+        rule.pop("messageExpression", None)
+    provider.write_text("---\n" + yaml.safe_dump(crd, sort_keys=False))
+    chart_yaml = old / "Chart.yaml"
+    chart_yaml.write_text(re.sub(r"(?m)^version: .*$", "version: 0.1.0", chart_yaml.read_text()))
+
+    def crd_in(objects: list[dict[str, Any]]) -> dict[str, Any]:
+        crds = of_kind(objects, "CustomResourceDefinition")
+        return next(c for c in crds if c["metadata"]["name"] == "sandboxproviders.sandcap.dev")
+
+    before, after = crd_in(upgrade_manifest(old)), crd_in(upgrade_manifest(CHART))
+    assert before["metadata"]["labels"]["helm.sh/chart"] == "sandcap-0.1.0"
+    assert after["metadata"]["labels"]["helm.sh/chart"] != "sandcap-0.1.0"
+    assert removed in capability_rules(after) and removed not in capability_rules(before)
+    assert any("messageExpression" in r for r in capability_rules(after))
+    assert not any("messageExpression" in r for r in capability_rules(before))
+    assert after["metadata"]["annotations"] == before["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+
+    layout = tmp_path / "crds-dir"
+    shutil.copytree(CHART, layout)
+    shutil.move(layout / "files" / "crds", layout / "crds")
+    (layout / "templates" / "crds.yaml").unlink()
+    assert not of_kind(upgrade_manifest(layout), "CustomResourceDefinition")
+
+
+def test_reuse_values_from_a_release_without_crd_values(tmp_path: pathlib.Path) -> None:
+    """`helm upgrade --reuse-values` renders with the previous release's values instead of this
+    chart's defaults: from chart 0.1.0 there is no `crds` block, and the CRDs are still rendered,
+    kept."""
+    chart = tmp_path / "sandcap"
+    shutil.copytree(CHART, chart)
+    values = yaml.safe_load((chart / "values.yaml").read_text())
+    del values["crds"]
+    (chart / "values.yaml").write_text(yaml.safe_dump(values))
+    with helm.Chart.load(chart) as loaded:
+        manifests = loaded.render({}, name=RELEASE, namespace=NAMESPACE, is_upgrade=True)
+    objects = [d for p, t in manifests.items() if p.endswith(".yaml") for d in yaml.safe_load_all(t) if d]
+    crds = of_kind(objects, "CustomResourceDefinition")
+    assert {c["metadata"]["name"] for c in crds} == CRD_NAMES
+    assert all(c["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"} for c in crds)
+    assert "installed and upgraded with this release, kept on uninstall" in manifests["sandcap/templates/NOTES.txt"]
+
+
+# ---- graceful rollover ----------------------------------------------------------------------
+
+# How long sandcap may wait for the reviews in flight once the drain window is over (the webhook
+# listener's drain timeout, src/listener.rs): the least its stop needs past the window.
+IN_FLIGHT_DRAIN = 15
+
+
+def shutdown_settings(values: dict[str, Any]) -> tuple[int, int, int, int]:
+    """(preStop sleep, drain window, sandcap's stop timeout, grace period) of the rendered pod, in seconds."""
+    pod = one(render(values), "Deployment")["spec"]["template"]["spec"]
+    [c] = pod["containers"]
+    variables = {e["name"]: e.get("value") for e in c["env"]}
+    pre_stop = c.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
+    window, timeout = (int(variables[f"SANDCAP_SHUTDOWN_{n}"].removesuffix("s")) for n in ("DRAIN_WINDOW", "TIMEOUT"))
+    return pre_stop, window, timeout, pod["terminationGracePeriodSeconds"]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        {"shutdown": {"preStopSleepSeconds": 0}},
+        {"shutdown": {"preStopSleepSeconds": 10, "drainWindowSeconds": 20, "timeoutSeconds": 40}},
+        {"shutdown": {"drainWindowSeconds": 0, "timeoutSeconds": 15}},
+    ],
+)
+def test_a_stopping_pod_is_never_killed_before_its_drain_ends(values: dict[str, Any]) -> None:
+    """Every shutdown value reaches the pod, and the kubelet's grace period covers the preStop
+    sleep, the drain window and the in-flight drain, so that a pod stopping as it should is
+    never killed."""
+    settings = merged(values)["shutdown"]
+    pre_stop, window, timeout, grace = shutdown_settings(values)
+    assert (pre_stop, window, timeout) == (
+        settings["preStopSleepSeconds"],
+        settings["drainWindowSeconds"],
+        settings["timeoutSeconds"],
+    )
+    assert grace == pre_stop + timeout
+    assert timeout >= window + IN_FLIGHT_DRAIN
+    assert grace >= pre_stop + window + IN_FLIGHT_DRAIN
+    objects = render(values)
+    for kube_version in KUBE_VERSION_RANGE:
+        validate_object(one(objects, "Deployment"), kube_version)
+
+
+def test_shutdown_defaults() -> None:
+    """5 s unaware (preStop) + 5 s knowing (drain window) of answering after the deletion, more than
+    endpoint removals take to spread in most clusters; a grace period of Kubernetes' default 30 s."""
+    assert shutdown_settings({}) == (5, 5, 25, 30)
+    container_spec = container(render({}))
+    # No shell in the image: the kubelet's own sleep action.
+    assert container_spec["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+
+
+def test_no_pre_stop_hook_without_a_sleep() -> None:
+    """A sleep of 0 s needs another feature gate (PodLifecycleSleepActionAllowZero): no hook at all."""
+    assert "lifecycle" not in container(render({"shutdown": {"preStopSleepSeconds": 0}}))
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"shutdown": {"drainWindowSeconds": 11}},
+        {"shutdown": {"drainWindowSeconds": 30, "timeoutSeconds": 44}},
+    ],
+)
+def test_a_timeout_too_short_for_the_drain_window_is_refused(values: dict[str, Any]) -> None:
+    refusal = r"shutdown.timeoutSeconds \(\d+\) must be at least shutdown.drainWindowSeconds \(\d+\) \+ 15"
+    with pytest.raises(helm.HelmRenderError, match=refusal):
+        render(values)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"shutdown": {"drainWindow": 5}},
+        {"shutdown": {"drainWindowSeconds": "5s"}},
+        {"shutdown": {"preStopSleepSeconds": -1}},
+        {"shutdown": {"timeoutSeconds": 10}},
+        {"shutdown": {"drainWindowSeconds": 121}},
+    ],
+)
+def test_shutdown_schema_rejects_typos_and_bad_values(values: dict[str, Any]) -> None:
+    with pytest.raises(helm.HelmValuesError):
+        render(values)

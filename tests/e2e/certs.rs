@@ -264,11 +264,7 @@ pub async fn self_managed_certificates_with_the_charts_rbac(c: Arc<Cluster>) {
     );
     // The apiserver resolves a Service to its ClusterIP and dials that (through the proxy), with
     // the Service's DNS name as the TLS server name.
-    let service = install.objects.iter().find(|o| o["kind"] == "Service").unwrap().clone();
-    install::apply(&c, &[service]);
-    let services = Api::<k8s_openapi::api::core::v1::Service>::namespaced(admin.clone(), NAMESPACE);
-    let cluster_ip = services.get("sandcap-webhook").await.unwrap().spec.unwrap().cluster_ip.expect("a ClusterIP");
-    c.proxy.route(&format!("{cluster_ip}:443"), sandcap.webhook_port);
+    c.proxy.route(&install.service_address(&c).await, sandcap.webhook_port);
     let data = eventually("the self-managed Secret", Duration::from_secs(30), || async {
         secrets.get_opt(SECRET).await.ok()?.and_then(|s| s.data)
     })

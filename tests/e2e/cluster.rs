@@ -24,6 +24,11 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
 };
 
+// A file of its own; `path` keeps it found when this file is included by path (examples, benches).
+#[path = "proxy.rs"]
+mod proxy;
+pub use proxy::Proxy;
+
 const ADMIN_TOKEN: &str = "sandcap-e2e-admin";
 const STARTUP: Duration = Duration::from_secs(120);
 /// The apiserver reaches webhooks through an HTTP CONNECT proxy of the tests, which stands in for
@@ -123,7 +128,12 @@ fn spawn_here(command: &mut Command, log: &Path) -> std::io::Result<Child> {
 
 pub fn stop(child: &mut Child) {
     // SIGTERM first: etcd and the apiserver flush and exit in well under a second.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    stop_with(child, libc::SIGTERM);
+}
+
+/// Sends `signal`, then SIGKILL if the process has not exited 10 s later.
+pub fn stop_with(child: &mut Child, signal: i32) {
+    unsafe { libc::kill(child.id() as i32, signal) };
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if let Ok(Some(_)) = child.try_wait() {
@@ -159,19 +169,20 @@ impl TestCa {
         TestCa { issuer: Issuer::new(params, key), pem }
     }
 
-    /// A serving certificate for loopback: (certificate PEM, key PEM).
-    pub fn serving(&self) -> (String, String) {
+    /// A serving certificate for loopback and `names`: (certificate PEM, key PEM).
+    pub fn serving(&self, names: &[String]) -> (String, String) {
         let key = KeyPair::generate().expect("key");
-        let mut params =
-            CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).expect("params");
+        let loopback = ["127.0.0.1".to_string(), "localhost".to_string()];
+        let mut params = CertificateParams::new([&loopback[..], names].concat()).expect("params");
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let cert = params.signed_by(&key, &self.issuer).expect("signed");
         (cert.pem(), key.serialize_pem())
     }
 
-    /// Writes a serving pair into `dir` as `tls.crt`/`tls.key`; returns both paths.
-    pub fn write_serving(&self, dir: &Path) -> (PathBuf, PathBuf) {
-        let (cert, key) = self.serving();
+    /// Writes a serving pair for loopback and `names` into `dir` as `tls.crt`/`tls.key`; returns
+    /// both paths.
+    pub fn write_serving(&self, dir: &Path, names: &[String]) -> (PathBuf, PathBuf) {
+        let (cert, key) = self.serving(names);
         fs::create_dir_all(dir).expect("cert dir");
         let (cert_path, key_path) = (dir.join("tls.crt"), dir.join("tls.key"));
         fs::write(&cert_path, cert).expect("write cert");
@@ -202,7 +213,7 @@ impl Cluster {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("pki")).expect("cluster dir");
         let ca = TestCa::new("sandcap e2e cluster CA");
-        ca.write_serving(&dir.join("pki"));
+        ca.write_serving(&dir.join("pki"), &[]);
         fs::write(dir.join("pki/ca.crt"), &ca.pem).expect("ca");
         let sa_key = KeyPair::generate().expect("service account key");
         fs::write(dir.join("pki/sa.key"), sa_key.serialize_pem()).expect("sa key");
@@ -402,70 +413,4 @@ fn kubeconfig_yaml(port: u16, ca_pem: &str, token: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority-data: {ca}\nusers:\n- name: e2e\n  user:\n    token: {token}\ncontexts:\n- name: e2e\n  context: {{cluster: e2e, user: e2e}}\ncurrent-context: e2e\n"
     )
-}
-
-/// The HTTP CONNECT proxy the apiserver dials webhooks through. `CONNECT host:port` goes to a
-/// route set with [`Proxy::route`] (a Service's DNS name -> a loopback port), or else to
-/// `host:port` itself when that is a loopback address; anything else is refused, so no traffic
-/// ever leaves the machine.
-/// `host:port` -> loopback port, shared by the proxy's connections.
-type Routes = std::sync::Arc<Mutex<std::collections::HashMap<String, u16>>>;
-
-pub struct Proxy {
-    routes: Routes,
-}
-
-impl Proxy {
-    fn start(socket: &Path) -> Proxy {
-        let listener = std::os::unix::net::UnixListener::bind(socket).expect("proxy socket");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let routes = Routes::default();
-        let table = routes.clone();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            runtime.block_on(async move {
-                let listener = tokio::net::UnixListener::from_std(listener).expect("tokio listener");
-                while let Ok((client, _)) = listener.accept().await {
-                    tokio::spawn(tunnel(client, table.clone()));
-                }
-            });
-        });
-        Proxy { routes }
-    }
-
-    /// Sends connections for `host:port` (e.g. `sandcap-webhook.sandcap-system.svc:443`) to a
-    /// loopback port.
-    pub fn route(&self, host_port: &str, to: u16) {
-        self.routes.lock().unwrap().insert(host_port.to_string(), to);
-    }
-}
-
-async fn tunnel(mut client: tokio::net::UnixStream, routes: Routes) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
-        if client.read_exact(&mut byte).await.is_err() {
-            return;
-        }
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8_lossy(&head);
-    let target = head.strip_prefix("CONNECT ").and_then(|rest| rest.split_whitespace().next()).unwrap_or_default();
-    let routed = routes.lock().unwrap().get(target).copied();
-    let address = match routed {
-        Some(port) => format!("127.0.0.1:{port}"),
-        None if target.starts_with("127.0.0.1:") || target.starts_with("localhost:") => target.to_string(),
-        None => {
-            let _ = client.write_all(b"HTTP/1.1 403 Forbidden\r\n\r\n").await;
-            return;
-        }
-    };
-    let Ok(mut upstream) = tokio::net::TcpStream::connect(&address).await else {
-        let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").await;
-        return;
-    };
-    if client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.is_ok() {
-        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-    }
 }

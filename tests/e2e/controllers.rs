@@ -235,7 +235,7 @@ async fn all_leases(client: &Client, namespace: &str, names: &[String], capabili
 }
 
 /// The holder of the controllers' leader Lease.
-async fn holder(client: &Client) -> Option<String> {
+pub async fn holder(client: &Client) -> Option<String> {
     let api = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), install::NAMESPACE);
     api.get_opt("sandcap-controller").await.ok()??.spec?.holder_identity
 }

@@ -36,8 +36,16 @@ pub fn apply(cluster: &Cluster, objects: &[Value]) {
 
 /// Applies crds/ (once per cluster) and waits until both are served.
 pub fn crds(cluster: &Cluster) {
-    let crds = repo_root().join("crds");
-    ok("apply crds/", cluster.kubectl(&["apply", "--server-side", "-f", crds.to_str().expect("utf-8 path")]));
+    crds_from(cluster, &repo_root().join("crds"));
+}
+
+/// Applies the CRDs in `dir` as an admin following README's `kubectl apply --server-side -f crds/`
+/// would, and waits until both are served. Forced: earlier scenarios of the same cluster change
+/// the CRDs under their own field manager (a stale CRD for `sandcap check`), and the admin's apply
+/// takes the fields back, as kubectl's own conflict message advises.
+pub fn crds_from(cluster: &Cluster, dir: &Path) {
+    let args = ["apply", "--server-side", "--force-conflicts", "-f", path_str(dir)];
+    ok("apply the CRDs", cluster.kubectl(&args));
     ok(
         "wait for the CRDs",
         cluster.kubectl(&[
@@ -59,6 +67,16 @@ pub fn namespaces(cluster: &Cluster, names: &[&str]) {
 
 /// The chart rendered by real Helm (tests/chart/render.py in the chart tests' venv).
 pub fn render_chart(values: &Value) -> Vec<Value> {
+    let output = Command::new(chart_python())
+        .arg(repo_root().join("tests/chart/render.py"))
+        .arg(values.to_string())
+        .output()
+        .expect("python runs");
+    serde_json::from_str(&ok("helm render", output)).expect("render.py prints JSON")
+}
+
+/// The Python of the chart tests' venv, which holds real Helm (its Go SDK).
+pub fn chart_python() -> PathBuf {
     static VENV: OnceLock<PathBuf> = OnceLock::new();
     let venv = VENV.get_or_init(|| {
         let root = repo_root();
@@ -73,12 +91,7 @@ pub fn render_chart(values: &Value) -> Vec<Value> {
         );
         std::env::var_os("SANDCAP_CHART_VENV").map_or_else(|| root.join("target/chart-venv"), PathBuf::from)
     });
-    let output = Command::new(venv.join("bin/python"))
-        .arg(repo_root().join("tests/chart/render.py"))
-        .arg(values.to_string())
-        .output()
-        .expect("python runs");
-    serde_json::from_str(&ok("helm render", output)).expect("render.py prints JSON")
+    venv.join("bin/python")
 }
 
 /// What an install leaves behind: the rendered chart and a kubeconfig of its ServiceAccount.
@@ -117,17 +130,18 @@ impl Install {
         names.dedup();
         namespaces(cluster, &names);
         apply(cluster, &rbac);
+        // The Deployment's: the chart also renders the `helm test` pod's ServiceAccount.
         let account = objects
             .iter()
-            .find(|o| o["kind"] == "ServiceAccount")
-            .and_then(|o| o["metadata"]["name"].as_str())
-            .unwrap_or("sandcap")
+            .find(|o| o["kind"] == "Deployment")
+            .and_then(|o| o["spec"]["template"]["spec"]["serviceAccountName"].as_str())
+            .expect("the chart's Deployment names its ServiceAccount")
             .to_string();
         let kubeconfig = cluster.service_account_kubeconfig(NAMESPACE, &account).await;
         Install { objects, kubeconfig }
     }
 
-    fn of_kind(&self, kind: &str) -> &Value {
+    pub fn of_kind(&self, kind: &str) -> &Value {
         self.objects.iter().find(|o| o["kind"] == kind).unwrap_or_else(|| panic!("the chart renders no {kind}"))
     }
 
@@ -151,6 +165,40 @@ impl Install {
             .collect()
     }
 
+    /// The DNS names of the chart's webhook Service, which its serving certificate must hold.
+    pub fn service_names(&self) -> Vec<String> {
+        let name = self.of_kind("Service")["metadata"]["name"].as_str().expect("name");
+        vec![name.to_string(), format!("{name}.{NAMESPACE}"), format!("{name}.{NAMESPACE}.svc")]
+    }
+
+    /// Applies the chart's webhook Service and returns the address the apiserver dials for it
+    /// (`ClusterIP:port`, through the test's proxy), which [`crate::cluster::Proxy`] routes.
+    pub async fn service_address(&self, cluster: &Cluster) -> String {
+        let service = self.of_kind("Service");
+        apply(cluster, std::slice::from_ref(service));
+        let services = kube::Api::<k8s_openapi::api::core::v1::Service>::namespaced(cluster.admin().await, NAMESPACE);
+        let name = service["metadata"]["name"].as_str().expect("name");
+        let spec = services.get(name).await.expect("the Service").spec.expect("spec");
+        let port = spec.ports.expect("ports").iter().find(|p| p.name.as_deref() == Some("https")).expect("https").port;
+        format!("{}:{port}", spec.cluster_ip.expect("a ClusterIP"))
+    }
+
+    /// Applies every rendered object as `helm install` or `helm upgrade` would (the apiserver
+    /// stores them all; without a kubelet no pod runs), the webhook configuration calling the
+    /// Service with `ca_pem` in its caBundle, where sandcap's certificate keeper would have put its
+    /// own CA.
+    pub fn release(&self, cluster: &Cluster, ca_pem: &str) -> WebhookRegistration {
+        use base64::Engine;
+        let mut objects = self.objects.clone();
+        let config = objects.iter_mut().find(|o| o["kind"] == "ValidatingWebhookConfiguration").expect("a webhook");
+        let name = config["metadata"]["name"].as_str().expect("name").to_string();
+        for hook in config["webhooks"].as_array_mut().expect("webhooks") {
+            hook["clientConfig"]["caBundle"] = json!(base64::engine::general_purpose::STANDARD.encode(ca_pem));
+        }
+        apply(cluster, &objects);
+        WebhookRegistration { kubeconfig: cluster.kubeconfig.clone(), kubectl: cluster.bin.path("kubectl"), name }
+    }
+
     /// The chart's ValidatingWebhookConfiguration, registered by URL on loopback with `ca_pem`
     /// (the apiserver calls the local process directly: there is no Service to route through).
     pub fn register_webhook(&self, cluster: &Cluster, port: u16, ca_pem: &str) -> WebhookRegistration {
@@ -165,6 +213,19 @@ impl Install {
         }
         if let Some(annotations) = config["metadata"]["annotations"].as_object_mut() {
             annotations.remove("cert-manager.io/inject-ca-from");
+        }
+        apply(cluster, &[config]);
+        WebhookRegistration { kubeconfig: cluster.kubeconfig.clone(), kubectl: cluster.bin.path("kubectl"), name }
+    }
+
+    /// The chart's ValidatingWebhookConfiguration as rendered (by Service), with `ca_pem` as its
+    /// caBundle: the apiserver reaches it through the cluster's proxy (see [`crate::cluster::Proxy`]).
+    pub fn register_webhook_by_service(&self, cluster: &Cluster, ca_pem: &str) -> WebhookRegistration {
+        use base64::Engine;
+        let mut config = self.of_kind("ValidatingWebhookConfiguration").clone();
+        let name = config["metadata"]["name"].as_str().expect("name").to_string();
+        for hook in config["webhooks"].as_array_mut().expect("webhooks") {
+            hook["clientConfig"]["caBundle"] = json!(base64::engine::general_purpose::STANDARD.encode(ca_pem));
         }
         apply(cluster, &[config]);
         WebhookRegistration { kubeconfig: cluster.kubeconfig.clone(), kubectl: cluster.bin.path("kubectl"), name }
@@ -204,7 +265,7 @@ impl Sandcap {
     pub fn start(cluster: &Cluster, install: &Install, name: &str, overrides: &[(&str, &str)]) -> Sandcap {
         let (webhook_port, admin_port) = (free_port(), free_port());
         let tls = cluster.dir.join(format!("{name}-tls"));
-        let (cert, key) = cluster.ca.write_serving(&tls);
+        let (cert, key) = cluster.ca.write_serving(&tls, &install.service_names());
         let mut env = install.env(name);
         let loopback = [
             ("SANDCAP_WEBHOOK_ADDR", format!("127.0.0.1:{webhook_port}")),
@@ -264,16 +325,18 @@ impl Sandcap {
         unsafe { libc::kill(self.child.id() as i32, signal) };
     }
 
-    /// Waits up to `timeout` for the process to exit.
+    /// Waits up to `timeout` for the process to exit (`Duration::ZERO`: whether it has).
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
+        loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Some(status);
             }
+            if Instant::now() >= deadline {
+                return None;
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
-        None
     }
 
     /// Lines of the log that no healthy run writes.
@@ -288,7 +351,8 @@ impl Sandcap {
 
 impl Drop for Sandcap {
     fn drop(&mut self) {
-        cluster::stop(&mut self.child);
+        // SIGINT skips the drain window: a scenario that is over has no clients left to wait for.
+        cluster::stop_with(&mut self.child, libc::SIGINT);
     }
 }
 

@@ -10,10 +10,15 @@
 //! one at a time: the controllers are cluster-wide, so two scenarios' sandcaps would fight.
 //! Each scenario uses its own namespaces and object names and removes its webhook registration.
 
+mod audit;
 mod certs;
 mod cluster;
 mod controllers;
+mod conventions;
+mod crds;
 mod install;
+mod plugin;
+mod rollover;
 #[path = "../support/mod.rs"]
 mod support;
 mod webhook;
@@ -43,8 +48,18 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         controllers::a_standby_takes_over_and_every_lease_follows,
         controllers::recovers_from_an_apiserver_outage,
         controllers::a_hostile_provider_stored_without_the_webhook,
+        audit::objects_stored_without_the_webhook_are_audited,
         certs::self_managed_certificates_with_the_charts_rbac,
         certs::only_the_ca_bundle_is_sandcaps_to_change,
+        plugin::check_passes_and_names_each_failure,
+        plugin::explain_and_check_by_service_with_the_documented_rbac,
+        conventions::the_built_in_roles_cover_sandcaps_resources,
+        conventions::leases_are_selected_by_provider_and_driver,
+        conventions::the_helm_test_may_do_what_check_does_and_no_more,
+        rollover::rolling_restarts_refuse_nothing,
+        rollover::without_a_drain_window_requests_are_refused,
+        rollover::a_helm_upgrade_refuses_nothing,
+        crds::an_upgrade_brings_the_crds_new_rules_and_uninstall_keeps_them,
     ]
 }
 

@@ -79,7 +79,7 @@ fn api_for(client: &Client, object: &Value) -> Api<DynamicObject> {
 }
 
 /// The apiserver's answer to a server-side dry-run create: `None` if allowed, else its message.
-async fn apiserver_verdict(client: &Client, object: &Value) -> Option<String> {
+pub async fn apiserver_verdict(client: &Client, object: &Value) -> Option<String> {
     let api = api_for(client, object);
     let object: DynamicObject = serde_json::from_value(object.clone()).expect("a Kubernetes object");
     match api.create(&PostParams { dry_run: true, ..Default::default() }, &object).await {

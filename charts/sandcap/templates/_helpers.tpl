@@ -69,3 +69,21 @@ app.kubernetes.io/part-of: sandcap
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 {{- end }}
+
+{{/* The `helm test` pod: never the Deployment's selector labels, or the Service and the
+PodDisruptionBudget would count it as a sandcap pod. */}}
+{{- define "sandcap.checkLabels" -}}
+app.kubernetes.io/name: {{ include "sandcap.name" . }}-check
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: helm-test
+app.kubernetes.io/part-of: sandcap
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* sandcap's stop must fit its own timeout: the drain window, then up to 15 s for reviews in flight. */}}
+{{- define "sandcap.checkShutdown" -}}
+{{- $s := .Values.shutdown }}
+{{- if lt (int $s.timeoutSeconds) (add $s.drainWindowSeconds 15 | int) }}
+{{- fail (printf "shutdown.timeoutSeconds (%d) must be at least shutdown.drainWindowSeconds (%d) + 15: sandcap's stop takes the drain window, then up to 15 s for the reviews in flight" (int $s.timeoutSeconds) (int $s.drainWindowSeconds)) }}
+{{- end }}
+{{- end }}

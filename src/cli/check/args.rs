@@ -1,0 +1,64 @@
+//! What `check` is given (its flags) and what each check gives back (one line).
+
+use std::time::Duration;
+
+use crate::cli::cluster::ClusterArgs;
+
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// The namespace sandcap runs in: its leader-election Lease and certificate Secret are there.
+    #[arg(short, long, default_value = "sandcap-system")]
+    pub namespace: String,
+    /// The ValidatingWebhookConfiguration that registers sandcap's webhook.
+    #[arg(long, default_value = crate::run::WEBHOOK_CONFIG_NAME, value_name = "NAME")]
+    pub webhook_configuration: String,
+    /// The controllers' leader-election Lease (`sandcap run --leader-election-name`); empty when
+    /// sandcap runs with `--leader-elect=false`, which skips the check.
+    #[arg(long, default_value = crate::run::LEADER_ELECTION_NAME, value_name = "NAME")]
+    pub leader_election_name: String,
+    /// The Secret whose `tls.crt` the webhook serves, read only when the webhook cannot be reached
+    /// from here.
+    #[arg(long, default_value = crate::run::CERT_SECRET_NAME, value_name = "NAME")]
+    pub cert_secret: String,
+    /// Objects changed longer ago than this must be resolved (status.observedGeneration caught up).
+    #[arg(long, default_value = "1m", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub resolve_within: Duration,
+    /// Retry until every check passes, for at most this long (e.g. `2m`), as install scripts want.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub wait: Option<Duration>,
+    /// How long one check may take in all.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub timeout: Duration,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    Ok,
+    /// Not a failure: the check could not tell, or something is due soon.
+    Warn,
+    Fail,
+}
+
+/// One check's answer.
+#[derive(Clone, Debug)]
+pub struct Line {
+    pub check: &'static str,
+    pub level: Level,
+    pub message: String,
+}
+
+impl Line {
+    pub fn new(level: Level, message: impl Into<String>) -> Line {
+        Line { check: "", level, message: message.into() }
+    }
+
+    pub fn ok(message: impl Into<String>) -> Line {
+        Line::new(Level::Ok, message)
+    }
+
+    pub fn fail(message: impl Into<String>) -> Line {
+        Line::new(Level::Fail, message)
+    }
+}

@@ -1,0 +1,88 @@
+//! `sandcap check`: whether sandcap works end to end, one line per check, in order, stopping at
+//! the first failure (exit 1): the CRDs are this binary's; the webhook configuration's `caBundle`
+//! verifies the serving certificate; the webhook refuses a server-side dry run that only it
+//! refuses; a leader holds the controllers' Lease; the controllers have resolved every change
+//! older than `--resolve-within`. `--wait` retries until every check passes.
+//!
+//! The RBAC it needs, the same from a laptop or from a pod (a `helm test`), is listed in
+//! docs/contract.md ("Command line"); tests/e2e/plugin.rs runs it with exactly that.
+
+mod args;
+mod certificate;
+mod steps;
+mod verdicts;
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use kube::Client;
+
+pub use args::CheckArgs;
+use args::{Level, Line};
+
+use super::cluster::runtime;
+use super::error::CliError;
+use crate::vocabulary::Check;
+
+pub(in crate::cli) fn check(args: &CheckArgs, out: &mut dyn Write) -> Result<i32, CliError> {
+    let runtime = runtime()?;
+    runtime.block_on(async {
+        let client = args.cluster.connect().await?.client;
+        let deadline = args.wait.map(|w| Instant::now() + w);
+        let mut said = String::new();
+        loop {
+            let lines = attempt(&client, args).await;
+            let failed = lines.last().filter(|l| l.level == Level::Fail);
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now())).unwrap_or_default();
+            if let Some(failed) = failed.filter(|_| !left.is_zero()) {
+                // Once per failure, not once per attempt.
+                let now = format!("not yet: {}: {}; retrying", failed.check, failed.message);
+                if now != said {
+                    // Not eprintln!, which panics when stderr is a closed pipe (see main.rs).
+                    let _ = writeln!(std::io::stderr(), "{now}");
+                    said = now;
+                }
+                tokio::time::sleep(RETRY.min(left)).await;
+                continue;
+            }
+            for l in &lines {
+                let level = match l.level {
+                    Level::Ok => "ok",
+                    Level::Warn => "warn",
+                    Level::Fail => "FAIL",
+                };
+                writeln!(out, "{level:<5} {:<12} {}", l.check, l.message)?;
+            }
+            return Ok(i32::from(failed.is_some()));
+        }
+    })
+}
+
+const RETRY: Duration = Duration::from_secs(2);
+
+/// Runs the checks in order until one fails; each within `--timeout`.
+async fn attempt(client: &Client, args: &CheckArgs) -> Vec<Line> {
+    let mut lines = Vec::new();
+    for check in Check::ALL {
+        let work = async {
+            match check {
+                Check::Crds => steps::crds(client, args).await,
+                Check::Webhook => steps::webhook(client, args).await,
+                Check::Admission => steps::admission(client, args).await,
+                Check::Leader => steps::leader(client, args).await,
+                Check::Controllers => steps::controllers(client, args).await,
+            }
+        };
+        let within = humantime::format_duration(args.timeout);
+        let mut line = tokio::time::timeout(args.timeout, work)
+            .await
+            .unwrap_or_else(|_| Line::fail(format!("no answer within {within} (--timeout)")));
+        line.check = check.name();
+        let failed = line.level == Level::Fail;
+        lines.push(line);
+        if failed {
+            break;
+        }
+    }
+    lines
+}

@@ -1,0 +1,295 @@
+//! The five checks' requests: each reads what its verdict needs ([`super::verdicts`],
+//! [`super::certificate`]) and turns the verdict into one line.
+
+use std::time::SystemTime;
+
+use k8s_openapi::api::admissionregistration::v1::{ValidatingWebhook, ValidatingWebhookConfiguration};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DynamicObject, ListParams, PostParams};
+use kube::core::ApiResource;
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use super::args::{CheckArgs, Level, Line};
+use super::certificate::{self, NotPresented};
+use super::verdicts::{self, Lagging};
+use crate::api::{SandboxLease, SandboxProvider};
+use crate::certs::TLS_CRT;
+use crate::cli::cluster::bounded;
+use crate::cli::crds::crd_values;
+
+/// The unknown field of the dry run: the CRD keeps unknown fields for the webhook to refuse.
+pub const DRY_RUN_FIELD: &str = "sandcapCheck";
+/// A serving certificate with fewer days left is a warning (as the alert README suggests on
+/// `sandcap_certificate_expiry_timestamp_seconds`).
+const DAYS_WARNING: u64 = 30;
+/// How many objects the controllers check lists per request, and names when they lag.
+const PAGE: u32 = 250;
+const NAMED: usize = 5;
+
+pub async fn crds(client: &Client, args: &CheckArgs) -> Line {
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    let mut names = Vec::new();
+    for (name, generated) in crd_values() {
+        let live = match bounded(args.cluster.request_timeout, &format!("reading CRD {name}"), api.get_opt(&name)).await
+        {
+            Ok(Some(live)) => live,
+            Ok(None) => return Line::fail(format!("CRD {name} not found: {APPLY_CRDS}")),
+            Err(e) => return Line::fail(e),
+        };
+        let live = serde_json::to_value(&live.spec).expect("a CRD serializes");
+        if let Some(at) = verdicts::crd_drift(&generated["spec"], &live) {
+            return Line::fail(format!(
+                "CRD {name} is not this sandcap's ({}): {at}; its rules are stale, {APPLY_CRDS}",
+                env!("CARGO_PKG_VERSION")
+            ));
+        }
+        names.push(name);
+    }
+    Line::ok(format!("CRDs {} are this sandcap's ({})", names.join(" and "), env!("CARGO_PKG_VERSION")))
+}
+
+const APPLY_CRDS: &str = "apply this version's: helm upgrade with crds.install on, or kubectl apply --server-side -f crds/ (or sandcap crds)";
+
+pub async fn webhook(client: &Client, args: &CheckArgs) -> Line {
+    let config = match webhook_configuration(client, args).await {
+        Ok(config) => config,
+        Err(line) => return line,
+    };
+    let name = &args.webhook_configuration;
+    let mut verified = None;
+    let mut seen = Vec::new();
+    for hook in config.webhooks.iter().flatten() {
+        let Some(bundle) = hook.client_config.ca_bundle.as_ref().map(|b| b.0.clone()).filter(|b| !b.is_empty()) else {
+            return Line::fail(format!(
+                "webhook {} of ValidatingWebhookConfiguration {name} has no caBundle (self-managed certificates: \
+                 sandcap writes it once it runs; cert-manager: its cainjector)",
+                hook.name
+            ));
+        };
+        let Some(target) = Target::of(hook) else {
+            return Line::fail(format!("webhook {} names neither a service nor a URL", hook.name));
+        };
+        if seen.contains(&(target.shown.clone(), bundle.clone())) {
+            continue;
+        }
+        seen.push((target.shown.clone(), bundle.clone()));
+        let (chain, source) = match serving_chain(client, args, &target).await {
+            Ok(found) => found,
+            Err(line) => return line,
+        };
+        let now = SystemTime::now();
+        match certificate::verify(&bundle, &chain, &target.server_name, now) {
+            Ok(v) => verified = verified.or(Some((v.days_left(now), v.not_after, source, target.server_name))),
+            Err(e) => {
+                return Line::fail(format!(
+                    "the caBundle of ValidatingWebhookConfiguration {name} does not verify the serving certificate \
+                     {source} for {}: {e}",
+                    target.server_name
+                ));
+            }
+        }
+    }
+    let Some((days, until, source, server_name)) = verified else {
+        return Line::fail(format!("ValidatingWebhookConfiguration {name} has no webhooks"));
+    };
+    let text = format!(
+        "the caBundle of ValidatingWebhookConfiguration {name} verifies the serving certificate {source} for \
+         {server_name}; it expires in {days} days ({})",
+        humantime::format_rfc3339_seconds(until)
+    );
+    if days < DAYS_WARNING { Line::new(Level::Warn, format!("{text}: renew it")) } else { Line::ok(text) }
+}
+
+async fn webhook_configuration(client: &Client, args: &CheckArgs) -> Result<ValidatingWebhookConfiguration, Line> {
+    let name = &args.webhook_configuration;
+    let api = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+    let what = format!("reading ValidatingWebhookConfiguration {name}");
+    match bounded(args.cluster.request_timeout, &what, api.get_opt(name)).await {
+        Ok(Some(config)) => Ok(config),
+        Ok(None) => Err(Line::fail(format!(
+            "ValidatingWebhookConfiguration {name} not found (the chart installs it; --webhook-configuration names \
+             another)"
+        ))),
+        Err(e) => Err(Line::fail(e)),
+    }
+}
+
+/// Where a webhook is served, and the name the apiserver verifies its certificate for.
+struct Target {
+    host: String,
+    port: u16,
+    server_name: String,
+    shown: String,
+    /// Registered by Service, as the chart registers it: its pods serve the certificate Secret.
+    service: bool,
+}
+
+impl Target {
+    fn of(hook: &ValidatingWebhook) -> Option<Target> {
+        let config = &hook.client_config;
+        if let Some(s) = &config.service {
+            let host = format!("{}.{}.svc", s.name, s.namespace);
+            let port = u16::try_from(s.port.unwrap_or(443)).ok()?;
+            let shown = format!("Service {}/{} port {port}", s.namespace, s.name);
+            return Some(Target { server_name: host.clone(), host, port, shown, service: true });
+        }
+        let uri: http::Uri = config.url.as_deref()?.parse().ok()?;
+        let host = uri.host()?.trim_start_matches('[').trim_end_matches(']').to_string();
+        let port = uri.port_u16().unwrap_or(443);
+        Some(Target { server_name: host.clone(), host, port, shown: format!("{uri}"), service: false })
+    }
+}
+
+/// The chain the webhook serves, from a handshake with it (in the cluster, or wherever it is
+/// reachable), else, for a webhook registered by Service, from the Secret its pods mount (from
+/// outside the cluster).
+async fn serving_chain(
+    client: &Client,
+    args: &CheckArgs,
+    target: &Target,
+) -> Result<(Vec<rustls::pki_types::CertificateDer<'static>>, String), Line> {
+    let timeout = args.cluster.request_timeout;
+    let why = match certificate::presented(&target.host, target.port, &target.server_name, timeout).await {
+        Ok(chain) => return Ok((chain, format!("served at {}", target.shown))),
+        Err(NotPresented::Handshake(e)) => {
+            return Err(Line::fail(format!(
+                "{} accepts connections but completes no TLS handshake: {e}",
+                target.shown
+            )));
+        }
+        Err(NotPresented::Unreachable(why)) => why,
+    };
+    let unseen = |why: String| {
+        Line::new(
+            Level::Warn,
+            format!(
+                "cannot see the serving certificate: {} is not reachable from here ({why}); the dry run shows whether \
+                 the apiserver reaches the webhook",
+                target.shown
+            ),
+        )
+    };
+    if !target.service {
+        return Err(unseen(why));
+    }
+    let (ns, secret) = (&args.namespace, &args.cert_secret);
+    let api = Api::<Secret>::namespaced(client.clone(), ns);
+    let read = bounded(timeout, &format!("reading Secret {ns}/{secret}"), api.get_opt(secret)).await;
+    let pem = match read {
+        Ok(Some(s)) => s.data.and_then(|mut d| d.remove(TLS_CRT)).map(|b| b.0).ok_or_else(|| format!("no {TLS_CRT}")),
+        Ok(None) => Err("not found".to_string()),
+        Err(e) => Err(e),
+    };
+    match pem.and_then(|pem| certificate::from_pem(&pem).map_err(|e| format!("{TLS_CRT} {e}"))) {
+        Ok(chain) => {
+            Ok((chain, format!("in Secret {ns}/{secret} ({} is not reachable from here: {why})", target.shown)))
+        }
+        Err(e) => Err(unseen(format!("{why}; Secret {ns}/{secret}: {e}"))),
+    }
+}
+
+pub async fn admission(client: &Client, args: &CheckArgs) -> Line {
+    let config = match webhook_configuration(client, args).await {
+        Ok(config) => config,
+        Err(line) => return line,
+    };
+    let webhooks: Vec<String> = config.webhooks.iter().flatten().map(|w| w.name.clone()).collect();
+    let probe = json!({
+        "apiVersion": crate::api::API_VERSION,
+        "kind": "SandboxProvider",
+        "metadata": {"name": "sandcap-check-dry-run"},
+        "spec": {
+            "pluginKey": "sandcap.check",
+            "version": "1.0.0",
+            "worker": {"service": {"namespace": args.namespace, "name": "sandcap-check", "port": 8080}},
+            "environmentDrivers": [{"driverKey": "check", "kind": "sandbox_provider", DRY_RUN_FIELD: true}],
+        },
+    });
+    let probe: SandboxProvider = serde_json::from_value(probe).expect("a provider");
+    let api = Api::<SandboxProvider>::all(client.clone());
+    let params = PostParams { dry_run: true, field_manager: Some(crate::vocabulary::FIELD_MANAGER.into()) };
+    let result = match tokio::time::timeout(args.cluster.request_timeout, api.create(&params, &probe)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(crate::cli::cluster::api_error(&e)),
+        Err(_) => Err("the dry run got no answer in time".to_string()),
+    };
+    match verdicts::admission(result, &webhooks, DRY_RUN_FIELD) {
+        Ok(text) => Line::ok(text),
+        Err(text) => Line::fail(text),
+    }
+}
+
+pub async fn leader(client: &Client, args: &CheckArgs) -> Line {
+    let (ns, name) = (&args.namespace, &args.leader_election_name);
+    if name.is_empty() {
+        return Line::new(Level::Warn, "not checked: leader election is off (--leader-election-name \"\")");
+    }
+    let shown = format!("{ns}/{name}");
+    let api = Api::<Lease>::namespaced(client.clone(), ns);
+    match bounded(args.cluster.request_timeout, &format!("reading Lease {shown}"), api.get_opt(name)).await {
+        Ok(lease) => match verdicts::leader(lease.as_ref(), &shown, Timestamp::now()) {
+            Ok(text) => Line::ok(text),
+            Err(text) => Line::fail(text),
+        },
+        Err(e) => Line::fail(e),
+    }
+}
+
+pub async fn controllers(client: &Client, args: &CheckArgs) -> Line {
+    let mut counts = Vec::new();
+    let mut lagging: Vec<(String, Lagging)> = Vec::new();
+    let mut more = 0usize;
+    for (kind, resource) in [
+        ("SandboxProvider", ApiResource::erase::<SandboxProvider>(&())),
+        ("SandboxLease", ApiResource::erase::<SandboxLease>(&())),
+    ] {
+        let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
+        let (mut listed, mut token) = (0usize, None::<String>);
+        loop {
+            let mut params = ListParams::default().limit(PAGE);
+            if let Some(t) = &token {
+                params = params.continue_token(t);
+            }
+            let page = match bounded(args.cluster.request_timeout, &format!("listing {kind}s"), api.list(&params)).await
+            {
+                Ok(page) => page,
+                Err(e) => return Line::fail(e),
+            };
+            let now = Timestamp::now();
+            for object in &page.items {
+                listed += 1;
+                let observed =
+                    object.data.get("status").and_then(|s| s.get("observedGeneration")).and_then(Value::as_i64);
+                if let Some(late) = verdicts::lagging(&object.metadata, observed, now, args.resolve_within) {
+                    if lagging.len() < NAMED { lagging.push((kind.to_string(), late)) } else { more += 1 }
+                }
+            }
+            token = page.metadata.continue_.filter(|t| !t.is_empty());
+            if token.is_none() {
+                break;
+            }
+        }
+        counts.push(format!("{listed} {kind}{}", if listed == 1 { "" } else { "s" }));
+    }
+    let within = humantime::format_duration(args.resolve_within);
+    if lagging.is_empty() {
+        return Line::ok(format!("every change older than {within} is resolved ({} listed)", counts.join(" and ")));
+    }
+    let named: Vec<String> = lagging
+        .iter()
+        .map(|(kind, l)| {
+            let observed = l.observed.map_or_else(|| "no status".into(), |o| format!("status for {o}"));
+            format!("{kind} {} (generation {}, {observed}, changed {}s ago)", l.name, l.generation, l.changed_ago)
+        })
+        .collect();
+    let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+    Line::fail(format!(
+        "changed more than {within} ago and not resolved: {}{more}; are the controllers running (kubectl logs of the \
+         leader)?",
+        named.join(", ")
+    ))
+}

@@ -1,0 +1,268 @@
+//! The verdicts of `check` over what it fetched: pure, so each is tested without a cluster.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+use serde_json::Value;
+
+/// Where two JSON documents first differ, as a path (`spec.versions[0].name`), or `None`.
+pub fn first_difference(want: &Value, have: &Value, path: &str) -> Option<String> {
+    match (want, have) {
+        (Value::Object(w), Value::Object(h)) => {
+            for (key, value) in w {
+                let at = format!("{path}.{key}");
+                match h.get(key) {
+                    None => return Some(format!("{at} is missing")),
+                    Some(other) => {
+                        if let Some(found) = first_difference(value, other, &at) {
+                            return Some(found);
+                        }
+                    }
+                }
+            }
+            h.keys().find(|k| !w.contains_key(*k)).map(|k| format!("{path}.{k} is not this sandcap's"))
+        }
+        (Value::Array(w), Value::Array(h)) if w.len() == h.len() => {
+            w.iter().zip(h).enumerate().find_map(|(i, (w, h))| first_difference(w, h, &format!("{path}[{i}]")))
+        }
+        (Value::Array(w), Value::Array(h)) => Some(format!("{path} has {} items, this sandcap's {}", h.len(), w.len())),
+        _ if want == have => None,
+        _ => Some(format!("{path} differs")),
+    }
+}
+
+/// Where a CRD's spec in the cluster first differs from the generated one, ignoring what the
+/// apiserver fills in itself when the generated spec leaves it out (`conversion: {strategy:
+/// None}`, `names.listKind: <kind>List`).
+pub fn crd_drift(generated: &Value, live: &Value) -> Option<String> {
+    let mut live = live.clone();
+    if let Some(spec) = live.as_object_mut() {
+        if generated.get("conversion").is_none()
+            && spec.get("conversion") == Some(&serde_json::json!({"strategy": "None"}))
+        {
+            spec.remove("conversion");
+        }
+        let list_kind = generated["names"]["kind"].as_str().map(|k| format!("{k}List"));
+        if let Some(names) = spec.get_mut("names").and_then(Value::as_object_mut)
+            && generated["names"].get("listKind").is_none()
+            && names.get("listKind").and_then(Value::as_str) == list_kind.as_deref()
+        {
+            names.remove("listKind");
+        }
+    }
+    first_difference(generated, &live, "spec")
+}
+
+/// A clock on another machine may be this far ahead of or behind this one.
+pub const CLOCK_SKEW: i64 = 5;
+/// The duration kube-lease-manager assumes when a Lease names none.
+const DEFAULT_LEASE_SECONDS: i64 = 15;
+
+/// Whether a leader holds `lease` (`shown` names it) and renewed it within its duration.
+pub fn leader(lease: Option<&Lease>, shown: &str, now: Timestamp) -> Result<String, String> {
+    let Some(spec) = lease.map(|l| l.spec.clone().unwrap_or_default()) else {
+        return Err(format!(
+            "no Lease {shown}: no controller was ever elected there (is sandcap running, with leader election, in this \
+             namespace?)"
+        ));
+    };
+    let Some(holder) = spec.holder_identity.filter(|h| !h.is_empty()) else {
+        return Err(format!("Lease {shown} is held by nobody: no controller runs (the last leader released it)"));
+    };
+    let Some(renewed) = spec.renew_time.or(spec.acquire_time) else {
+        return Err(format!("Lease {shown} is held by {holder} but was never renewed"));
+    };
+    let duration = spec.lease_duration_seconds.map_or(DEFAULT_LEASE_SECONDS, i64::from);
+    let age = (now.as_second() - renewed.0.as_second()).max(0);
+    if age > duration + CLOCK_SKEW {
+        return Err(format!(
+            "Lease {shown} is held by {holder}, last renewed {age}s ago, longer than its {duration}s: the leader is gone \
+             and no replica took over"
+        ));
+    }
+    Ok(format!("{holder} holds Lease {shown}, renewed {age}s ago (every {duration}s at most)"))
+}
+
+/// An object whose latest change the controllers have not resolved although it is old enough.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lagging {
+    pub name: String,
+    pub generation: i64,
+    pub observed: Option<i64>,
+    pub changed_ago: i64,
+}
+
+/// Whether the object (`meta`, its status's `observedGeneration`) changed more than `within` ago
+/// and is still not resolved for that change. The change's time is the last write of its spec or
+/// metadata (`managedFields`, outside the status subresource), else its creation.
+pub fn lagging(meta: &ObjectMeta, observed: Option<i64>, now: Timestamp, within: Duration) -> Option<Lagging> {
+    let generation = meta.generation.unwrap_or(0);
+    if observed.is_some_and(|o| o >= generation) {
+        return None;
+    }
+    let changed = meta
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| m.subresource.as_deref() != Some("status"))
+        .filter_map(|m| m.time.as_ref())
+        .chain(meta.creation_timestamp.as_ref())
+        .map(|t| t.0.as_second())
+        .max()?;
+    let changed_ago = now.as_second() - changed;
+    let within = i64::try_from(within.as_secs()).unwrap_or(i64::MAX);
+    let name = match &meta.namespace {
+        Some(ns) => format!("{ns}/{}", meta.name.as_deref().unwrap_or_default()),
+        None => meta.name.clone().unwrap_or_default(),
+    };
+    (changed_ago > within).then_some(Lagging { name, generation, observed, changed_ago })
+}
+
+/// The answer to the dry run of an object only the webhook refuses: `Ok` when one of `webhooks`
+/// refused it for `field`. `result` is the apiserver's message on failure.
+pub fn admission(result: Result<(), String>, webhooks: &[String], field: &str) -> Result<String, String> {
+    let message = match result {
+        Ok(()) => {
+            return Err(
+                "a server-side dry run of a provider with an unknown field was admitted: no webhook refused it (does \
+                 the webhook configuration's rule cover sandboxproviders, with failurePolicy Fail?)"
+                    .into(),
+            );
+        }
+        Err(message) => message,
+    };
+    let by = webhooks.iter().find(|w| message.contains(&format!("admission webhook \"{w}\" denied the request")));
+    match by {
+        Some(w) if message.contains(field) => {
+            Ok(format!("webhook {w} refused a server-side dry run of a provider with an unknown field, as it must"))
+        }
+        Some(w) => Err(format!("webhook {w} refused the dry run, but not for its unknown field: {message}")),
+        None if message.contains("failed calling webhook") => {
+            Err(format!("the apiserver cannot call the webhook: {message}"))
+        }
+        None => Err(format!("the dry run failed before the webhook answered: {message}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, MicroTime, Time};
+    use serde_json::json;
+
+    use super::*;
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_second(second).unwrap()
+    }
+
+    #[test]
+    fn a_crd_matches_when_only_server_defaults_were_added() {
+        let generated = json!({"group": "g", "names": {"kind": "K", "plural": "ks"}, "versions": [{"name": "v1"}]});
+        let mut live = generated.clone();
+        live["conversion"] = json!({"strategy": "None"});
+        live["names"]["listKind"] = json!("KList");
+        assert_eq!(crd_drift(&generated, &live), None);
+        live["names"]["listKind"] = json!("Other");
+        assert_eq!(crd_drift(&generated, &live).as_deref(), Some("spec.names.listKind is not this sandcap's"));
+        live["names"]["listKind"] = json!("KList");
+        live["conversion"] = json!({"strategy": "Webhook"});
+        assert_eq!(crd_drift(&generated, &live).as_deref(), Some("spec.conversion is not this sandcap's"));
+    }
+
+    #[test]
+    fn a_crd_differs_at_the_first_changed_missing_or_extra_field() {
+        let generated = json!({"versions": [{"name": "v1", "schema": {"maxLength": 63, "enum": ["a", "b"]}}]});
+        let changed = json!({"versions": [{"name": "v1", "schema": {"maxLength": 64, "enum": ["a", "b"]}}]});
+        assert_eq!(crd_drift(&generated, &changed).as_deref(), Some("spec.versions[0].schema.maxLength differs"));
+        let missing = json!({"versions": [{"name": "v1", "schema": {"enum": ["a", "b"]}}]});
+        assert_eq!(crd_drift(&generated, &missing).as_deref(), Some("spec.versions[0].schema.maxLength is missing"));
+        let extra = json!({"versions": [{"name": "v1", "schema": {"maxLength": 63, "enum": ["a", "b"], "x": 1}}]});
+        assert_eq!(crd_drift(&generated, &extra).as_deref(), Some("spec.versions[0].schema.x is not this sandcap's"));
+        let shorter = json!({"versions": [{"name": "v1", "schema": {"maxLength": 63, "enum": ["a"]}}]});
+        assert_eq!(
+            crd_drift(&generated, &shorter).as_deref(),
+            Some("spec.versions[0].schema.enum has 1 items, this sandcap's 2")
+        );
+    }
+
+    fn lease(holder: Option<&str>, renewed: Option<i64>, duration: Option<i32>) -> Lease {
+        Lease {
+            spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
+                holder_identity: holder.map(String::from),
+                renew_time: renewed.map(|s| MicroTime(at(s))),
+                lease_duration_seconds: duration,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_leader_must_hold_the_lease_and_have_renewed_it_within_its_duration() {
+        let now = at(1_000);
+        let shown = "sandcap-system/sandcap-controller";
+        let ok = leader(Some(&lease(Some("pod-a"), Some(990), Some(15))), shown, now).unwrap();
+        assert_eq!(ok, "pod-a holds Lease sandcap-system/sandcap-controller, renewed 10s ago (every 15s at most)");
+        assert!(leader(Some(&lease(Some("pod-a"), Some(980), Some(15))), shown, now).is_ok(), "within the skew");
+        let gone = leader(Some(&lease(Some("pod-a"), Some(979), Some(15))), shown, now).unwrap_err();
+        assert!(gone.contains("last renewed 21s ago, longer than its 15s"), "{gone}");
+        assert!(leader(Some(&lease(Some("pod-a"), Some(1_003), None)), shown, now).unwrap().contains("renewed 0s ago"));
+        assert!(leader(Some(&lease(None, None, None)), shown, now).unwrap_err().contains("held by nobody"));
+        assert!(leader(Some(&lease(Some(""), Some(999), None)), shown, now).unwrap_err().contains("held by nobody"));
+        assert!(leader(Some(&lease(Some("p"), None, None)), shown, now).unwrap_err().contains("never renewed"));
+        assert!(leader(None, shown, now).unwrap_err().starts_with("no Lease sandcap-system/sandcap-controller"));
+    }
+
+    fn meta(generation: i64, created: i64, writes: &[(i64, Option<&str>)]) -> ObjectMeta {
+        ObjectMeta {
+            name: Some("run-42".into()),
+            namespace: Some("team-a".into()),
+            generation: Some(generation),
+            creation_timestamp: Some(Time(at(created))),
+            managed_fields: Some(
+                writes
+                    .iter()
+                    .map(|(t, sub)| ManagedFieldsEntry {
+                        time: Some(Time(at(*t))),
+                        subresource: sub.map(String::from),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_object_lags_when_its_change_is_older_than_the_grace_and_not_observed() {
+        let (now, within) = (at(1_000), Duration::from_secs(60));
+        assert_eq!(lagging(&meta(2, 0, &[(900, None)]), Some(2), now, within), None, "resolved");
+        assert_eq!(lagging(&meta(2, 0, &[(950, None)]), Some(1), now, within), None, "changed 50s ago: in time");
+        let late = lagging(&meta(2, 0, &[(900, None), (990, Some("status"))]), Some(1), now, within).unwrap();
+        assert_eq!(late, Lagging { name: "team-a/run-42".into(), generation: 2, observed: Some(1), changed_ago: 100 });
+        let never = lagging(&meta(1, 800, &[]), None, now, within).unwrap();
+        assert_eq!((never.observed, never.changed_ago), (None, 200), "never resolved, created 200s ago");
+    }
+
+    #[test]
+    fn only_a_refusal_by_the_webhook_for_the_unknown_field_passes() {
+        let hooks = ["validate.sandcap.dev".to_string()];
+        let denied = "admission webhook \"validate.sandcap.dev\" denied the request: spec.environmentDrivers[0].sandcapCheck: unknown field";
+        assert!(admission(Err(denied.into()), &hooks, "sandcapCheck").is_ok());
+        let other = admission(Err(denied.into()), &hooks, "somethingElse").unwrap_err();
+        assert!(other.contains("not for its unknown field"), "{other}");
+        let unreachable =
+            "Internal error occurred: failed calling webhook \"validate.sandcap.dev\": connect: connection refused";
+        let e = admission(Err(unreachable.into()), &hooks, "sandcapCheck").unwrap_err();
+        assert!(e.starts_with("the apiserver cannot call the webhook: "), "{e}");
+        assert!(admission(Ok(()), &hooks, "sandcapCheck").unwrap_err().contains("was admitted"));
+        let crd = admission(
+            Err("SandboxProvider.sandcap.dev \"x\" is invalid: spec.version: Required value".into()),
+            &hooks,
+            "f",
+        );
+        assert!(crd.unwrap_err().starts_with("the dry run failed before the webhook answered"));
+    }
+}

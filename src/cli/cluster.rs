@@ -1,0 +1,95 @@
+//! The connection of the commands that read the live cluster (`explain`, `check`): the usual
+//! kubeconfig and context flags, as kubectl and its plugins read them, or the pod's service account
+//! in a cluster; every request bounded in time.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use super::error::CliError;
+
+/// The flags every live command takes (kubectl's names).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClusterArgs {
+    /// The kubeconfig file [default: $KUBECONFIG, else ~/.kube/config, else the pod's service
+    /// account].
+    #[arg(long, global = true, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use [default: its current context].
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
+    /// The kubeconfig cluster to use [default: the context's].
+    #[arg(long, global = true, value_name = "NAME")]
+    pub cluster: Option<String>,
+    /// The kubeconfig user to use [default: the context's].
+    #[arg(long, global = true, value_name = "NAME")]
+    pub user: Option<String>,
+    /// How long one request to the apiserver may take.
+    #[arg(long, global = true, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub request_timeout: Duration,
+}
+
+/// A client, and the namespace of the kubeconfig context (or of the pod) for commands that
+/// default to it.
+pub struct Connection {
+    pub client: Client,
+    pub default_namespace: String,
+}
+
+impl ClusterArgs {
+    /// Reads the kubeconfig (`--kubeconfig`, else `KUBECONFIG` or `~/.kube/config`, else the
+    /// in-cluster service account, as `kube::Config::infer` does) with the context flags applied.
+    pub async fn connect(&self) -> Result<Connection, CliError> {
+        let options =
+            KubeConfigOptions { context: self.context.clone(), cluster: self.cluster.clone(), user: self.user.clone() };
+        let no_config = |e: &dyn std::fmt::Display| CliError::Usage(format!("no Kubernetes client configuration: {e}"));
+        let mut config = match &self.kubeconfig {
+            Some(path) => {
+                let file = Kubeconfig::read_from(path)
+                    .map_err(|e| CliError::Usage(format!("{}: not a usable kubeconfig: {e}", path.display())))?;
+                Config::from_custom_kubeconfig(file, &options).await.map_err(|e| no_config(&e))?
+            }
+            None if self.context.is_some() || self.cluster.is_some() || self.user.is_some() => {
+                Config::from_kubeconfig(&options).await.map_err(|e| no_config(&e))?
+            }
+            None => Config::infer().await.map_err(|e| no_config(&e))?,
+        };
+        config.connect_timeout = Some(self.request_timeout);
+        config.read_timeout = Some(self.request_timeout);
+        config.write_timeout = Some(self.request_timeout);
+        let default_namespace = config.default_namespace.clone();
+        let client = Client::try_from(crate::run::client_config(config)).map_err(|e| no_config(&e))?;
+        Ok(Connection { client, default_namespace })
+    }
+}
+
+/// The runtime of one live command: one thread is enough for a handful of requests.
+pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Usage(format!("cannot start the async runtime: {e}")))
+}
+
+/// `work`, or a failure naming `what` once `timeout` has passed: nothing may hang a command.
+pub async fn bounded<T>(
+    timeout: Duration,
+    what: &str,
+    work: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(timeout, work).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(format!("{what}: {}", api_error(&e))),
+        Err(_) => Err(format!("{what}: no answer within {}", humantime::format_duration(timeout))),
+    }
+}
+
+/// The apiserver's own message for an API error, else the client's.
+pub fn api_error(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
+        other => other.to_string(),
+    }
+}

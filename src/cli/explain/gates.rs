@@ -1,0 +1,100 @@
+//! The gates of the resolution for one capability, each with whether it lets the capability
+//! through and why, in the words status uses.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+use super::report::{Gate, GateReport};
+use crate::api::{DriverDeclaration, SandboxLease, WorkerStatus};
+use crate::contract::{Narrowing, Verified};
+use crate::vocabulary::{Capability, LeasePolicy};
+
+pub fn worker(cap: Capability, verified: &Verified, worker: Option<&WorkerStatus>) -> GateReport {
+    let needs = cap.required_methods();
+    if verified.is_nothing() {
+        let detail = match worker {
+            None => "no probe yet: the worker verified nothing".to_string(),
+            Some(w) => format!("the worker verified nothing: {}", probe_summary(w)),
+        };
+        return GateReport::new(Gate::Worker, false, detail);
+    }
+    let (have, missing): (Vec<&str>, Vec<&str>) = needs.iter().partition(|m| verified.has(m));
+    match (have.is_empty(), missing.is_empty()) {
+        (_, true) => GateReport::new(Gate::Worker, true, format!("the worker advertises {}", have.join(", "))),
+        (true, false) => {
+            GateReport::new(Gate::Worker, false, format!("the worker does not advertise {}", missing.join(", ")))
+        }
+        (false, false) => GateReport::new(
+            Gate::Worker,
+            false,
+            format!("the worker advertises {} but not {}", have.join(", "), missing.join(", ")),
+        ),
+    }
+}
+
+/// `probe Failed at <time>: <message>`.
+pub fn probe_summary(worker: &WorkerStatus) -> String {
+    let at = worker.last_probe_time.as_ref().map(|t| format!(" at {}", t.0)).unwrap_or_default();
+    format!("probe {:?}{at}: {}", worker.probe, worker.message)
+}
+
+pub fn declaration(cap: Capability, driver: &DriverDeclaration) -> GateReport {
+    let nested = driver.sandbox_capabilities.as_ref().and_then(|n| n.get(cap));
+    let legacy = driver.supports_reusable_leases.filter(|_| cap == Capability::ReusableLeases);
+    let key = cap.key();
+    let (value, source) = match (nested, legacy) {
+        (Some(v), Some(l)) => {
+            (Some(v), format!("sandboxCapabilities.{key}; the legacy supportsReusableLeases: {l} is ignored"))
+        }
+        (Some(v), None) => (Some(v), format!("sandboxCapabilities.{key}")),
+        (None, Some(l)) => {
+            (Some(l), format!("the legacy supportsReusableLeases, as sandboxCapabilities.{key} is absent"))
+        }
+        (None, None) => (None, String::new()),
+    };
+    let kind = if driver.is_sandbox_provider() { "" } else { " (never read: the driver is not kind sandbox_provider)" };
+    match value {
+        Some(true) => GateReport::new(Gate::Declaration, true, format!("declared true ({source}){kind}")),
+        Some(false) => GateReport::new(Gate::Declaration, false, format!("declared false ({source}){kind}")),
+        None if cap.opt_in() => {
+            GateReport::new(Gate::Declaration, false, format!("not declared, and {key} is opt-in{kind}"))
+        }
+        None => GateReport::new(Gate::Declaration, true, format!("not declared: follows the worker{kind}")),
+    }
+}
+
+/// The lease's own narrowings that apply to `cap`.
+pub fn narrowings(cap: Capability, lease: &SandboxLease, n: &Narrowing, config: Option<&Condition>) -> Vec<GateReport> {
+    let mut gates = Vec::new();
+    if cap == Capability::ReusableLeases {
+        let policy = lease.spec.policy();
+        let reuse = policy == LeasePolicy::ReuseByEnvironment;
+        let detail = if reuse {
+            "the lease policy is ReuseByEnvironment".to_string()
+        } else {
+            format!("the lease policy is {policy}, not ReuseByEnvironment")
+        };
+        gates.push(GateReport::new(Gate::Policy, reuse, detail));
+    }
+    if cap.is_sync() {
+        gates.push(match &n.job_backend {
+            Some(why) => GateReport::new(Gate::JobBackend, false, why.clone()),
+            None => GateReport::new(Gate::JobBackend, true, "the lease is not Job-backed"),
+        });
+        gates.push(if n.native_file_sync_unsupported {
+            GateReport::new(Gate::NativeFileSync, false, "the lease sets nativeFileSyncUnsupported: true")
+        } else {
+            GateReport::new(Gate::NativeFileSync, true, "the lease does not set nativeFileSyncUnsupported")
+        });
+    }
+    if matches!(cap, Capability::PersistentProcessSessions | Capability::IncrementalSessionOutput) {
+        gates.push(match config {
+            Some(c) => GateReport::new(
+                Gate::Config,
+                c.status != "False",
+                format!("ConfigResolved {} ({}): {}", c.status, c.reason, c.message),
+            ),
+            None => GateReport::new(Gate::Config, true, "the config is not resolved yet"),
+        });
+    }
+    gates
+}

@@ -1,0 +1,133 @@
+//! A lease's explanation: its provider as it is now, the pinned identity, the driver's
+//! declaration, the worker's last probe, the lease's narrowings and its `configFrom` Secrets.
+
+use super::fix::FixContext;
+use super::gates;
+use super::report::{CapabilityReport, DeclarationReport, Gate, GateReport, ProviderLink, capability, status_notes};
+use super::secret::SecretReport;
+use crate::api::{Pinned, SandboxLease, SandboxProvider, WorkerStatus};
+use crate::contract::{self, Declared, Narrowing};
+use crate::vocabulary::{Capability, ConditionType, Kind, LeasePolicy};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use serde::Serialize;
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseReport {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+    pub generation: Option<i64>,
+    pub observed_generation: Option<i64>,
+    pub provider: ProviderLink,
+    pub pinned: Option<Pinned>,
+    pub requested_policy: LeasePolicy,
+    pub effective_policy: Option<LeasePolicy>,
+    pub declaration: Option<DeclarationReport>,
+    pub worker: Option<WorkerStatus>,
+    pub config_from: Vec<SecretReport>,
+    pub capabilities: Vec<CapabilityReport>,
+    /// Every condition of status, whatever its type.
+    pub conditions: Vec<Condition>,
+    pub notes: Vec<String>,
+}
+
+/// Everything a lease's explanation is built from; `secrets` has one entry per `configFrom`.
+pub struct LeaseFacts<'a> {
+    pub lease: &'a SandboxLease,
+    pub provider: Option<&'a SandboxProvider>,
+    pub secrets: Vec<SecretReport>,
+}
+
+pub fn lease_report(facts: &LeaseFacts) -> LeaseReport {
+    let LeaseFacts { lease, provider, .. } = *facts;
+    let status = lease.status.as_ref();
+    let conditions = status.map(|s| s.conditions.clone()).unwrap_or_default();
+    let config = conditions.iter().find(|c| c.type_ == ConditionType::ConfigResolved.as_str());
+    let worker = provider.and_then(|p| p.status.as_ref()).and_then(|s| s.worker.as_ref());
+    let verified = contract::verified_from_worker(worker);
+    let identity = contract::check_identity(lease, provider);
+    let driver = identity.as_ref().ok().copied().or_else(|| {
+        let key = &lease.spec.provider_ref.driver_key;
+        provider.and_then(|p| p.spec.environment_drivers.iter().find(|d| d.driver_key == *key))
+    });
+    let config_failure = config.filter(|c| c.status == "False").map(|c| c.message.clone());
+    let narrowing = Narrowing {
+        identity_failure: identity.as_ref().err().map(ToString::to_string),
+        policy: Some(lease.spec.policy()),
+        job_backend: contract::job_backend(lease),
+        native_file_sync_unsupported: lease.spec.native_file_sync_unsupported.unwrap_or(false),
+        config_failure,
+    };
+    let declared = driver.filter(|_| identity.is_ok()).map(Declared::from_driver).unwrap_or_default();
+    let now = contract::resolve(&verified, &declared, &narrowing);
+    let identity_gate = match &identity {
+        Err(why) => GateReport::new(Gate::Identity, false, why.to_string()),
+        Ok(_) => GateReport::new(Gate::Identity, true, identity_detail(lease, provider)),
+    };
+    let context = FixContext {
+        provider: &lease.spec.provider_ref.name,
+        driver: &lease.spec.provider_ref.driver_key,
+        lease: Some((lease.metadata.namespace.as_deref().unwrap_or_default(), lease_name(lease))),
+        identity: identity.as_ref().err(),
+        worker: worker.map(|w| w.message.as_str()),
+        verified: &verified,
+        config,
+        secrets: &facts.secrets,
+    };
+    let capabilities = Capability::ALL
+        .into_iter()
+        .map(|cap| {
+            let mut gates = vec![identity_gate.clone()];
+            if provider.is_some() {
+                gates.push(gates::worker(cap, &verified, worker));
+            }
+            if let Some(driver) = driver {
+                gates.push(gates::declaration(cap, driver));
+            }
+            gates.extend(gates::narrowings(cap, lease, &narrowing, config));
+            capability(cap, status.map(|s| s.explanations.as_slice()), &now, gates, &context)
+        })
+        .collect::<Vec<_>>();
+    let notes = status_notes(status.map(|s| s.observed_generation), lease.metadata.generation, "lease", &capabilities);
+    LeaseReport {
+        kind: Kind::SandboxLease,
+        namespace: lease.metadata.namespace.clone().unwrap_or_default(),
+        name: lease_name(lease).to_string(),
+        generation: lease.metadata.generation,
+        observed_generation: status.and_then(|s| s.observed_generation),
+        provider: ProviderLink {
+            name: lease.spec.provider_ref.name.clone(),
+            driver_key: lease.spec.provider_ref.driver_key.clone(),
+            found: provider.is_some(),
+            uid: provider.and_then(|p| p.metadata.uid.clone()),
+        },
+        pinned: status.and_then(|s| s.pinned.clone()),
+        requested_policy: lease.spec.policy(),
+        effective_policy: status.and_then(|s| s.effective_policy),
+        declaration: driver.map(DeclarationReport::of),
+        worker: worker.cloned(),
+        config_from: facts.secrets.clone(),
+        capabilities,
+        conditions,
+        notes,
+    }
+}
+
+fn lease_name(lease: &SandboxLease) -> &str {
+    lease.metadata.name.as_deref().unwrap_or_default()
+}
+
+fn identity_detail(lease: &SandboxLease, provider: Option<&SandboxProvider>) -> String {
+    match lease.status.as_ref().and_then(|s| s.pinned.as_ref()) {
+        Some(p) => format!(
+            "pinned to provider uid {} (pluginKey {}, driver {}), which is the provider as it is now",
+            p.provider_uid, p.plugin_key, p.driver_key
+        ),
+        None => format!(
+            "provider {} found (uid {}); sandcap pins it on the first resolution",
+            lease.spec.provider_ref.name,
+            provider.and_then(|p| p.metadata.uid.as_deref()).unwrap_or("none")
+        ),
+    }
+}

@@ -1,0 +1,98 @@
+//! A provider's explanation: where its worker is, the worker's last probe, and each driver's
+//! declaration and capabilities.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use serde::Serialize;
+
+use super::fix::FixContext;
+use super::gates;
+use super::report::{CapabilityReport, DeclarationReport, Gate, GateReport, capability, status_notes};
+use crate::api::{SandboxProvider, WorkerStatus};
+use crate::contract;
+use crate::vocabulary::{Capability, Kind};
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DriverReport {
+    pub declaration: DeclarationReport,
+    pub capabilities: Vec<CapabilityReport>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderReport {
+    pub kind: Kind,
+    pub name: String,
+    pub plugin_key: String,
+    pub version: String,
+    pub generation: Option<i64>,
+    pub observed_generation: Option<i64>,
+    /// Where the worker is: `service NAMESPACE/NAME:PORT/PATH` or the URL.
+    pub worker_at: String,
+    pub worker: Option<WorkerStatus>,
+    pub drivers: Vec<DriverReport>,
+    pub conditions: Vec<Condition>,
+    pub notes: Vec<String>,
+}
+
+pub fn provider_report(provider: &SandboxProvider) -> ProviderReport {
+    let status = provider.status.as_ref();
+    let worker = status.and_then(|s| s.worker.as_ref());
+    let verified = contract::verified_from_worker(worker);
+    let name = provider.metadata.name.clone().unwrap_or_default();
+    let drivers: Vec<DriverReport> = provider
+        .spec
+        .environment_drivers
+        .iter()
+        .map(|driver| {
+            let now = contract::resolve_driver(&verified, driver);
+            let identity = contract::driver_kind_failure(driver);
+            let context = FixContext {
+                provider: &name,
+                driver: &driver.driver_key,
+                lease: None,
+                identity: identity.as_ref(),
+                worker: worker.map(|w| w.message.as_str()),
+                verified: &verified,
+                config: None,
+                secrets: &[],
+            };
+            let explanations = status
+                .and_then(|s| s.drivers.iter().find(|d| d.driver_key == driver.driver_key))
+                .map(|d| &d.explanations);
+            let capabilities = Capability::ALL
+                .into_iter()
+                .map(|cap| {
+                    let kind = match &identity {
+                        Some(why) => GateReport::new(Gate::Identity, false, why.to_string()),
+                        None => GateReport::new(Gate::Identity, true, "the driver is kind sandbox_provider"),
+                    };
+                    let gates = vec![kind, gates::worker(cap, &verified, worker), gates::declaration(cap, driver)];
+                    capability(cap, explanations.map(Vec::as_slice), &now, gates, &context)
+                })
+                .collect();
+            DriverReport { declaration: DeclarationReport::of(driver), capabilities }
+        })
+        .collect();
+    let all: Vec<CapabilityReport> = drivers.iter().flat_map(|d| d.capabilities.clone()).collect();
+    let notes = status_notes(status.map(|s| s.observed_generation), provider.metadata.generation, "provider", &all);
+    let w = &provider.spec.worker;
+    let worker_at = match (&w.service, &w.url) {
+        (Some(s), _) => format!("service {}/{}:{}{}", s.namespace, s.name, s.port, s.path.as_deref().unwrap_or("/")),
+        (None, Some(url)) => url.clone(),
+        (None, None) => "nowhere (spec.worker names neither a service nor a URL)".into(),
+    };
+    ProviderReport {
+        kind: Kind::SandboxProvider,
+        plugin_key: provider.spec.plugin_key.clone(),
+        version: provider.spec.version.clone(),
+        generation: provider.metadata.generation,
+        observed_generation: status.and_then(|s| s.observed_generation),
+        worker_at,
+        worker: worker.cloned(),
+        drivers,
+        conditions: status.map(|s| s.conditions.clone()).unwrap_or_default(),
+        notes,
+        name,
+    }
+}
