@@ -8,7 +8,20 @@ use sandcap::run::RunArgs;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// `mi_option_purge_delay` in mimalloc 3's `mimalloc.h` (the sys crate names no constant for it).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// mimalloc 3 returns freed memory to the OS a second after it was freed (ten for whole arena
+/// blocks); a controller start decodes every lease at once, and that delay alone held about 18 MiB
+/// more at 10,000 leases (docs/controller.md, "Scale"). 10 ms is mimalloc 2's default.
+/// `MIMALLOC_PURGE_DELAY` in the environment still decides.
+fn tune_allocator() {
+    // SAFETY: called first in `main`, before any other thread exists (the option is not atomic).
+    unsafe { libmimalloc_sys::mi_option_set_default(MI_OPTION_PURGE_DELAY, 10) };
+}
+
 fn main() {
+    tune_allocator();
     let cli = cli::parse();
     let code = match cli.command {
         Command::Run(args) => serve(*args),

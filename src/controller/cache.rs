@@ -62,6 +62,11 @@ pub struct Triggers {
     pub leases: UnboundedReceiver<ObjectRef<CachedLease>>,
 }
 
+/// A set or queue of triggers larger than this gives its memory back once it is empty: a burst
+/// (every lease at a start, the hourly resync) grows it to the number of objects, and a hash
+/// table never shrinks by itself.
+pub const KEPT_CAPACITY: usize = 1024;
+
 /// The objects of one kind that were triggered and not yet reconciled (a set, as the controller's
 /// own queue deduplicates), exported as `sandcap_reconcile_queue_depth`.
 pub struct Queue<K: Resource<DynamicType = ()>> {
@@ -96,6 +101,9 @@ impl<K: Resource<DynamicType = ()>> Queue<K> {
         let mut pending = self.pending.lock().expect("not poisoned");
         if pending.remove(object) {
             self.depth.set(pending.len() as i64);
+            if pending.is_empty() && pending.capacity() > KEPT_CAPACITY {
+                pending.shrink_to_fit();
+            }
         }
     }
 }

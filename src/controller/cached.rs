@@ -2,8 +2,8 @@
 //! grows with the leases' specs and not with their statuses or their write history.
 //!
 //! A lease is trimmed as it is decoded from the watch: its spec, name, namespace, uid, generation
-//! and resourceVersion stay; labels, annotations, managed fields and the other metadata go (nothing
-//! reads them). Of the published status stay the pin, each condition's status and
+//! and resourceVersion stay; labels, annotations, managed fields and the other metadata are
+//! skipped by the decoder (nothing reads them). Of the published status stay the pin, each condition's status and
 //! `lastTransitionTime` (what a condition that keeps its status keeps), and a digest of the whole
 //! status: the reconcile writes when the status it computes hashes differently, and only then.
 
@@ -17,13 +17,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time
 use kube::Resource;
 use serde::Deserialize;
 
-use crate::api::{SandboxLease, SandboxLeaseStatus};
+use crate::api::{SandboxLease, SandboxLeaseSpec, SandboxLeaseStatus};
 use crate::vocabulary::ConditionType;
 
 /// A lease as the cache holds it: derefs to the trimmed [`SandboxLease`], whose status holds the
 /// pin alone (what the identity check reads).
 #[derive(Clone, Debug, Deserialize)]
-#[serde(from = "SandboxLease")]
+#[serde(from = "Wire")]
 pub struct CachedLease {
     lease: SandboxLease,
     /// `None` while the lease has no status.
@@ -49,8 +49,45 @@ struct Since {
 /// condition sandcap computes keeps its time.
 const STATUSES: [&str; 3] = ["True", "False", "Unknown"];
 
+/// A lease as the watch delivers it, as far as the cache reads it: the decoder skips labels,
+/// annotations, managed fields and the rest of the metadata without allocating them (they would
+/// be freed at once, leaving the allocator's pages with holes between the leases it keeps).
+#[derive(Deserialize)]
+struct Wire {
+    metadata: Meta,
+    spec: SandboxLeaseSpec,
+    #[serde(default)]
+    status: Option<SandboxLeaseStatus>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Meta {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    generation: Option<i64>,
+    resource_version: Option<String>,
+    deletion_timestamp: Option<Time>,
+}
+
 impl From<SandboxLease> for CachedLease {
     fn from(lease: SandboxLease) -> Self {
+        let m = lease.metadata;
+        let metadata = Meta {
+            name: m.name,
+            namespace: m.namespace,
+            uid: m.uid,
+            generation: m.generation,
+            resource_version: m.resource_version,
+            deletion_timestamp: m.deletion_timestamp,
+        };
+        Wire { metadata, spec: lease.spec, status: lease.status }.into()
+    }
+}
+
+impl From<Wire> for CachedLease {
+    fn from(lease: Wire) -> Self {
         let published = lease.status.as_ref().map(|status| Published {
             digest: digest(status),
             since: status
@@ -64,15 +101,15 @@ impl From<SandboxLease> for CachedLease {
                 .collect(),
         });
         let pinned = lease.status.and_then(|s| s.pinned);
-        let metadata = lease.metadata;
+        let Meta { name, namespace, uid, generation, resource_version, deletion_timestamp } = lease.metadata;
         let lease = SandboxLease {
             metadata: ObjectMeta {
-                name: metadata.name,
-                namespace: metadata.namespace,
-                uid: metadata.uid,
-                generation: metadata.generation,
-                resource_version: metadata.resource_version,
-                deletion_timestamp: metadata.deletion_timestamp,
+                name,
+                namespace,
+                uid,
+                generation,
+                resource_version,
+                deletion_timestamp,
                 ..ObjectMeta::default()
             },
             spec: lease.spec,

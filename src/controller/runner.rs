@@ -20,6 +20,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::{DelayQueue, delay_queue};
 
+use super::cache::KEPT_CAPACITY;
 use super::context::ReconcileFuture;
 use super::error::Error;
 use super::relations::reference;
@@ -47,6 +48,17 @@ impl<K: Resource<DynamicType = ()>> State<K>
 where
     ObjectRef<K>: Hash + Eq + Clone,
 {
+    fn new() -> Self {
+        State {
+            waiting: VecDeque::new(),
+            queued: HashSet::new(),
+            running: HashSet::new(),
+            again: HashSet::new(),
+            retries: DelayQueue::new(),
+            retrying: HashMap::new(),
+        }
+    }
+
     fn trigger(&mut self, object: ObjectRef<K>) {
         if let Some(key) = self.retrying.remove(&object) {
             self.retries.remove(&key);
@@ -55,6 +67,14 @@ where
             self.again.insert(object);
         } else if self.queued.insert(object.clone()) {
             self.waiting.push_back(object);
+        }
+    }
+
+    /// A burst of triggers has drained: its capacity goes back (see [`KEPT_CAPACITY`]).
+    fn drained(&mut self) {
+        if self.waiting.is_empty() && self.waiting.capacity() > KEPT_CAPACITY {
+            self.waiting.shrink_to_fit();
+            self.queued.shrink_to_fit();
         }
     }
 
@@ -79,21 +99,17 @@ pub async fn run<K, Ctx>(
 ) where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
-    let mut state = State {
-        waiting: VecDeque::new(),
-        queued: HashSet::new(),
-        running: HashSet::new(),
-        again: HashSet::new(),
-        retries: DelayQueue::new(),
-        retrying: HashMap::new(),
-    };
+    let mut state = State::new();
     let mut triggers = std::pin::pin!(triggers.take_until(shutdown.clone().cancelled_owned()));
     let mut triggers_open = true;
     let mut in_flight = FuturesUnordered::new();
     let mut resync = tokio::time::interval_at(tokio::time::Instant::now() + settings.resync, settings.resync);
     loop {
         while in_flight.len() < settings.concurrency.max(1) && !shutdown.is_cancelled() {
-            let Some(object) = state.waiting.pop_front() else { break };
+            let Some(object) = state.waiting.pop_front() else {
+                state.drained();
+                break;
+            };
             state.queued.remove(&object);
             let Some(obj) = store.get(&object) else { continue };
             state.running.insert(object.clone());
@@ -301,5 +317,19 @@ mod tests {
         assert_eq!(started, ["a", "b"]);
         shutdown.cancel();
         run.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_drained_burst_gives_its_memory_back() {
+        let mut state = State::<CachedLease>::new();
+        for i in 0..4 * KEPT_CAPACITY {
+            state.trigger(ObjectRef::new(&format!("l-{i}")).within("team-a"));
+        }
+        while let Some(object) = state.waiting.pop_front() {
+            state.queued.remove(&object);
+        }
+        assert!(state.waiting.capacity() > KEPT_CAPACITY && state.queued.capacity() > KEPT_CAPACITY);
+        state.drained();
+        assert!(state.waiting.capacity() <= KEPT_CAPACITY && state.queued.capacity() <= KEPT_CAPACITY);
     }
 }
