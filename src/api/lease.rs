@@ -186,30 +186,7 @@ pub struct Capabilities {
     pub incremental_session_output: bool,
 }
 
-impl Capabilities {
-    pub fn get(&self, cap: Capability) -> bool {
-        match cap {
-            Capability::ReusableLeases => self.reusable_leases,
-            Capability::NativeSyncIn => self.native_sync_in,
-            Capability::NativeSyncOut => self.native_sync_out,
-            Capability::PersistentProcessSessions => self.persistent_process_sessions,
-            Capability::IndependentControlCommands => self.independent_control_commands,
-            Capability::IncrementalSessionOutput => self.incremental_session_output,
-        }
-    }
-
-    pub fn set(&mut self, cap: Capability, on: bool) {
-        let slot = match cap {
-            Capability::ReusableLeases => &mut self.reusable_leases,
-            Capability::NativeSyncIn => &mut self.native_sync_in,
-            Capability::NativeSyncOut => &mut self.native_sync_out,
-            Capability::PersistentProcessSessions => &mut self.persistent_process_sessions,
-            Capability::IndependentControlCommands => &mut self.independent_control_commands,
-            Capability::IncrementalSessionOutput => &mut self.incremental_session_output,
-        };
-        *slot = on;
-    }
-}
+by_capability!(Capabilities, bool);
 
 /// Why one capability is on or off: `reason` is the first gate that removed it, or `Granted`.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]

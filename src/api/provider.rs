@@ -184,30 +184,7 @@ pub struct DeclaredCapabilities {
     pub extra: BTreeMap<String, Value>,
 }
 
-impl DeclaredCapabilities {
-    pub fn get(&self, cap: Capability) -> Option<bool> {
-        match cap {
-            Capability::ReusableLeases => self.reusable_leases,
-            Capability::NativeSyncIn => self.native_sync_in,
-            Capability::NativeSyncOut => self.native_sync_out,
-            Capability::PersistentProcessSessions => self.persistent_process_sessions,
-            Capability::IndependentControlCommands => self.independent_control_commands,
-            Capability::IncrementalSessionOutput => self.incremental_session_output,
-        }
-    }
-
-    pub fn set(&mut self, cap: Capability, value: Option<bool>) {
-        let slot = match cap {
-            Capability::ReusableLeases => &mut self.reusable_leases,
-            Capability::NativeSyncIn => &mut self.native_sync_in,
-            Capability::NativeSyncOut => &mut self.native_sync_out,
-            Capability::PersistentProcessSessions => &mut self.persistent_process_sessions,
-            Capability::IndependentControlCommands => &mut self.independent_control_commands,
-            Capability::IncrementalSessionOutput => &mut self.incremental_session_output,
-        };
-        *slot = value;
-    }
-}
+by_capability!(DeclaredCapabilities, Option<bool>);
 
 // ---------------------------------------------------------------------------------------------
 // Status
