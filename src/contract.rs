@@ -10,19 +10,35 @@ use serde_json::Value;
 
 use crate::api::{Capabilities, DriverDeclaration, Explanation, Pinned, SandboxLease, SandboxProvider, SecretKeyRef};
 use crate::config_schema::{self, Deadline, SchemaError};
+use crate::text;
 use crate::vocabulary::ConditionReason;
 pub use crate::vocabulary::{
     Capability, LeasePolicy, METHOD_DESTROY_LEASE, METHOD_EXECUTE, METHOD_RELEASE_LEASE, METHOD_RESUME_LEASE,
     METHOD_SYNC_IN, METHOD_SYNC_OUT, REMOVED_KEYS, Reason,
 };
 
-/// What the live worker verified: `None` when the probe failed or never ran.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Verified(Option<BTreeSet<String>>);
+/// What the live worker verified: its methods, or why nothing is verified (the probe failed,
+/// never ran, listed none, or asked another worker than the one `spec.worker` names now).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verified(Result<BTreeSet<String>, String>);
+
+/// Why nothing is verified, when no more is known.
+const VERIFIED_NOTHING: &str = "the worker verified no methods (probe failed, answered ok: false, or listed none)";
+
+impl Default for Verified {
+    fn default() -> Self {
+        Verified::nothing()
+    }
+}
 
 impl Verified {
     pub fn nothing() -> Self {
-        Verified(None)
+        Verified(Err(VERIFIED_NOTHING.into()))
+    }
+
+    /// Nothing is verified, for the reason given (the explanation's message).
+    pub fn nothing_because(why: String) -> Self {
+        Verified(Err(why))
     }
 
     /// An empty list verifies nothing, exactly like a failed probe.
@@ -32,15 +48,20 @@ impl Verified {
         S: Into<String>,
     {
         let set: BTreeSet<String> = methods.into_iter().map(Into::into).collect();
-        Verified(if set.is_empty() { None } else { Some(set) })
+        if set.is_empty() { Verified::nothing() } else { Verified(Ok(set)) }
     }
 
     pub fn has(&self, method: &str) -> bool {
-        self.0.as_ref().is_some_and(|s| s.contains(method))
+        self.0.as_ref().is_ok_and(|s| s.contains(method))
     }
 
     pub fn is_nothing(&self) -> bool {
-        self.0.is_none()
+        self.0.is_err()
+    }
+
+    /// Why nothing is verified; `None` when something is.
+    pub fn why_nothing(&self) -> Option<&str> {
+        self.0.as_ref().err().map(String::as_str)
     }
 }
 
@@ -78,10 +99,31 @@ impl Declared {
     }
 }
 
+/// What today's rules (the CRD's and the webhook's, [`crate::judge`]) refuse of the objects a
+/// resolution reads: each refused object's problems, as its `Valid` condition states them. A
+/// refused object grants nothing (docs/contract.md, "Fail closed"); the caller judges, this module
+/// only obeys.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Refusals {
+    pub lease: Option<String>,
+    pub provider: Option<String>,
+}
+
+/// How much of a refusal's problems each explanation repeats: the `Valid` condition has them all.
+pub const MAX_REFUSAL_IN_EXPLANATION: usize = 1024;
+
+impl Refusals {
+    /// The refusal of a provider alone (provider-level resolution, or a lease that today's rules admit).
+    pub fn provider(problems: Option<String>) -> Refusals {
+        Refusals { lease: None, provider: problems }
+    }
+}
+
 /// Everything about one lease that can only remove capabilities. Each failure carries the message
 /// the explanation shows (never a secret value).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Narrowing {
+    pub refusals: Refusals,
     pub identity_failure: Option<String>,
     /// The lease's requested policy; `None` at provider level (nothing narrowed).
     pub policy: Option<LeasePolicy>,
@@ -120,14 +162,17 @@ pub fn resolve(verified: &Verified, declared: &Declared, narrowing: &Narrowing) 
 }
 
 fn first_gate(cap: Capability, verified: &Verified, declared: &Declared, narrowing: &Narrowing) -> (Reason, String) {
+    if let Some(problems) = &narrowing.refusals.lease {
+        return (Reason::LeaseNotValid, refused("the lease", problems));
+    }
     if let Some(why) = &narrowing.identity_failure {
         return (Reason::PluginIdentityFailed, why.clone());
     }
-    if verified.is_nothing() {
-        return (
-            Reason::WorkerNotVerified,
-            "the worker verified no methods (probe failed, answered ok: false, or listed none)".into(),
-        );
+    if let Some(problems) = &narrowing.refusals.provider {
+        return (Reason::ProviderNotValid, refused("the provider", problems));
+    }
+    if let Some(why) = verified.why_nothing() {
+        return (Reason::WorkerNotVerified, why.to_string());
     }
     let missing: Vec<&str> = cap.required_methods().iter().copied().filter(|m| !verified.has(m)).collect();
     if !missing.is_empty() {
@@ -184,11 +229,19 @@ fn first_gate(cap: Capability, verified: &Verified, declared: &Declared, narrowi
     (Reason::Granted, message)
 }
 
+/// The explanation of a refusal: whose, and its first problems.
+fn refused(whose: &str, problems: &str) -> String {
+    let message = format!("{whose} breaks today's rules, so nothing is granted (see its Valid condition): {problems}");
+    text::clip(&message, MAX_REFUSAL_IN_EXPLANATION)
+}
+
 /// Provider-level resolution of one driver: verified ∩ declared. A driver that is not
-/// `kind: sandbox_provider` is never read as a sandbox provider, so nothing is granted.
-pub fn resolve_driver(verified: &Verified, driver: &DriverDeclaration) -> Resolution {
+/// `kind: sandbox_provider` is never read as a sandbox provider, and a provider that today's
+/// rules refuse (`refused`, its problems) is not trusted: either way nothing is granted.
+pub fn resolve_driver(verified: &Verified, driver: &DriverDeclaration, refused: Option<&str>) -> Resolution {
     let identity_failure = driver_kind_failure(driver).map(|f| f.to_string());
-    let narrowing = Narrowing { identity_failure, ..Narrowing::default() };
+    let refusals = Refusals::provider(refused.map(str::to_string));
+    let narrowing = Narrowing { refusals, identity_failure, ..Narrowing::default() };
     resolve(verified, &Declared::from_driver(driver), &narrowing)
 }
 
@@ -332,10 +385,12 @@ pub fn check_identity<'p>(
     driver_kind_failure(driver).map_or(Ok(driver), Err)
 }
 
-/// Why a lease is Job-backed, if it is.
+/// Why a lease is Job-backed, if it is. The CRD admits `backend` only in lowercase; a stored
+/// lease from before that rule is Job-backed in any case and with any surrounding space (and
+/// grants nothing anyway, as today's rules refuse it).
 pub fn job_backend(lease: &SandboxLease) -> Option<String> {
-    if lease.spec.backend.as_deref() == Some("job") {
-        return Some("the lease is Job-backed (spec.backend: job)".into());
+    if let Some(backend) = lease.spec.backend.as_deref().filter(|b| b.trim().eq_ignore_ascii_case("job")) {
+        return Some(format!("the lease is Job-backed (spec.backend: {backend:?})"));
     }
     lease
         .spec
@@ -433,18 +488,21 @@ pub struct LeaseResolution {
     pub config: Option<Result<(), ConfigFailure>>,
 }
 
-/// Resolves a lease against its provider (if it exists) and the provider's verified methods.
+/// Resolves a lease against its provider (if it exists), the provider's verified methods and
+/// what today's rules refuse of the two.
 pub fn resolve_lease(
     lease: &SandboxLease,
     provider: Option<&SandboxProvider>,
     verified: &Verified,
+    refusals: &Refusals,
     secret: impl Fn(&SecretKeyRef) -> SecretLookup,
 ) -> LeaseResolution {
     let driver_key = lease.spec.provider_ref.driver_key.clone();
     let driver = match check_identity(lease, provider) {
         Ok(driver) => driver,
         Err(why) => {
-            let narrowing = Narrowing { identity_failure: Some(why.to_string()), ..Narrowing::default() };
+            let refusals = Refusals { lease: refusals.lease.clone(), provider: None };
+            let narrowing = Narrowing { refusals, identity_failure: Some(why.to_string()), ..Narrowing::default() };
             return LeaseResolution {
                 driver_key,
                 effective_policy: LeasePolicy::Ephemeral,
@@ -458,6 +516,7 @@ pub fn resolve_lease(
     let provider = provider.expect("the identity check passed, so the provider exists");
     let config = resolve_config(lease, driver, secret).map(|_| ());
     let narrowing = Narrowing {
+        refusals: refusals.clone(),
         identity_failure: None,
         policy: Some(lease.spec.policy()),
         job_backend: job_backend(lease),
@@ -476,10 +535,30 @@ pub fn resolve_lease(
     }
 }
 
-/// The methods a provider's status says its worker verified (what `resolve` and the lease
-/// controller use when they do not probe themselves).
+/// The methods a provider's status says its worker verified (what `resolve`, the lease
+/// controller and `explain` use when they do not probe themselves): nothing unless the probe
+/// succeeded and asked the worker that `spec.worker` names now. A status from before the
+/// worker's address was recorded counts while it was written for the provider's current
+/// generation.
 pub fn verified_from_status(provider: &SandboxProvider) -> Verified {
-    verified_from_worker(provider.status.as_ref().and_then(|s| s.worker.as_ref()))
+    let status = provider.status.as_ref();
+    let Some(worker) = status.and_then(|s| s.worker.as_ref()) else {
+        return Verified::nothing_because("no probe of the worker yet".into());
+    };
+    let named_now = provider.spec.worker.address();
+    let same_worker = match &worker.address {
+        Some(probed) => named_now.as_ref() == Some(probed),
+        None => status.and_then(|s| s.observed_generation) == provider.metadata.generation,
+    };
+    if !same_worker {
+        let probed = worker.address.as_deref().unwrap_or("an earlier spec.worker");
+        let now = named_now.as_deref().unwrap_or("(no address)");
+        return Verified::nothing_because(format!(
+            "the last probe asked {probed}, not the worker spec.worker names now ({now}); nothing is verified until \
+             it answers"
+        ));
+    }
+    verified_from_worker(Some(worker))
 }
 
 /// What a published worker status verifies: its methods only if the probe succeeded.

@@ -11,6 +11,7 @@
 use serde_json::Value;
 
 use crate::schema::{self, Rejection};
+use crate::text;
 use crate::validation::{self, Verdict};
 
 pub use crate::schema::Server;
@@ -57,6 +58,20 @@ impl Judgment {
             Judgment::Refused(_) => &[],
             Judgment::Reviewed(verdict) => &verdict.warnings,
         }
+    }
+
+    /// Which layer would refuse the object and its problems, bounded ([`MAX_MESSAGE`]): what the
+    /// `Valid` condition says and what a refused object's explanations quote. `None` when allowed.
+    pub fn refusal(&self) -> Option<String> {
+        if self.allowed() {
+            return None;
+        }
+        let layer = match self {
+            Judgment::Refused(_) => "the CRD",
+            Judgment::Reviewed(_) => "the webhook",
+        };
+        let message = format!("{layer} would refuse it today: {}", self.problems().message());
+        Some(text::clip(&message, MAX_MESSAGE))
     }
 
     /// The problems, bounded as the webhook's denials are whatever the object holds: the CRD's

@@ -120,9 +120,12 @@ impl Capability {
 words! {
     /// Why a capability is on or off: the gates, in the order docs/contract.md
     /// ("Status") lists them.
-    /// `Granted` means none removed it.
+    /// `Granted` means none removed it. The first three fail closed (docs/contract.md, "Fail
+    /// closed"): each turns every capability off.
     pub enum Reason (as_str, parse) {
+        LeaseNotValid = "LeaseNotValid",
         PluginIdentityFailed = "PluginIdentityFailed",
+        ProviderNotValid = "ProviderNotValid",
         WorkerNotVerified = "WorkerNotVerified",
         MissingWorkerMethods = "MissingWorkerMethods",
         DeclaredFalse = "DeclaredFalse",
@@ -173,8 +176,10 @@ words! {
     /// The reasons of those conditions, and of the Events that record a provider's capability
     /// changes and an object's `Valid` turning.
     pub enum ConditionReason (as_str, parse) {
-        // SandboxLease `Resolved`
+        // SandboxLease `Resolved`; the two refusals also a provider's `Ready`
         Resolved = "Resolved",
+        LeaseNotValid = "LeaseNotValid",
+        ProviderNotValid = "ProviderNotValid",
         // SandboxLease `PluginIdentity` (and `Resolved`, `ConfigResolved` when it fails)
         Pinned = "Pinned",
         PluginIdentityFailed = "PluginIdentityFailed",
@@ -218,7 +223,9 @@ words! {
     /// The gates of the resolution that `sandcap explain` shows for each capability, in the order
     /// the contract applies them.
     pub enum Gate (as_str, parse) {
+        LeaseValid = "leaseValid",
         Identity = "identity",
+        ProviderValid = "providerValid",
         Worker = "worker",
         Declaration = "declaration",
         Policy = "policy",

@@ -3,7 +3,7 @@
 # their Go modules (the Go module proxy is the only source), envtest-style, for the end-to-end tests
 # and examples/cluster.sh.
 #
-#   testcluster/build.sh [MINOR...]     default: every testcluster/k8s-* module (1.33 1.37)
+#   testcluster/build.sh [MINOR...]     default: every testcluster/k8s-* module (1.35 1.37)
 #
 # Binaries land in target/testcluster/v<version>/ (the version is the k8s.io/kubernetes requirement
 # of that module). A directory that already holds all three binaries and the go.sum they were

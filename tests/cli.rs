@@ -88,6 +88,21 @@ fn validate_exits_0_when_everything_is_allowed_and_json_has_the_contract_shape()
 }
 
 #[test]
+fn validate_knows_the_message_forms_of_1_35_and_1_37_only() {
+    let default = sandcap(&["validate", "examples/provider-removed-key.yaml"]);
+    for minor in ["1.35", "1.37"] {
+        let o = sandcap(&["validate", "--kubernetes-version", minor, "examples/provider-removed-key.yaml"]);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert_eq!(stdout(&o), stdout(&default), "1.35 and 1.37 write the same forms");
+    }
+    for minor in ["1.34", "1.36", "1.38", "v1.37"] {
+        let o = sandcap(&["validate", "--kubernetes-version", minor, "examples/provider-removed-key.yaml"]);
+        assert_eq!(o.status.code(), Some(2), "{minor}");
+        assert!(stderr(&o).contains("the message forms are known for 1.35 and 1.37"), "{}", stderr(&o));
+    }
+}
+
+#[test]
 fn validate_reads_multi_document_yaml_json_and_lists() {
     let dir = tempfile::tempdir().unwrap();
     let provider = std::fs::read_to_string("examples/provider-legacy.yaml").unwrap();
@@ -283,10 +298,7 @@ fn bad_input_gets_a_one_line_error_naming_the_file() {
         (vec!["validate", &scalar], "scalar.yaml: document 1: expected a Kubernetes object, got a string"),
         (vec!["validate", &third], "third.yaml: document 3: expected a Kubernetes object, got a string"),
         (vec!["validate", "/nonexistent/p.yaml"], "/nonexistent/p.yaml: cannot read"),
-        (
-            vec!["resolve", "--provider", &no_drivers],
-            "nodrivers.yaml: SandboxProvider/empty: denied: SandboxProvider.sandcap.dev \"empty\" is invalid: spec.environmentDrivers: Invalid value: 0",
-        ),
+        (vec!["resolve", "--provider", &no_drivers], "nodrivers.yaml: the provider declares no driver at all"),
         (
             vec!["resolve", "--provider", "examples/lease-job.yaml"],
             "lease-job.yaml: SandboxLease/batch-7: expected a SandboxProvider",
@@ -365,4 +377,66 @@ fn hostile_yaml_is_refused_without_exhausting_memory() {
     let deep = write(dir.path(), "deep.json", &format!("{}{}", "[".repeat(100_000), "]".repeat(100_000)));
     let o = sandcap(&["validate", &deep]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+/// Fail closed offline too: what today's rules refuse grants nothing, each capability saying
+/// why, and `resolve` answers (exit 0) rather than refusing its input.
+#[test]
+fn resolve_grants_nothing_to_what_validate_denies() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let provider = std::fs::read_to_string("examples/provider-full.yaml").unwrap();
+    let lease = std::fs::read_to_string("examples/lease-reuse.yaml").unwrap();
+    // A misspelt key that would have switched reusable leases off, next to the legacy field.
+    let misspelt = provider.replace(
+        "    sandboxCapabilities:\n      reusableLeases: true",
+        "    supportsReusableLeases: true\n    sandboxCapabilites: {reusableLeases: false}\n    sandboxCapabilities:",
+    );
+    assert_ne!(misspelt, provider);
+    let misspelt = write(d, "misspelt.yaml", &misspelt);
+    let secret = "examples/secrets/acme-credentials.yaml";
+    let resolve = |provider: &str, lease: Option<&str>| {
+        let mut args = vec!["resolve", "--provider", provider, "--worker-methods", &ALL, "-o", "json"];
+        args.extend(lease.into_iter().flat_map(|l| ["--lease", l, "--secret", secret]));
+        let o = sandcap(&args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        serde_json::from_slice::<Value>(&o.stdout).unwrap()
+    };
+    let all_off = |r: &Value, reason: &str, problem: &str| {
+        let r = if r.is_array() { &r[0] } else { r };
+        for e in r["explanations"].as_array().unwrap() {
+            assert_eq!((e["granted"].as_bool(), e["reason"].as_str()), (Some(false), Some(reason)), "{e}");
+            assert!(e["message"].as_str().unwrap().contains(problem), "{e}");
+        }
+    };
+    let validated = sandcap(&["validate", &misspelt]);
+    assert_eq!(validated.status.code(), Some(1), "validate denies it: {}", stdout(&validated));
+    all_off(&resolve(&misspelt, None), "ProviderNotValid", "sandboxCapabilites");
+    all_off(&resolve(&misspelt, Some("examples/lease-reuse.yaml")), "ProviderNotValid", "sandboxCapabilites");
+    // The lease's own misspelt key, and a Job backend spelt in capitals: the lease is refused.
+    for (name, edited, problem) in [
+        (
+            "typo.yaml",
+            lease.replace("backend: sandbox-cr\n", "backend: sandbox-cr\n  nativeFileSyncUnsuported: true\n"),
+            "nativeFileSyncUnsuported",
+        ),
+        ("job.yaml", lease.replace("backend: sandbox-cr\n", "backend: Job\n"), "spec.backend"),
+    ] {
+        assert_ne!(edited, lease, "{name}");
+        let path = write(d, name, &edited);
+        all_off(&resolve("examples/provider-full.yaml", Some(&path)), "LeaseNotValid", problem);
+    }
+    // As the cluster does, resolve judges a worker URL by the operator's flags.
+    let by_url = write(
+        d,
+        "url.yaml",
+        &provider.replace(
+            "service: {namespace: sandbox-system, name: acme-worker, port: 8080, path: /rpc}",
+            "url: https://worker.example:9443/rpc",
+        ),
+    );
+    all_off(&resolve(&by_url, None), "ProviderNotValid", "--allow-worker-urls");
+    let o = sandcap(&["resolve", "--provider", &by_url, "--worker-methods", &ALL, "-o", "json", "--allow-worker-urls"]);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r[0]["capabilities"]["nativeSyncIn"], json!(true), "{r}");
 }

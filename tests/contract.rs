@@ -5,7 +5,7 @@ mod support;
 
 use sandcap::api::{LeasePolicy, Pinned, SandboxLeaseStatus};
 use sandcap::contract::{
-    self, Capability, Declared, Narrowing, Reason, Verified, resolve, resolve_driver, resolve_lease,
+    self, Capability, Declared, Narrowing, Reason, Refusals, Verified, resolve, resolve_driver, resolve_lease,
 };
 use sandcap::vocabulary::DriverKind;
 use serde_json::json;
@@ -41,7 +41,7 @@ fn exactly_six_keys_in_contract_order() {
             "incrementalSessionOutput"
         ]
     );
-    let r = resolve_driver(&all_verified(), &full_driver());
+    let r = resolve_driver(&all_verified(), &full_driver(), None);
     assert_eq!(r.explanations.len(), 6);
     assert!(r.explanations.iter().zip(Capability::ALL).all(|(e, c)| e.capability == c));
 }
@@ -57,9 +57,9 @@ fn each_capability_needs_every_one_of_its_methods() {
         (IncrementalSessionOutput, &["environmentExecute"]),
     ];
     for (cap, methods) in table {
-        assert!(resolve_driver(&all_verified(), &full_driver()).is_granted(cap), "{cap} with every method");
+        assert!(resolve_driver(&all_verified(), &full_driver(), None).is_granted(cap), "{cap} with every method");
         for missing in methods {
-            let r = resolve_driver(&verified_without(&[missing]), &full_driver());
+            let r = resolve_driver(&verified_without(&[missing]), &full_driver(), None);
             assert!(!r.is_granted(cap), "{cap} granted without {missing}");
             assert_eq!(reason(&r, cap), Reason::MissingWorkerMethods);
             assert!(message(&r, cap).contains(missing), "{cap}: message names {missing}: {}", message(&r, cap));
@@ -70,7 +70,7 @@ fn each_capability_needs_every_one_of_its_methods() {
 #[test]
 fn omitted_keys_follow_the_worker_except_the_two_opt_in_keys() {
     let d = driver("kubernetes"); // no sandboxCapabilities at all
-    let r = resolve_driver(&all_verified(), &d);
+    let r = resolve_driver(&all_verified(), &d, None);
     for (cap, granted, why) in [
         (ReusableLeases, false, Reason::NotOptedIn),
         (NativeSyncIn, true, Reason::Granted),
@@ -87,11 +87,11 @@ fn omitted_keys_follow_the_worker_except_the_two_opt_in_keys() {
 #[test]
 fn declared_false_means_never_and_true_still_needs_the_worker() {
     for cap in Capability::ALL {
-        let r = resolve_driver(&all_verified(), &with_caps(full_driver(), &[(cap, false)]));
+        let r = resolve_driver(&all_verified(), &with_caps(full_driver(), &[(cap, false)]), None);
         assert!(!r.is_granted(cap));
         assert_eq!(reason(&r, cap), Reason::DeclaredFalse, "{cap}");
 
-        let r = resolve_driver(&Verified::methods(["somethingElse"]), &with_caps(driver("k"), &[(cap, true)]));
+        let r = resolve_driver(&Verified::methods(["somethingElse"]), &with_caps(driver("k"), &[(cap, true)]), None);
         assert_eq!(reason(&r, cap), Reason::MissingWorkerMethods, "{cap} declared true without methods");
     }
 }
@@ -99,7 +99,7 @@ fn declared_false_means_never_and_true_still_needs_the_worker() {
 #[test]
 fn empty_missing_or_failed_worker_lists_verify_nothing() {
     for verified in [Verified::nothing(), Verified::methods(Vec::<String>::new())] {
-        let r = resolve_driver(&verified, &full_driver());
+        let r = resolve_driver(&verified, &full_driver(), None);
         for cap in Capability::ALL {
             assert!(!r.is_granted(cap));
             assert_eq!(reason(&r, cap), Reason::WorkerNotVerified);
@@ -109,7 +109,7 @@ fn empty_missing_or_failed_worker_lists_verify_nothing() {
 
 #[test]
 fn unknown_methods_verify_nothing_they_are_not_named_for() {
-    let r = resolve_driver(&Verified::methods(["environmentTeleport", "initialize"]), &full_driver());
+    let r = resolve_driver(&Verified::methods(["environmentTeleport", "initialize"]), &full_driver(), None);
     assert!(Capability::ALL.iter().all(|c| !r.is_granted(*c)));
     assert!(Capability::ALL.iter().all(|c| reason(&r, *c) == Reason::MissingWorkerMethods));
 }
@@ -118,7 +118,7 @@ fn unknown_methods_verify_nothing_they_are_not_named_for() {
 fn sync_methods_are_consumed_only_as_a_pair_and_the_status_says_why() {
     for (present, absent) in [("environmentSyncIn", "environmentSyncOut"), ("environmentSyncOut", "environmentSyncIn")]
     {
-        let r = resolve_driver(&verified_without(&[absent]), &full_driver());
+        let r = resolve_driver(&verified_without(&[absent]), &full_driver(), None);
         for cap in [NativeSyncIn, NativeSyncOut] {
             assert!(!r.is_granted(cap));
             assert_eq!(reason(&r, cap), Reason::MissingWorkerMethods);
@@ -146,7 +146,11 @@ fn legacy_reusable_flag_is_read_when_nested_key_is_absent_and_nested_wins() {
             d = with_caps(d, &[(ReusableLeases, n)]);
         }
         assert_eq!(Declared::from_driver(&d).get(ReusableLeases), nested.or(legacy), "{legacy:?}/{nested:?}");
-        assert_eq!(resolve_driver(&all_verified(), &d).is_granted(ReusableLeases), granted, "{legacy:?}/{nested:?}");
+        assert_eq!(
+            resolve_driver(&all_verified(), &d, None).is_granted(ReusableLeases),
+            granted,
+            "{legacy:?}/{nested:?}"
+        );
     }
 }
 
@@ -163,7 +167,7 @@ fn non_sandbox_provider_drivers_are_never_read() {
     for kind in [Some(DriverKind::EnvironmentDriver), None] {
         let mut d = full_driver();
         d.kind = kind;
-        let r = resolve_driver(&all_verified(), &d);
+        let r = resolve_driver(&all_verified(), &d, None);
         assert!(Capability::ALL.iter().all(|c| !r.is_granted(*c) && reason(&r, *c) == Reason::PluginIdentityFailed));
     }
 }
@@ -222,6 +226,7 @@ fn reasons_are_the_first_gate_in_contract_order() {
     let false_reuse =
         Declared::from_driver(&with_caps(full_driver(), &[(ReusableLeases, false), (NativeSyncIn, false)]));
     let everything = Narrowing {
+        refusals: Refusals::default(),
         identity_failure: None,
         policy: Some(LeasePolicy::Ephemeral),
         job_backend: Some("job".into()),
@@ -279,7 +284,7 @@ fn job_backed_by_backend_field_or_batch_v1_job_workload_ref_only() {
         (base, false),
     ];
     for (l, job) in cases {
-        let r = resolve_lease(&l, Some(&acme()), &all_verified(), no_secrets);
+        let r = resolve_lease(&l, Some(&acme()), &all_verified(), &Refusals::default(), no_secrets);
         assert_eq!(!r.resolution.is_granted(NativeSyncIn), job, "{:?}", l.spec);
         assert_eq!(!r.resolution.is_granted(NativeSyncOut), job);
         if job {
@@ -292,11 +297,15 @@ fn job_backed_by_backend_field_or_batch_v1_job_workload_ref_only() {
 fn native_file_sync_unsupported_narrows_both_sync_capabilities() {
     let mut l = reuse(lease("acme-kubernetes", "kubernetes"));
     l.spec.native_file_sync_unsupported = Some(true);
-    let r = resolve_lease(&l, Some(&acme()), &all_verified(), no_secrets);
+    let r = resolve_lease(&l, Some(&acme()), &all_verified(), &Refusals::default(), no_secrets);
     assert_eq!(reason(&r.resolution, NativeSyncIn), Reason::NarrowedByNativeFileSyncUnsupported);
     assert_eq!(reason(&r.resolution, NativeSyncOut), Reason::NarrowedByNativeFileSyncUnsupported);
     l.spec.native_file_sync_unsupported = Some(false);
-    assert!(resolve_lease(&l, Some(&acme()), &all_verified(), no_secrets).resolution.is_granted(NativeSyncIn));
+    assert!(
+        resolve_lease(&l, Some(&acme()), &all_verified(), &Refusals::default(), no_secrets)
+            .resolution
+            .is_granted(NativeSyncIn)
+    );
 }
 
 #[test]
@@ -310,7 +319,7 @@ fn lease_policy_and_effective_policy() {
         (reuse(lease("acme-kubernetes", "kubernetes")), &ineligible, LeasePolicy::Ephemeral, false),
     ];
     for (l, p, policy, reusable) in table {
-        let r = resolve_lease(&l, Some(p), &all_verified(), no_secrets);
+        let r = resolve_lease(&l, Some(p), &all_verified(), &Refusals::default(), no_secrets);
         assert_eq!(r.effective_policy, policy);
         assert_eq!(r.resolution.is_granted(ReusableLeases), reusable);
     }
@@ -319,6 +328,7 @@ fn lease_policy_and_effective_policy() {
         &reuse(lease("acme-kubernetes", "kubernetes")),
         Some(&eligible),
         &verified_without(&["environmentResumeLease"]),
+        &Refusals::default(),
         no_secrets,
     );
     assert_eq!(r.effective_policy, LeasePolicy::Ephemeral);
@@ -338,11 +348,11 @@ fn pinned(uid: &str) -> SandboxLeaseStatus {
 #[test]
 fn first_resolution_pins_the_exact_plugin_identity() {
     let l = reuse(lease("acme-kubernetes", "kubernetes"));
-    let r = resolve_lease(&l, Some(&acme()), &all_verified(), no_secrets);
+    let r = resolve_lease(&l, Some(&acme()), &all_verified(), &Refusals::default(), no_secrets);
     assert_eq!(r.pin, pinned("uid-1").pinned);
     let mut again = l.clone();
     again.status = Some(pinned("uid-1"));
-    let r = resolve_lease(&again, Some(&acme()), &all_verified(), no_secrets);
+    let r = resolve_lease(&again, Some(&acme()), &all_verified(), &Refusals::default(), no_secrets);
     assert_eq!(r.pin, None, "an already pinned lease is not re-pinned");
     assert!(r.identity.is_ok());
 }
@@ -369,7 +379,7 @@ fn identity_failures_turn_everything_off_whatever_the_worker_says() {
         (Some(&plugin_changed), "pluginKey"),
     ];
     for (p, why) in table {
-        let r = resolve_lease(&base, p, &all_verified(), no_secrets);
+        let r = resolve_lease(&base, p, &all_verified(), &Refusals::default(), no_secrets);
         assert!(r.identity.as_ref().is_err_and(|e| e.to_string().contains(why)), "{why}: {:?}", r.identity);
         assert_eq!(r.effective_policy, LeasePolicy::Ephemeral);
         for e in &r.resolution.explanations {
@@ -383,7 +393,7 @@ fn identity_failures_turn_everything_off_whatever_the_worker_says() {
 fn a_lease_whose_provider_or_driver_does_not_exist_yet_is_all_off_and_unpinned() {
     let l = lease("acme-kubernetes", "kubernetes");
     for p in [None, Some(provider("acme-kubernetes", "uid-1", vec![driver("other")]))] {
-        let r = resolve_lease(&l, p.as_ref(), &all_verified(), no_secrets);
+        let r = resolve_lease(&l, p.as_ref(), &all_verified(), &Refusals::default(), no_secrets);
         assert_eq!(r.pin, None);
         assert!(r.resolution.explanations.iter().all(|e| e.reason == Reason::PluginIdentityFailed));
     }
@@ -393,7 +403,7 @@ fn a_lease_whose_provider_or_driver_does_not_exist_yet_is_all_off_and_unpinned()
 fn a_provider_that_omits_sandbox_capabilities_is_not_an_identity_failure() {
     let l = lease("acme-kubernetes", "kubernetes");
     let p = provider("acme-kubernetes", "uid-1", vec![driver("kubernetes")]);
-    let r = resolve_lease(&l, Some(&p), &all_verified(), no_secrets);
+    let r = resolve_lease(&l, Some(&p), &all_verified(), &Refusals::default(), no_secrets);
     assert!(r.identity.is_ok());
     assert!(r.resolution.is_granted(PersistentProcessSessions), "defers to the worker");
     assert_eq!(reason(&r.resolution, ReusableLeases), Reason::NotOptedIn);
@@ -459,7 +469,7 @@ fn every_config_resolution_failure_narrows_and_names_the_secret_never_the_value(
         assert!(err.to_string().contains(expect), "{err} should contain {expect}");
         assert!(!err.to_string().contains(SECRET), "secret leaked: {err}");
         let p = provider("p", "u", vec![schema_driver(schema.clone())]);
-        let r = resolve_lease(&reuse(l), Some(&p), &all_verified(), secrets(store));
+        let r = resolve_lease(&reuse(l), Some(&p), &all_verified(), &Refusals::default(), secrets(store));
         assert_eq!(reason(&r.resolution, PersistentProcessSessions), Reason::NarrowedByConfigResolution);
         assert_eq!(reason(&r.resolution, IncrementalSessionOutput), Reason::NarrowedByConfigResolution);
         assert!(r.resolution.is_granted(IndependentControlCommands) && r.resolution.is_granted(NativeSyncIn));
@@ -505,4 +515,97 @@ fn verified_methods_come_from_a_succeeded_probe_in_provider_status_only() {
         });
         assert_eq!(contract::verified_from_status(&p).is_nothing(), nothing);
     }
+}
+
+#[test]
+fn a_worker_answer_verifies_only_while_spec_worker_names_the_worker_that_gave_it() {
+    use sandcap::api::{ProbeResult, SandboxProviderStatus, WorkerStatus};
+    let mut p = acme();
+    p.metadata.generation = Some(3);
+    let probed = |address: Option<&str>, generation: i64| SandboxProviderStatus {
+        observed_generation: Some(generation),
+        worker: Some(WorkerStatus {
+            supported_methods: vec!["environmentExecute".into()],
+            probe: ProbeResult::Succeeded,
+            address: address.map(str::to_string),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let named_now = p.spec.worker.address().expect("a Service has an address");
+    assert_eq!(named_now, "http://acme-worker.sandbox-system.svc:8080/rpc");
+    // Probed at an earlier generation, for the same worker: an edit elsewhere keeps it verified.
+    p.status = Some(probed(Some(&named_now), 2));
+    assert!(contract::verified_from_status(&p).has("environmentExecute"));
+    // spec.worker now names another worker: the old answer verifies nothing until it answers.
+    let mut moved = p.clone();
+    moved.spec.worker.service.as_mut().unwrap().name = "other-worker".into();
+    let verified = contract::verified_from_status(&moved);
+    assert!(verified.is_nothing());
+    let why = verified.why_nothing().unwrap();
+    assert!(why.contains(&named_now) && why.contains("http://other-worker.sandbox-system.svc:8080/rpc"), "{why}");
+    let r = resolve_driver(&verified, &full_driver(), None);
+    assert!(r.explanations.iter().all(|e| e.reason == Reason::WorkerNotVerified && e.message == why));
+    // A status from before addresses were recorded counts only for the generation it observed.
+    p.status = Some(probed(None, 3));
+    assert!(!contract::verified_from_status(&p).is_nothing());
+    p.status = Some(probed(None, 2));
+    assert!(contract::verified_from_status(&p).is_nothing());
+    // A URL's credentials, query and fragment are never recorded.
+    let mut by_url = acme();
+    by_url.spec.worker =
+        serde_json::from_value(json!({"url": "https://user:s3cret@w.example:9443/rpc?token=s3cret#x"})).unwrap();
+    assert_eq!(by_url.spec.worker.address().unwrap(), "https://w.example:9443/rpc");
+}
+
+#[test]
+fn a_job_backend_narrows_in_any_spelling() {
+    for spelling in ["job", "Job", "JOB", " job", "job\t"] {
+        let mut l = lease("acme-kubernetes", "kubernetes");
+        l.spec.backend = Some(spelling.into());
+        let why = contract::job_backend(&l).unwrap_or_else(|| panic!("{spelling:?} is a Job backend"));
+        assert!(why.contains(&format!("{spelling:?}")), "{why}");
+    }
+    for other in ["jobs", "sandbox-cr", ""] {
+        let mut l = lease("acme-kubernetes", "kubernetes");
+        l.spec.backend = Some(other.into());
+        assert_eq!(contract::job_backend(&l), None, "{other:?}");
+    }
+}
+
+#[test]
+fn refused_objects_grant_nothing_and_each_refusal_has_its_place_in_the_gate_order() {
+    let refused = |lease: bool, provider: bool| Refusals {
+        lease: lease.then(|| "the webhook would refuse it today: spec.nativeFileSyncUnsuported: unknown field".into()),
+        provider: provider
+            .then(|| "the webhook would refuse it today: spec.environmentDrivers[0].x: unknown field".into()),
+    };
+    let l = reuse(lease("acme-kubernetes", "kubernetes"));
+    for (lease_refused, provider_refused, reason) in [
+        (true, false, Reason::LeaseNotValid),
+        (true, true, Reason::LeaseNotValid),
+        (false, true, Reason::ProviderNotValid),
+    ] {
+        let r =
+            resolve_lease(&l, Some(&acme()), &all_verified(), &refused(lease_refused, provider_refused), no_secrets);
+        for e in &r.resolution.explanations {
+            assert_eq!((e.granted, e.reason), (false, reason), "{e:?}");
+            assert!(
+                e.message.contains("breaks today's rules, so nothing is granted")
+                    && e.message.contains("unknown field")
+            );
+        }
+    }
+    // The lease's own refusal comes before its identity; the provider's after it.
+    let r = resolve_lease(&l, None, &all_verified(), &refused(true, false), no_secrets);
+    assert!(r.resolution.explanations.iter().all(|e| e.reason == Reason::LeaseNotValid));
+    let r = resolve_lease(&l, None, &all_verified(), &refused(false, true), no_secrets);
+    assert!(r.resolution.explanations.iter().all(|e| e.reason == Reason::PluginIdentityFailed));
+    // Provider level: a refused provider grants nothing to any driver.
+    let r = resolve_driver(&all_verified(), &full_driver(), Some("the CRD would refuse it today: x"));
+    assert!(r.explanations.iter().all(|e| !e.granted && e.reason == Reason::ProviderNotValid));
+    // Bounded: a refusal's explanation quotes at most the first KiB of its problems.
+    let long = Refusals { lease: Some("p; ".repeat(5000)), provider: None };
+    let r = resolve_lease(&l, Some(&acme()), &all_verified(), &long, no_secrets);
+    assert!(r.resolution.explanations.iter().all(|e| e.message.len() <= contract::MAX_REFUSAL_IN_EXPLANATION));
 }

@@ -4,7 +4,11 @@ mod support;
 
 use proptest::prelude::*;
 use sandcap::api::{DeclaredCapabilities, DriverDeclaration, LeasePolicy};
-use sandcap::contract::{Capability, Declared, Narrowing, Reason, Verified, resolve, resolve_driver};
+use sandcap::api::{SandboxLease, SandboxProvider};
+use sandcap::contract::{
+    Capability, Declared, Narrowing, Reason, Refusals, Verified, resolve, resolve_driver, resolve_lease,
+};
+use sandcap::judge::{Server, judge};
 use sandcap::validation::{ALREADY_STORED, MAX_WARNING_LEN, Options, REVIEWED, Shape, identify, review};
 use sandcap::vocabulary::{DriverKind, WORKER_METHODS};
 use serde_json::{Value, json};
@@ -41,7 +45,7 @@ fn driver() -> impl Strategy<Value = DriverDeclaration> {
         })
 }
 
-fn narrowing() -> impl Strategy<Value = Narrowing> {
+fn unrefused_narrowing() -> impl Strategy<Value = Narrowing> {
     (
         any::<bool>(),
         prop::option::of(prop::sample::select(vec![LeasePolicy::Ephemeral, LeasePolicy::ReuseByEnvironment])),
@@ -50,6 +54,7 @@ fn narrowing() -> impl Strategy<Value = Narrowing> {
         any::<bool>(),
     )
         .prop_map(|(identity, policy, job, nfs, config)| Narrowing {
+            refusals: Refusals::default(),
             identity_failure: identity.then(|| "identity".into()),
             policy,
             job_backend: job.then(|| "job".into()),
@@ -58,10 +63,22 @@ fn narrowing() -> impl Strategy<Value = Narrowing> {
         })
 }
 
+/// A narrowing, sometimes with one or both objects refused by today's rules.
+fn narrowing() -> impl Strategy<Value = Narrowing> {
+    (unrefused_narrowing(), any::<bool>(), any::<bool>()).prop_map(|(n, lease, provider)| Narrowing {
+        refusals: Refusals {
+            lease: lease.then(|| "lease problems".into()),
+            provider: provider.then(|| "problems".into()),
+        },
+        ..n
+    })
+}
+
 /// What the narrowing lets through, written independently of the implementation.
 fn narrowing_allows(n: &Narrowing, cap: Capability) -> bool {
     use Capability::*;
-    n.identity_failure.is_none()
+    n.refusals == Refusals::default()
+        && n.identity_failure.is_none()
         && match cap {
             ReusableLeases => n.policy.is_none_or(|p| p == LeasePolicy::ReuseByEnvironment),
             NativeSyncIn | NativeSyncOut => n.job_backend.is_none() && !n.native_file_sync_unsupported,
@@ -89,7 +106,7 @@ proptest! {
 
     #[test]
     fn a_declaration_never_grants_what_the_worker_did_not_verify(v in verified(), d in driver()) {
-        let r = resolve_driver(&v, &d);
+        let r = resolve_driver(&v, &d, None);
         for cap in Capability::ALL {
             if r.is_granted(cap) {
                 prop_assert!(worker_verifies(&v, cap), "{} granted without its methods", cap);
@@ -137,6 +154,43 @@ proptest! {
         let reason = |c| r.explanations.iter().find(|e| e.capability == c).unwrap().reason;
         let worker_gate = |x: Reason| matches!(x, Reason::WorkerNotVerified | Reason::MissingWorkerMethods);
         prop_assert_eq!(worker_gate(reason(Capability::NativeSyncIn)), worker_gate(reason(Capability::NativeSyncOut)));
+    }
+
+    /// Fail closed: an object that `validate` denies grants nothing, whatever the other object,
+    /// the worker and the rest of the lease say. The objects are honest ones with keys added
+    /// (misspelt, unknown or real) and the backend respelt.
+    #[test]
+    fn an_object_that_validate_denies_grants_nothing(
+        provider_edits in edits(),
+        lease_edits in edits(),
+        v in verified(),
+    ) {
+        let provider = edited(support::fixtures::provider_json(), &provider_edits, "/spec/environmentDrivers/0");
+        let lease = edited(support::fixtures::lease_json(), &lease_edits, "/spec");
+        let refusal = |object: &Value| judge(object, &Options::default(), Server::default()).refusal();
+        let refusals = Refusals { lease: refusal(&lease), provider: refusal(&provider) };
+        let (Ok(mut typed_provider), Ok(typed_lease)) = (
+            serde_json::from_value::<SandboxProvider>(provider),
+            serde_json::from_value::<SandboxLease>(lease),
+        ) else {
+            return Err(TestCaseError::reject("not readable as the types (never stored: the CRD's types refuse it)"));
+        };
+        typed_provider.metadata.uid = Some("uid".into());
+        let secret = |_: &_| sandcap::contract::SecretLookup::Found(b"{}".to_vec());
+        let r = resolve_lease(&typed_lease, Some(&typed_provider), &v, &refusals, secret);
+        if refusals != Refusals::default() {
+            for e in &r.resolution.explanations {
+                prop_assert!(!e.granted, "{} granted although {:?}", e.capability, refusals);
+                // The gates before a provider's refusal may stop it first (the driver's kind).
+                let closed = [Reason::LeaseNotValid, Reason::PluginIdentityFailed, Reason::ProviderNotValid];
+                prop_assert!(closed.contains(&e.reason), "{:?}", e.reason);
+            }
+        }
+        let driver = &typed_provider.spec.environment_drivers[0];
+        let provider_level = resolve_driver(&v, driver, refusals.provider.as_deref());
+        if refusals.provider.is_some() {
+            prop_assert!(Capability::ALL.into_iter().all(|c| !provider_level.is_granted(c)));
+        }
     }
 
     /// The validator answers every JSON value (never panics) and a denial always has a message.
@@ -255,4 +309,37 @@ fn arbitrary_json() -> impl Strategy<Value = Value> {
                 .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())),
         ]
     })
+}
+
+/// Keys set on an honest object: real field names, misspellings and strangers, with booleans,
+/// strings (the backend's spellings among them) or null.
+fn edits() -> impl Strategy<Value = Vec<(&'static str, Value)>> {
+    let key = prop::sample::select(vec![
+        "backend",
+        "nativeFileSyncUnsupported",
+        "nativeFileSyncUnsuported",
+        "sandboxCapabilites",
+        "sandboxCapabilities",
+        "supportsReusableLeases",
+        "policy",
+        "kind",
+        "x",
+    ]);
+    let value = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        prop::sample::select(vec!["job", "Job", "JOB", " job", "job ", "sandbox-cr", "sandbox_provider", ""])
+            .prop_map(|s| Value::String(s.into())),
+        Just(json!({"reusableLeases": false})),
+    ];
+    prop::collection::vec((key, value), 0..3)
+}
+
+/// `object` with each edit set on the object at `at`.
+fn edited(mut object: Value, edits: &[(&str, Value)], at: &str) -> Value {
+    let target = object.pointer_mut(at).and_then(Value::as_object_mut).expect("an object there");
+    for (key, value) in edits {
+        target.insert((*key).to_string(), value.clone());
+    }
+    object
 }

@@ -201,17 +201,19 @@ fn warnings_for_legacy_and_nested_flags_split_sync_pair_and_unread_capabilities(
         ]
     );
     for (sync_in, sync_out) in [(json!(true), json!(false)), (json!(false), json!(true))] {
-        let split = set(provider_json(), &format!("{D0}/sandboxCapabilities/nativeSyncIn"), sync_in);
-        let split = set(split, &format!("{D0}/sandboxCapabilities/nativeSyncOut"), sync_out);
-        assert_eq!(
-            allow(&split),
-            [
-                "spec.environmentDrivers[0]: nativeSyncIn and nativeSyncOut differ; the worker verifies them only as a pair"
-            ]
+        let split = set(provider_json(), &format!("{D0}/sandboxCapabilities/nativeSyncIn"), sync_in.clone());
+        let split = set(split, &format!("{D0}/sandboxCapabilities/nativeSyncOut"), sync_out.clone());
+        let shown = format!(
+            "spec.environmentDrivers[0]: nativeSyncIn is {sync_in}, nativeSyncOut {sync_out}; declare both alike (a pair)"
         );
+        assert_eq!(allow(&split), [shown]);
     }
     let omitted = remove(provider_json(), &format!("{D0}/sandboxCapabilities/nativeSyncOut"));
-    assert_eq!(allow(&omitted).len(), 1, "one declared, the other omitted is also a split pair");
+    assert_eq!(
+        allow(&omitted),
+        ["spec.environmentDrivers[0]: nativeSyncIn is true, nativeSyncOut omitted; declare both alike (a pair)"],
+        "one declared, the other omitted is also a split pair"
+    );
     // A driver that is not a sandbox provider is never read: that is its only warning.
     let split = remove(provider_json(), &format!("{D0}/sandboxCapabilities/nativeSyncOut"));
     for kind in [Some("environment_driver"), None] {
@@ -252,8 +254,14 @@ fn warnings_stay_under_the_kubernetes_limit_even_for_large_indexes() {
 
 #[test]
 fn objects_that_are_not_sandcap_kinds_are_denied_with_a_reason() {
-    assert_eq!(deny(&json!([1, 2])), "kind: must be SandboxProvider or SandboxLease");
-    assert_eq!(deny(&json!({"apiVersion": "v1", "kind": "Secret"})), "kind: must be SandboxProvider or SandboxLease");
+    assert_eq!(deny(&json!([1, 2])), "kind: is missing, not SandboxProvider or SandboxLease");
+    assert_eq!(
+        deny(&json!({"apiVersion": "v1", "kind": "Secret"})),
+        "kind: is \"Secret\", not SandboxProvider or SandboxLease"
+    );
+    let long = "K".repeat(1000);
+    let shown = deny(&json!({"kind": long}));
+    assert!(shown.len() < 120 && shown.starts_with("kind: is \"KKK") && shown.contains("KKK..., not"), "{shown}");
 }
 
 // ---- the CRD schema's half of the verdict -------------------------------------------------

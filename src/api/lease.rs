@@ -66,10 +66,10 @@ pub struct SandboxLeaseSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("maxLength" = 253))]
     pub environment: Option<String>,
-    /// The backend as the provider reported it; `job` means Job-backed, which turns native file
-    /// sync off.
+    /// The backend as the provider reported it, an RFC 1123 label (lowercase: one spelling per
+    /// backend); `job` means Job-backed, which turns native file sync off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("maxLength" = 63))]
+    #[schemars(extend("pattern" = DNS_LABEL_PATTERN, "maxLength" = DNS_LABEL_MAX))]
     pub backend: Option<String>,
     /// The workload running this lease; a `batch/v1` Job makes the lease Job-backed (native file
     /// sync off).

@@ -93,6 +93,35 @@ pub struct WorkerRef {
     pub extra: BTreeMap<String, Value>,
 }
 
+impl WorkerRef {
+    /// The worker's address as the probe reaches it and status records it: `http://<name>.<namespace>.svc:<port><path>`
+    /// for a Service, else the URL without credentials, query or fragment (they may hold secrets;
+    /// a URL that does not parse has no address). Status shows it, and a worker answer counts only
+    /// while `spec.worker` still names this address.
+    pub fn address(&self) -> Option<String> {
+        match (&self.service, &self.url) {
+            (Some(service), None) => Some(service.url()),
+            (None, Some(url)) => url::Url::parse(url).ok().map(|url| redacted(&url)),
+            _ => None,
+        }
+    }
+}
+
+/// A URL without credentials, query or fragment: safe to show.
+pub fn redacted(url: &url::Url) -> String {
+    let host = url.host_str().unwrap_or_default();
+    let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
+    format!("{}://{host}{port}{}", url.scheme(), url.path())
+}
+
+impl ServiceRef {
+    /// Where the Service answers, by its cluster DNS name; the path defaults to `/`.
+    pub fn url(&self) -> String {
+        let path = self.path.as_deref().unwrap_or("/");
+        format!("http://{}.{}.svc:{}{path}", self.name, self.namespace, self.port)
+    }
+}
+
 /// A Service port that serves the worker's JSON-RPC endpoint over HTTP.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -221,6 +250,10 @@ pub struct WorkerStatus {
     /// When the probe ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_probe_time: Option<Time>,
+    /// The worker the probe asked ([`WorkerRef::address`]): its answer verifies methods only
+    /// while `spec.worker` names this address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
     /// What the probe found, or why it failed.
     #[serde(default)]
     pub message: String,

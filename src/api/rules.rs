@@ -151,10 +151,11 @@ const NAMED_KEY_CHARS: u32 = 64;
 /// The CEL `messageExpression` that names the unknown keys: `unknown capability key "reuseableLeases":
 /// <listed>`, or `keys "a", "b", "c" and 2 more: <listed>`, each key cut to [`NAMED_KEY_CHARS`]
 /// characters and quoted (`strings.quote`, so a newline cannot push the message back to the fixed
-/// one). The apiserver iterates a map in random order and 1.33 has no `sort()`, so the n-th key is
-/// the one with n unknown keys below it (byte order). `join()` and `string(int)` are avoided: the
-/// apiserver's cost estimate cannot bound the strings they build from a map's keys, and refuses
-/// the CRD.
+/// one). The apiserver iterates a map in random order, so the n-th key is the one with n unknown
+/// keys below it (byte order). The rule does without `sort()`, which a CRD's new rules may use only
+/// from 1.35 on (CEL's lists library v3 came in 1.34, and an apiserver compiles new rules for the
+/// minor before its own). `join()` and `string(int)` are avoided: the apiserver's cost estimate
+/// cannot bound the strings they build from a map's keys, and refuses the CRD.
 fn unknown_keys_message(known: &str, listed: &str) -> String {
     let unknown = |var: &str| format!("!({var} in [{known}])");
     let count = format!("self.filter(k, {}).size()", unknown("k"));

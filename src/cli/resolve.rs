@@ -12,8 +12,9 @@ use serde_json::Value;
 
 use super::error::CliError;
 use super::manifests::{Loaded, Manifests};
+use super::validate::OperatorArgs;
 use crate::api::{Capabilities, Explanation, LeasePolicy, SandboxLease, SandboxProvider, SecretKeyRef};
-use crate::contract::{self, SecretLookup, Verified};
+use crate::contract::{self, Refusals, SecretLookup, Verified};
 use crate::judge::judge;
 use crate::probe::{self, AllowedCidrs, ProbeOutcome, Prober};
 use crate::schema;
@@ -54,6 +55,9 @@ pub struct ResolveArgs {
     pub worker_url: Option<String>,
     #[arg(short, long, value_enum, default_value_t)]
     pub output: TableOutput,
+    /// What today's rules refuse grants nothing; they are judged as by this operator.
+    #[command(flatten)]
+    pub operator: OperatorArgs,
 }
 
 /// One driver's resolution, in the JSON shape docs/contract.md ("Command line") gives.
@@ -70,7 +74,9 @@ pub(super) fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, Cl
     let inputs = std::iter::once(&args.provider).chain(&args.lease).chain(&args.secrets);
     Manifests::stdin_at_most_once(inputs.map(PathBuf::as_path))?;
     let mut manifests = Manifests::new(args.recursive);
-    let provider: SandboxProvider = load_one(&mut manifests, &args.provider, Kind::SandboxProvider)?;
+    let options = args.operator.options();
+    let (provider, provider_refused): (SandboxProvider, _) =
+        load_one(&mut manifests, &args.provider, Kind::SandboxProvider, &options)?;
     let verified = match (&args.worker_methods, &args.worker_url) {
         (Some(methods), _) => Verified::methods(methods.iter().map(|m| m.trim()).filter(|m| !m.is_empty())),
         (None, Some(url)) => probe_live(url, &provider)?,
@@ -78,7 +84,8 @@ pub(super) fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, Cl
     };
     let records = match &args.lease {
         Some(lease_path) => {
-            let lease: SandboxLease = load_one(&mut manifests, lease_path, Kind::SandboxLease)?;
+            let (lease, lease_refused): (SandboxLease, _) =
+                load_one(&mut manifests, lease_path, Kind::SandboxLease, &options)?;
             if let Some(driver) = &args.driver
                 && *driver != lease.spec.provider_ref.driver_key
             {
@@ -90,7 +97,8 @@ pub(super) fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, Cl
             let secrets = load_secrets(&mut manifests, &args.secrets)?;
             // The lease names its provider: a file for another provider means that provider is absent.
             let provider = (provider.metadata.name == Some(lease.spec.provider_ref.name.clone())).then_some(&provider);
-            let r = contract::resolve_lease(&lease, provider, &verified, |r| secrets.lookup(r));
+            let refusals = Refusals { lease: lease_refused, provider: provider_refused };
+            let r = contract::resolve_lease(&lease, provider, &verified, &refusals, |r| secrets.lookup(r));
             vec![ResolveRecord {
                 driver_key: r.driver_key,
                 effective_policy: r.effective_policy,
@@ -115,7 +123,7 @@ pub(super) fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, Cl
             drivers
                 .into_iter()
                 .map(|d| {
-                    let r = contract::resolve_driver(&verified, d);
+                    let r = contract::resolve_driver(&verified, d, provider_refused.as_deref());
                     let policy = contract::effective_policy(&r);
                     ResolveRecord {
                         driver_key: d.driver_key.clone(),
@@ -162,8 +170,14 @@ fn write_table(out: &mut dyn Write, r: &ResolveRecord) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Loads exactly one object of `kind`, refusing one the webhook would deny.
-fn load_one<T: serde::de::DeserializeOwned>(manifests: &mut Manifests, path: &Path, kind: Kind) -> Result<T, CliError> {
+/// Loads exactly one object of `kind`, and what today's rules refuse of it (judged as the
+/// operator `options` describe would): such an object grants nothing, as in the cluster.
+fn load_one<T: serde::de::DeserializeOwned>(
+    manifests: &mut Manifests,
+    path: &Path,
+    kind: Kind,
+    options: &Options,
+) -> Result<(T, Option<String>), CliError> {
     let loaded = manifests.load(path)?;
     let shown = match loaded.as_slice() {
         [one] => one.shown.clone(),
@@ -181,19 +195,19 @@ fn load_one<T: serde::de::DeserializeOwned>(manifests: &mut Manifests, path: &Pa
     if found != kind.as_str() {
         return Err(CliError::Object { path: shown, kind: found, name, message: format!("expected a {kind}") });
     }
-    // The worker URL is the caller's own to probe (or not: --worker-url replaces it).
-    let options = Options { allow_worker_urls: true, worker_url_allowed_cidrs: AllowedCidrs::any() };
-    let judgment = judge(&object, &options, schema::Server::default());
-    if !judgment.allowed() {
-        let message = format!("denied: {}", judgment.message());
-        return Err(CliError::Object { path: shown, kind: found, name, message });
-    }
-    serde_json::from_value(object).map_err(|e| CliError::Object {
+    let refusal = judge(&object, options, schema::Server::default()).refusal();
+    // The types are tolerant (unknown keys are kept aside); what they cannot read at all (a
+    // string where a list belongs) has no resolution to give.
+    let typed = serde_json::from_value(object).map_err(|e| CliError::Object {
         path: shown,
         kind: found,
         name,
-        message: e.to_string(),
-    })
+        message: match &refusal {
+            Some(refusal) => format!("{refusal} ({e})"),
+            None => e.to_string(),
+        },
+    })?;
+    Ok((typed, refusal))
 }
 
 /// Secrets given with `--secret`, by name.

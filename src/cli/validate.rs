@@ -36,23 +36,40 @@ pub struct ValidateArgs {
     pub recursive: bool,
     #[arg(short, long, value_enum, default_value_t)]
     pub output: Output,
+    #[command(flatten)]
+    pub operator: OperatorArgs,
+    /// Write the apiserver's messages as this Kubernetes minor does: 1.35 or 1.37, the oldest and
+    /// the newest minor tested (they write the same forms).
+    #[arg(long, default_value = "1.37", value_parser = parse_server)]
+    pub kubernetes_version: schema::Server,
+}
+
+/// The operator's settings that today's rules depend on, as `sandcap run` takes them: `validate`
+/// and `resolve` judge as that operator would.
+#[derive(Debug, clap::Args)]
+pub struct OperatorArgs {
     /// Judge as an operator started with --allow-worker-urls would.
     #[arg(long, env = "SANDCAP_ALLOW_WORKER_URLS")]
     pub allow_worker_urls: bool,
     /// Judge as an operator started with this --worker-url-allowed-cidrs would.
     #[arg(long, env = "SANDCAP_WORKER_URL_ALLOWED_CIDRS", value_delimiter = ',', value_name = "CIDRS")]
     pub worker_url_allowed_cidrs: Vec<IpNet>,
-    /// Write the apiserver's messages as this Kubernetes minor does: 1.33 or 1.37 (their forms
-    /// differ slightly).
-    #[arg(long, default_value = "1.37", value_parser = parse_server)]
-    pub kubernetes_version: schema::Server,
+}
+
+impl OperatorArgs {
+    pub fn options(&self) -> Options {
+        Options {
+            allow_worker_urls: self.allow_worker_urls,
+            worker_url_allowed_cidrs: AllowedCidrs::new(self.worker_url_allowed_cidrs.iter().copied()),
+        }
+    }
 }
 
 fn parse_server(minor: &str) -> Result<schema::Server, String> {
     match minor {
-        "1.33" => Ok(schema::Server::V1_33),
+        "1.35" => Ok(schema::Server::V1_35),
         "1.37" => Ok(schema::Server::V1_37),
-        _ => Err("the message forms are known for 1.33 and 1.37".into()),
+        _ => Err("the message forms are known for 1.35 and 1.37 (the minors sandcap is tested on)".into()),
     }
 }
 
@@ -66,10 +83,7 @@ struct ValidateRecord {
 }
 
 pub(super) fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
-    let options = Options {
-        allow_worker_urls: args.allow_worker_urls,
-        worker_url_allowed_cidrs: AllowedCidrs::new(args.worker_url_allowed_cidrs.iter().copied()),
-    };
+    let options = args.operator.options();
     let mut records = Vec::new();
     let mut manifests = Manifests::new(args.recursive);
     let mut loaded = Vec::new();

@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use super::status::Conditions;
-use crate::judge::{Judgment, MAX_MESSAGE, Options, Server, judge};
+use crate::judge::{Judgment, Options, Server, judge};
 use crate::metrics::{KindLabels, Metrics};
 use crate::text;
 use crate::vocabulary::{ConditionReason as Why, ConditionType as Type, Kind};
@@ -43,7 +43,7 @@ const MAX_NOTE: usize = 1024;
 pub struct Finding {
     pub conforms: bool,
     /// [`CONFORMS`], or which layer would refuse the object and its problems, at most
-    /// [`MAX_MESSAGE`] bytes.
+    /// [`crate::judge::MAX_MESSAGE`] bytes.
     pub message: String,
 }
 
@@ -56,15 +56,16 @@ impl Finding {
 
     /// The finding of a judgment: its problems bounded as the webhook's denials are.
     pub fn of(judgment: &Judgment) -> Finding {
-        if judgment.allowed() {
-            return Finding { conforms: true, message: CONFORMS.into() };
+        match judgment.refusal() {
+            None => Finding { conforms: true, message: CONFORMS.into() },
+            Some(message) => Finding { conforms: false, message },
         }
-        let layer = match judgment {
-            Judgment::Refused(_) => "the CRD",
-            Judgment::Reviewed(_) => "the webhook",
-        };
-        let message = format!("{layer} would refuse it today: {}", judgment.problems().message());
-        Finding { conforms: false, message: text::clip(&message, MAX_MESSAGE) }
+    }
+
+    /// The problems of an object that does not conform, for the explanations of what it refuses
+    /// to grant ([`crate::contract::Refusals`]).
+    pub fn refusal(&self) -> Option<String> {
+        (!self.conforms).then(|| self.message.clone())
     }
 }
 
@@ -223,6 +224,7 @@ pub async fn record_turn<K: Resource<DynamicType = ()>>(
 mod tests {
     use super::*;
     use crate::controller::fixtures::{T0, later, lease, provider, time};
+    use crate::judge::MAX_MESSAGE;
     use crate::schema::Rejection;
     use crate::validation::MAX_PER_KIND;
 

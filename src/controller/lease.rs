@@ -19,7 +19,7 @@ use super::error::Error;
 use super::status::{Conditions, apply_status, now};
 use crate::api::{SandboxLease, SandboxLeaseStatus, SandboxProvider};
 use crate::config_schema;
-use crate::contract::{self, Capability, LeaseResolution, Verified};
+use crate::contract::{self, Capability, LeaseResolution, Reason, Refusals, Verified};
 use crate::vocabulary::{ConditionReason as Why, ConditionType as Type};
 
 /// The watches re-trigger a lease whenever something it reads changes; this periodic pass over
@@ -30,13 +30,20 @@ pub const RESYNC: Duration = Duration::from_secs(3600);
 /// differs from the published one, and records an Event when its `Valid` condition turned.
 pub async fn reconcile_lease(lease: Arc<CachedLease>, ctx: Arc<Context>) -> Result<Action, Error> {
     let provider = ctx.caches.providers.get(&ObjectRef::new(&lease.spec.provider_ref.name));
+    // Both objects judged against today's rules: what they refuse grants nothing. Each judgment is
+    // remembered per generation, so this costs a lookup once an object has been judged.
+    let finding = ctx.audits.finding(lease.as_ref(), &lease.spec).await;
+    let provider_finding = match &provider {
+        Some(p) => Some(ctx.audits.finding(p.as_ref(), &p.spec).await),
+        None => None,
+    };
+    let refusals = Refusals { lease: finding.refusal(), provider: provider_finding.and_then(|f| f.refusal()) };
     // Checking the config compiles the driver's configSchema unless it is cached: CPU work
     // (bounded by the compile budget), off the async workers. A cached one is checked here, spared
     // the hand-over of the worker's other tasks to another thread.
-    let resolve = || resolve(&lease, provider.as_deref(), &ctx.caches.secrets);
+    let resolve = || resolve(&lease, provider.as_deref(), &refusals, &ctx.caches.secrets);
     let resolution =
         if compiles_nothing(&lease, provider.as_deref()) { resolve() } else { tokio::task::block_in_place(resolve) };
-    let finding = ctx.audits.finding(lease.as_ref(), &lease.spec).await;
     let now = now();
     let mut desired = lease_status(&lease, &resolution, &now);
     let previous = lease.conditions();
@@ -61,12 +68,17 @@ fn compiles_nothing(lease: &SandboxLease, provider: Option<&SandboxProvider>) ->
     driver.and_then(|d| d.config_schema.as_ref()).is_none_or(config_schema::is_cached)
 }
 
-/// The lease against its provider's published status (if the provider exists) and the cached
-/// `configFrom` Secrets of its namespace.
-fn resolve(lease: &SandboxLease, provider: Option<&SandboxProvider>, secrets: &SecretCache) -> LeaseResolution {
+/// The lease against its provider's published status (if the provider exists), what today's
+/// rules refuse of the two, and the cached `configFrom` Secrets of its namespace.
+fn resolve(
+    lease: &SandboxLease,
+    provider: Option<&SandboxProvider>,
+    refusals: &Refusals,
+    secrets: &SecretCache,
+) -> LeaseResolution {
     let namespace = lease.namespace().unwrap_or_default();
     let verified = provider.map_or_else(Verified::nothing, contract::verified_from_status);
-    contract::resolve_lease(lease, provider, &verified, |r| secrets.lookup(&namespace, r))
+    contract::resolve_lease(lease, provider, &verified, refusals, |r| secrets.lookup(&namespace, r))
 }
 
 /// The status a lease should have after this resolution: pure, everything it reads is passed in.
@@ -103,13 +115,30 @@ pub fn lease_status(lease: &CachedLease, r: &LeaseResolution, now: &Time) -> San
     };
     let caps = &r.resolution.capabilities;
     let granted: Vec<&str> = Capability::ALL.into_iter().filter(|c| caps.get(*c)).map(Capability::key).collect();
-    let resolved = match &r.identity {
-        Ok(()) => {
+    let refused = r
+        .resolution
+        .explanations
+        .iter()
+        .map(|e| e.reason)
+        .find(|reason| matches!(reason, Reason::LeaseNotValid | Reason::ProviderNotValid));
+    let resolved = match (&r.identity, refused) {
+        (_, Some(Reason::LeaseNotValid)) => {
+            let message = "every capability is off: today's rules refuse the lease (see its Valid condition)";
+            conditions.set(Type::Resolved, false, Why::LeaseNotValid, message.into())
+        }
+        (Ok(()), Some(_)) => {
+            let message = format!(
+                "every capability is off: today's rules refuse provider {} (see its Valid condition)",
+                lease.spec.provider_ref.name
+            );
+            conditions.set(Type::Resolved, false, Why::ProviderNotValid, message)
+        }
+        (Ok(()), None) => {
             let list = if granted.is_empty() { "none".to_string() } else { granted.join(", ") };
             let message = format!("{} of {} capabilities granted: {list}", granted.len(), Capability::ALL.len());
             conditions.set(Type::Resolved, true, Why::Resolved, message)
         }
-        Err(_) => {
+        (Err(_), _) => {
             let message = "every capability is off: the plugin identity check failed".to_string();
             conditions.set(Type::Resolved, false, Why::PluginIdentityFailed, message)
         }
@@ -138,7 +167,7 @@ mod tests {
     /// cache) at `now`.
     fn status_at(lease: &SandboxLease, provider: Option<&SandboxProvider>, now: &Time) -> SandboxLeaseStatus {
         let lease = CachedLease::from(lease.clone());
-        lease_status(&lease, &resolve(&lease, provider, &SecretCache::default()), now)
+        lease_status(&lease, &resolve(&lease, provider, &Refusals::default(), &SecretCache::default()), now)
     }
 
     fn condition<'s>(status: &'s SandboxLeaseStatus, type_: &str) -> &'s Condition {
@@ -208,6 +237,24 @@ mod tests {
             let _ = config_schema::compile(&schema, config_schema::Deadline::Own);
             compiles_nothing(&l, Some(&with_schema))
         }));
+    }
+
+    #[test]
+    fn a_lease_or_provider_that_todays_rules_refuse_resolves_to_nothing_and_says_whose_fault() {
+        let p = provider("p").driver("k").declares(&["nativeSyncIn", "nativeSyncOut"]).probed_ok(&METHODS).build();
+        let l = CachedLease::from(lease("team-a", "l").of("p", "k").build());
+        let refusal = |problem: &str| Some(format!("the webhook would refuse it today: {problem}: unknown field"));
+        for (refusals, reason) in [
+            (Refusals { lease: refusal("spec.bakend"), provider: None }, "LeaseNotValid"),
+            (Refusals { lease: None, provider: refusal("spec.environmentDrivers[0].x") }, "ProviderNotValid"),
+        ] {
+            let status = lease_status(&l, &resolve(&l, Some(&p), &refusals, &SecretCache::default()), &time(T0));
+            assert_eq!(verdict(&status, "Resolved"), ("False", reason));
+            assert!(status.explanations.iter().all(|e| !e.granted && e.reason.as_str() == reason), "{status:?}");
+            assert_eq!(status.effective_policy, Some(contract::LeasePolicy::Ephemeral));
+            // The identity still holds, and the pin is taken: a later fix needs no re-creation.
+            assert_eq!(verdict(&status, "PluginIdentity"), ("True", "Pinned"));
+        }
     }
 
     #[test]

@@ -33,25 +33,29 @@ pub async fn reconcile_provider(provider: Arc<SandboxProvider>, ctx: Arc<Context
     let provider = provider.as_ref();
     let now = now();
     let (worker, next_probe) = match probe_not_due(provider, &ctx.prober, ctx.probe_interval, &now) {
-        Some((worker, wait)) => (worker.clone(), wait),
+        // Not due, so the probe was of this generation's spec.worker: its address can be filled
+        // in for a status written before addresses were recorded.
+        Some((worker, wait)) => {
+            let address = worker.address.clone().or_else(|| provider.spec.worker.address());
+            (WorkerStatus { address, ..worker.clone() }, wait)
+        }
         None => {
             let outcome = ctx.prober.probe(provider).await;
             let labels = ProbeLabels { result: outcome.label(), reason: outcome.reason() };
             ctx.metrics.probes.get_or_create(&labels).inc();
             tracing::info!(provider = %provider.name_any(), result = labels.result, reason = labels.reason, "probed worker");
-            (worker_status(outcome, &now), ctx.probe_interval)
+            (worker_status(provider, outcome, &now), ctx.probe_interval)
         }
     };
+    let finding = ctx.audits.finding(provider, &provider.spec).await;
+    let refusal = finding.refusal();
     // Compiling the drivers' configSchemas is CPU work (bounded by the compile budget): off the
     // async workers, so that it delays no other reconcile, watch or probe. Schemas compiled before
     // are checked here: each hand-over to another thread would leave that thread holding memory.
     let schemas = provider.spec.environment_drivers.iter().filter_map(|d| d.config_schema.as_ref());
-    let mut desired = if schemas.clone().all(config_schema::is_cached) {
-        provider_status(provider, worker, &now)
-    } else {
-        tokio::task::block_in_place(|| provider_status(provider, worker, &now))
-    };
-    let finding = ctx.audits.finding(provider, &provider.spec).await;
+    let status = || provider_status(provider, worker, refusal.as_deref(), &now);
+    let mut desired =
+        if schemas.clone().all(config_schema::is_cached) { status() } else { tokio::task::block_in_place(status) };
     let previous = provider.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     let valid =
         audit::condition(&finding, &Conditions { generation: provider.metadata.generation, previous, now: &now });
@@ -88,7 +92,7 @@ fn probe_not_due<'p>(
     interval.checked_sub(elapsed).filter(|wait| !wait.is_zero()).map(|wait| (worker, wait))
 }
 
-fn worker_status(outcome: ProbeOutcome, now: &Time) -> WorkerStatus {
+fn worker_status(provider: &SandboxProvider, outcome: ProbeOutcome, now: &Time) -> WorkerStatus {
     let (probe, supported_methods, message) = match outcome {
         ProbeOutcome::Succeeded { methods } => {
             let message = format!("initialize answered ok: true with {} supportedMethods", methods.len());
@@ -96,11 +100,18 @@ fn worker_status(outcome: ProbeOutcome, now: &Time) -> WorkerStatus {
         }
         ProbeOutcome::Failed(failure) => (ProbeResult::Failed, Vec::new(), failure.to_string()),
     };
-    WorkerStatus { supported_methods, probe, last_probe_time: Some(now.clone()), message }
+    let address = provider.spec.worker.address();
+    WorkerStatus { supported_methods, probe, last_probe_time: Some(now.clone()), address, message }
 }
 
-/// The status the provider should have with this worker status: pure, everything it reads is passed in.
-pub fn provider_status(provider: &SandboxProvider, worker: WorkerStatus, now: &Time) -> SandboxProviderStatus {
+/// The status the provider should have with this worker status and, when today's rules refuse
+/// the provider, their problems (`refused`): pure, everything it reads is passed in.
+pub fn provider_status(
+    provider: &SandboxProvider,
+    worker: WorkerStatus,
+    refused: Option<&str>,
+    now: &Time,
+) -> SandboxProviderStatus {
     let generation = provider.metadata.generation;
     let previous = provider.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     let verified = contract::verified_from_worker(Some(&worker));
@@ -109,7 +120,7 @@ pub fn provider_status(provider: &SandboxProvider, worker: WorkerStatus, now: &T
         .environment_drivers
         .iter()
         .map(|driver| {
-            let resolution = contract::resolve_driver(&verified, driver);
+            let resolution = contract::resolve_driver(&verified, driver, refused);
             DriverStatus {
                 driver_key: driver.driver_key.clone(),
                 kind: driver.kind,
@@ -129,7 +140,10 @@ pub fn provider_status(provider: &SandboxProvider, worker: WorkerStatus, now: &T
     let conditions = Conditions { generation, previous, now };
     let worker_verified = conditions.set(Type::WorkerVerified, verified_ok, reason, message);
     let schemas = config_schemas_condition(provider, &conditions);
-    let ready = if verified_ok {
+    let ready = if refused.is_some() {
+        let message = "today's rules refuse the provider, so it grants nothing (see its Valid condition)".to_string();
+        conditions.set(Type::Ready, false, Why::ProviderNotValid, message)
+    } else if verified_ok {
         let granted: Vec<String> = drivers
             .iter()
             .map(|d| {
@@ -238,7 +252,7 @@ mod tests {
 
     /// The status after `worker`, by type: (status, reason).
     fn verdicts(provider: &SandboxProvider, worker: WorkerStatus) -> Vec<(String, String, String)> {
-        let status = provider_status(provider, worker, &time(T0));
+        let status = provider_status(provider, worker, None, &time(T0));
         status.conditions.iter().map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone())).collect()
     }
 
@@ -291,7 +305,7 @@ mod tests {
                 row("ConfigSchemasCompiled", "True", "Compiled")
             ]
         );
-        let status = provider_status(&p, worker, &time(T0));
+        let status = provider_status(&p, worker, None, &time(T0));
         assert_eq!(condition(&status, "WorkerVerified").message, "cannot connect");
         assert!(status.drivers[0].explanations.iter().all(|e| !e.granted));
     }
@@ -313,7 +327,7 @@ mod tests {
         // reusableLeases is opt-in: granted only where declared.
         let p = provider("p").driver("kubernetes").declares(&["reusableLeases"]).driver("shell");
         let p = p.probed_ok(&methods).build();
-        let status = provider_status(&p, published_worker(&p), &time(T0));
+        let status = provider_status(&p, published_worker(&p), None, &time(T0));
         let rows = verdicts(&p, published_worker(&p));
         assert_eq!(
             rows[..2],
@@ -329,11 +343,11 @@ mod tests {
     fn conditions_keep_their_transition_time_while_their_status_stays() {
         let p = provider("p").driver("k").probed_ok(&["environmentExecute"]).build();
         let mut published = p.clone();
-        published.status = Some(provider_status(&p, published_worker(&p), &time(T0)));
-        let again = provider_status(&published, published_worker(&p), &later(T0, 600));
+        published.status = Some(provider_status(&p, published_worker(&p), None, &time(T0)));
+        let again = provider_status(&published, published_worker(&p), None, &later(T0, 600));
         assert_eq!(Some(&again), published.status.as_ref(), "nothing to write");
         let failed = provider("p").driver("k").probe_failed("timed out").build();
-        let turned = provider_status(&published, published_worker(&failed), &later(T0, 600));
+        let turned = provider_status(&published, published_worker(&failed), None, &later(T0, 600));
         assert_eq!(condition(&turned, "WorkerVerified").last_transition_time, later(T0, 600));
         assert_eq!(condition(&turned, "ConfigSchemasCompiled").last_transition_time, time(T0));
     }
@@ -343,7 +357,7 @@ mod tests {
         let schemas = |schema| {
             let p = provider("p").driver("fine").config_schema(json!({"type": "object"})).driver("bad");
             let p = p.config_schema(schema).probed_ok(&["environmentExecute"]).build();
-            provider_status(&p, published_worker(&p), &time(T0))
+            provider_status(&p, published_worker(&p), None, &time(T0))
         };
         let over = schemas(json!({"properties": {"a": {"pattern": "\\w{50000}"}}}));
         let over = condition(&over, "ConfigSchemasCompiled");

@@ -75,8 +75,12 @@ pub(super) fn parse_answer(body: &[u8], expected_id: u64) -> Result<Vec<String>,
         Some(false) => return Err(ProbeError::NotOk),
         None => return Err(malformed("the answer's result has no boolean ok")),
     }
-    let Some(Value::Array(list)) = result.supported_methods else {
-        return Err(malformed("the answer's result.supportedMethods is not a list"));
+    // An answer that lists no methods at all verifies nothing, as an empty list does: it is the
+    // worker's claim, not a malformed answer. Anything but a list is malformed.
+    let list = match result.supported_methods {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(list)) => list,
+        Some(_) => return Err(malformed("the answer's result.supportedMethods is not a list")),
     };
     if list.len() > MAX_METHODS {
         return Err(ProbeError::Malformed(format!("the answer lists more than {MAX_METHODS} supportedMethods")));

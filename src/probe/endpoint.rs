@@ -1,7 +1,8 @@
-//! Where the worker answers, and how a URL may be shown.
+//! Where the worker answers.
 
 use reqwest::Url;
 
+pub use crate::api::redacted;
 use crate::api::{ServiceRef, WorkerRef, is_dns_label};
 
 use super::addresses::AllowedCidrs;
@@ -47,17 +48,8 @@ pub(super) fn service_url(service: &ServiceRef) -> Result<Url, String> {
     if !(1..=65535).contains(&service.port) {
         return Err("spec.worker.service.port is not between 1 and 65535".into());
     }
-    let path = service.path.as_deref().unwrap_or("/");
-    if !path.starts_with('/') {
+    if !service.path.as_deref().unwrap_or("/").starts_with('/') {
         return Err("spec.worker.service.path does not start with /".into());
     }
-    let url = format!("http://{}.{}.svc:{}{path}", service.name, service.namespace, service.port);
-    Url::parse(&url).map_err(|e| format!("spec.worker.service does not make a valid URL: {e}"))
-}
-
-/// The URL without credentials, query or fragment: safe to show.
-pub fn redacted(url: &Url) -> String {
-    let host = url.host_str().unwrap_or_default();
-    let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
-    format!("{}://{host}{port}{}", url.scheme(), url.path())
+    Url::parse(&service.url()).map_err(|e| format!("spec.worker.service does not make a valid URL: {e}"))
 }

@@ -26,6 +26,14 @@ fn good_answer_is_sorted_and_deduplicated() {
 }
 
 #[test]
+fn an_answer_without_supported_methods_lists_none_and_so_verifies_nothing() {
+    for result in [json!({"ok": true}), json!({"ok": true, "supportedMethods": null})] {
+        let got = answer(json!({"jsonrpc": "2.0", "id": 7, "result": result}));
+        assert_eq!(got.unwrap(), Vec::<String>::new(), "{result}");
+    }
+}
+
+#[test]
 fn every_malformed_shape_fails_without_quoting_values() {
     let secret = "s3cr3t-token";
     let cases = [

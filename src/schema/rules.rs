@@ -9,12 +9,11 @@ use kube_cel::{CompilationResult, CompiledSchema};
 use serde_json::Value;
 
 use super::crds::Crds;
-use super::messages::{Server, go_value};
+use super::messages::go_value;
 
 /// The CEL walk, over an object that passed the structural schema.
 pub(super) struct Cel<'e> {
     pub(super) crds: &'e Crds,
-    pub(super) server: Server,
     pub(super) errors: &'e mut Vec<String>,
 }
 
@@ -24,7 +23,6 @@ impl Cel<'_> {
     pub(super) fn evaluate(
         &mut self,
         compiled: &CompiledSchema,
-        schema: &Value,
         value: &Value,
         old: Option<&Value>,
         path: &mut String,
@@ -46,7 +44,7 @@ impl Cel<'_> {
                         Some(field) => format!("{path}{field}"),
                         None => path.clone(),
                     };
-                    let detail = cel_detail(rule, &ctx, value, schema, self.server);
+                    let detail = cel_detail(rule, &ctx, value);
                     self.errors.push(format!("{at}: Invalid value: {detail}"));
                 }
             }
@@ -60,7 +58,7 @@ impl Cel<'_> {
                     };
                     let _ = write!(path, ".{key}");
                     let old = old.and_then(|o| o.get(key.as_str()));
-                    self.evaluate(compiled, &schema["properties"][key.as_str()], child, old, path);
+                    self.evaluate(compiled, child, old, path);
                     path.truncate(len);
                 }
             }
@@ -70,7 +68,7 @@ impl Cel<'_> {
                         let _ = write!(path, "[{i}]");
                         // Transition rules under a list would need the list's keys to pair items;
                         // sandcap's CRDs have none there.
-                        self.evaluate(compiled, &schema["items"], item, None, path);
+                        self.evaluate(compiled, item, None, path);
                         path.truncate(len);
                     }
                 }
@@ -80,20 +78,13 @@ impl Cel<'_> {
     }
 }
 
-/// The detail of a failed CEL rule: the rule's message, after the node's schema type (1.33) or,
-/// from 1.37, after the value of a scalar (and alone for an object or a list).
-pub(super) fn cel_detail(
-    rule: &CompilationResult,
-    ctx: &Context,
-    value: &Value,
-    schema: &Value,
-    server: Server,
-) -> String {
+/// The detail of a failed CEL rule: the rule's message, after the value of a scalar (alone for an
+/// object or a list, whose value the apiserver omits).
+pub(super) fn cel_detail(rule: &CompilationResult, ctx: &Context, value: &Value) -> String {
     let message = rule_message(rule, ctx);
-    match (server, value) {
-        (Server::V1_33, _) => format!("\"{}\": {message}", schema["type"].as_str().unwrap_or_default()),
-        (Server::V1_37, Value::Object(_) | Value::Array(_)) => message,
-        (Server::V1_37, scalar) => format!("{}: {message}", go_value(scalar)),
+    match value {
+        Value::Object(_) | Value::Array(_) => message,
+        scalar => format!("{}: {message}", go_value(scalar)),
     }
 }
 

@@ -11,7 +11,6 @@ use super::messages::*;
 /// keeps the apiserver from running the CEL rules.
 pub(super) struct Walk<'e> {
     pub(super) crds: &'e Crds,
-    pub(super) server: Server,
     pub(super) errors: &'e mut Vec<String>,
     pub(super) blocking: bool,
 }
@@ -129,11 +128,7 @@ impl Walk<'_> {
         for (i, item) in items.iter().enumerate() {
             let Some(key) = key_of(item) else { continue };
             if seen.contains(&key) {
-                let key = match self.server {
-                    Server::V1_33 => format!("map[string]interface {{}}{}", Value::Object(key)),
-                    Server::V1_37 => Value::Object(key).to_string(),
-                };
-                self.error(&format!("{path}[{i}]"), format!("Duplicate value: {key}"), false);
+                self.error(&format!("{path}[{i}]"), format!("Duplicate value: {}", Value::Object(key)), false);
             } else {
                 seen.push(key);
             }

@@ -88,7 +88,11 @@ fn check(object: &Value, options: &Options, deadline: Instant) -> Verdict {
         (Some(Kind::SandboxProvider), Some(spec)) => c.provider(spec, options),
         (Some(Kind::SandboxLease), Some(spec)) => c.lease(spec),
         (Some(_), None) => {}
-        (None, _) => c.problem(KIND_PROBLEMS, "kind", "must be SandboxProvider or SandboxLease"),
+        (None, _) => {
+            // The value as JSON (a string quoted), cut: it is the client's and may be anything.
+            let found = object.get("kind").map_or_else(|| "missing".to_string(), |k| text::clip(&k.to_string(), 64));
+            c.problem(KIND_PROBLEMS, "kind", format!("is {found}, not SandboxProvider or SandboxLease"))
+        }
     }
     c.finish()
 }
@@ -346,9 +350,13 @@ impl Checker {
                 "{path}: supportsReusableLeases={legacy} and sandboxCapabilities.reusableLeases={nested}; nested wins"
             ));
         }
-        if declared(Capability::NativeSyncIn) != declared(Capability::NativeSyncOut) {
+        let (sync_in, sync_out) = (declared(Capability::NativeSyncIn), declared(Capability::NativeSyncOut));
+        if sync_in != sync_out {
+            let shown = |v: Option<bool>| v.map_or_else(|| "omitted".to_string(), |v| v.to_string());
             self.warn(format!(
-                "{path}: nativeSyncIn and nativeSyncOut differ; the worker verifies them only as a pair"
+                "{path}: nativeSyncIn is {}, nativeSyncOut {}; declare both alike (a pair)",
+                shown(sync_in),
+                shown(sync_out)
             ));
         }
     }

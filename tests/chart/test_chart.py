@@ -27,10 +27,10 @@ from cloudcoil.models.cert_manager import v1 as cert_manager
 from cloudcoil.models.prometheus_operator import v1 as prometheus_operator
 
 CHART = pathlib.Path(__file__).resolve().parents[2] / "charts" / "sandcap"
-KUBE_VERSION = "1.33"
+KUBE_VERSION = "1.35"
 # The oldest Kubernetes sandcap supports and the newest schemas kubernetes-validate ships: the chart
 # must fit both.
-KUBE_VERSION_RANGE = ("1.33", "1.37")
+KUBE_VERSION_RANGE = ("1.35", "1.37")
 RELEASE = "sandcap"
 NAMESPACE = "sandcap-system"
 NONROOT = 65532

@@ -11,7 +11,7 @@ use sandcap::vocabulary::WORKER_METHODS;
 use serde_json::{Value, json};
 
 use crate::cluster::Cluster;
-use crate::controllers::{delete, get};
+use crate::controllers::{delete, get, lease_reason};
 use crate::install::{self, Install, Sandcap, eventually, ok};
 use crate::support::{Worker, all_true, lease, provider};
 
@@ -83,9 +83,28 @@ pub async fn objects_stored_without_the_webhook_are_audited(c: Arc<Cluster>) {
     ];
     let mut still_broken = provider("e2e-audit-still-broken", &worker.url, all_true());
     still_broken["spec"]["labels"] = json!({"team": "a"});
-    let mut objects = vec![fine, typo.clone(), still_broken];
+    // Misspellings that, read as absent, would grant what their authors switched off.
+    let mut misspelt =
+        provider("e2e-audit-misspelt", &worker.url, json!({"nativeSyncIn": true, "nativeSyncOut": true}));
+    misspelt["spec"]["environmentDrivers"][0]["supportsReusableLeases"] = json!(true);
+    misspelt["spec"]["environmentDrivers"][0]["sandboxCapabilites"] = json!({"reusableLeases": false});
+    let reuse = json!({"policy": "ReuseByEnvironment", "environment": "e"});
+    let fail_closed = [
+        lease(NS, "of-misspelt", "e2e-audit-misspelt", reuse.clone()),
+        lease(NS, "nfs-typo", "e2e-audit-fine", json!({"nativeFileSyncUnsuported": true})),
+    ];
+    let mut objects = vec![fine, typo.clone(), still_broken, misspelt];
     objects.extend(leases.iter().cloned());
+    objects.extend(fail_closed.iter().cloned());
     install::apply(&c, &objects);
+    // A Job backend spelt in capitals or with spaces: the CRD refuses it even without the webhook.
+    for backend in ["Job", "JOB", " job"] {
+        let job = lease(NS, "job-backend", "e2e-audit-fine", json!({"backend": backend}));
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": [job]}).to_string();
+        let refused = c.kubectl_stdin(&["apply", "--server-side", "--field-manager", "e2e", "-f", "-"], &list);
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success() && said.contains("spec.backend"), "backend {backend:?}: {said}");
+    }
     let mut sandcap = Sandcap::start(&c, &install, "audit", &ELECTED);
     sandcap.ready().await;
 
@@ -108,6 +127,41 @@ pub async fn objects_stored_without_the_webhook_are_audited(c: Arc<Cluster>) {
         "{fine:#}"
     );
     valid(&admin, "SandboxLease", Some(NS), "fine", "True").await;
+
+    // Fail closed: what today's rules refuse grants nothing, every capability saying why.
+    let all_off = |status: &Value, reason: &str, problem: &str| {
+        let explanations = status["explanations"].as_array().cloned().unwrap_or_default();
+        assert_eq!(explanations.len(), 6, "{status:#}");
+        for e in &explanations {
+            assert_eq!((&e["granted"], &e["reason"]), (&json!(false), &json!(reason)), "{status:#}");
+            assert!(e["message"].as_str().is_some_and(|m| m.contains(problem)), "{status:#}");
+        }
+    };
+    for (name, problem) in [("typo", "spec.bakend"), ("nfs-typo", "spec.nativeFileSyncUnsuported")] {
+        let status = lease_reason(&admin, NS, name, "nativeSyncIn", "LeaseNotValid").await;
+        all_off(&status, "LeaseNotValid", problem);
+        let resolved =
+            status["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "Resolved")).cloned();
+        assert_eq!(
+            resolved.map(|c| (c["status"].clone(), c["reason"].clone())),
+            Some((json!("False"), json!("LeaseNotValid")))
+        );
+    }
+    let status = lease_reason(&admin, NS, "of-misspelt", "reusableLeases", "ProviderNotValid").await;
+    all_off(&status, "ProviderNotValid", "sandboxCapabilites");
+    assert_eq!(status["effectivePolicy"], "Ephemeral", "{status:#}");
+    let misspelt = valid(&admin, "SandboxProvider", None, "e2e-audit-misspelt", "False").await;
+    assert!(
+        misspelt["message"].as_str().is_some_and(|m| m.contains("sandboxCapabilites: unknown field")),
+        "{misspelt:#}"
+    );
+    let provider = get(&admin, "SandboxProvider", None, "e2e-audit-misspelt").await.expect("the provider");
+    all_off(&provider["status"]["drivers"][0], "ProviderNotValid", "sandboxCapabilites");
+    let ready =
+        provider["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "Ready")).cloned();
+    assert_eq!(ready.map(|c| c["reason"].clone()), Some(json!("ProviderNotValid")), "{provider:#}");
+    // The worker itself answered: only the refusal keeps it all off.
+    assert_eq!(provider["status"]["worker"]["probe"], "Succeeded", "{provider:#}");
 
     // The column, for both kinds.
     let columns = ok("get sbp", c.kubectl(&["get", "sbp", "e2e-audit-typo", "e2e-audit-fine"]));

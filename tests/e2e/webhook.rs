@@ -47,7 +47,7 @@ pub async fn crds_are_served_with_their_names_columns_and_descriptions(c: Arc<Cl
 
 /// What `sandcap validate -o json` says of every object in `file` with the settings of
 /// [`Sandcap::start`] (worker URLs on loopback allowed), for the cluster's minor (the apiserver's
-/// message forms differ a little between minors).
+/// message forms may differ between minors: `sandcap::schema::Server`).
 fn validate(c: &Cluster, file: &std::path::Path) -> Vec<Value> {
     validate_with(c, file, &["--allow-worker-urls", "--worker-url-allowed-cidrs", "127.0.0.0/8"])
 }

@@ -4,7 +4,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::secret::SecretReport;
-use crate::contract::{IdentityFailure, Verified};
+use crate::api::DriverDeclaration;
+use crate::contract::{IdentityFailure, Refusals, Verified};
 use crate::controller::cache::CONFIG_SOURCE_LABEL;
 use crate::vocabulary::{Capability, ConditionReason, Reason};
 
@@ -15,6 +16,10 @@ pub struct FixContext<'a> {
     /// `(namespace, name)` of the lease, when a lease is explained.
     pub lease: Option<(&'a str, &'a str)>,
     pub identity: Option<&'a IdentityFailure>,
+    /// What today's rules refuse of the lease and the provider (their `Valid` conditions).
+    pub refusals: &'a Refusals,
+    /// The driver's declaration, when the provider declares the driver.
+    pub declaration: Option<&'a DriverDeclaration>,
     /// The last probe's message.
     pub worker: Option<&'a str>,
     pub verified: &'a Verified,
@@ -29,7 +34,17 @@ pub fn fix(cap: Capability, reason: Reason, ctx: &FixContext) -> Option<String> 
     let lease = ctx.lease.map_or_else(String::new, |(ns, name)| format!(" {ns}/{name}"));
     Some(match reason {
         Reason::Granted => return None,
+        Reason::LeaseNotValid => format!(
+            "change lease{lease} so that today's rules admit it (sandcap validate on its manifest lists the same \
+             problems): {}",
+            ctx.refusals.lease.as_deref().unwrap_or("see its Valid condition")
+        ),
         Reason::PluginIdentityFailed => identity(ctx),
+        Reason::ProviderNotValid => format!(
+            "change provider {provider} so that today's rules admit it (sandcap validate on its manifest lists the \
+             same problems): {}",
+            ctx.refusals.provider.as_deref().unwrap_or("see its Valid condition")
+        ),
         Reason::WorkerNotVerified => format!(
             "make the worker of provider {provider} answer initialize with its methods (last probe: {}); see \
              kubectl sandcap explain provider {provider}",
@@ -42,10 +57,7 @@ pub fn fix(cap: Capability, reason: Reason, ctx: &FixContext) -> Option<String> 
                 missing.join(", ")
             )
         }
-        Reason::DeclaredFalse => format!(
-            "set sandboxCapabilities.{key}: true (or remove it, to follow the worker) on driver {driver} of provider \
-             {provider}"
-        ),
+        Reason::DeclaredFalse => declared_false(cap, ctx),
         Reason::NotOptedIn => format!("set sandboxCapabilities.{key}: true on driver {driver} of provider {provider}"),
         Reason::NarrowedByLeasePolicy => {
             format!("set spec.policy: ReuseByEnvironment and spec.environment on lease{lease}")
@@ -58,6 +70,22 @@ pub fn fix(cap: Capability, reason: Reason, ctx: &FixContext) -> Option<String> 
         }
         Reason::NarrowedByConfigResolution => config(ctx),
     })
+}
+
+/// Which field says false decides the fix: the legacy `supportsReusableLeases` when the nested
+/// key is absent; an opt-in key stays off when removed, so only `true` turns it on.
+fn declared_false(cap: Capability, ctx: &FixContext) -> String {
+    let (provider, driver, key) = (ctx.provider, ctx.driver, cap.key());
+    let nested_absent =
+        ctx.declaration.is_some_and(|d| d.sandbox_capabilities.as_ref().and_then(|n| n.get(cap)).is_none());
+    let on = format!("on driver {driver} of provider {provider}");
+    if cap == Capability::ReusableLeases && nested_absent {
+        format!("set sandboxCapabilities.{key}: true (it wins over the legacy supportsReusableLeases: false) {on}")
+    } else if cap.opt_in() {
+        format!("set sandboxCapabilities.{key}: true {on} ({key} is opt-in: removing it leaves it off)")
+    } else {
+        format!("set sandboxCapabilities.{key}: true, or remove it to follow the worker, {on}")
+    }
 }
 
 fn identity(ctx: &FixContext) -> String {

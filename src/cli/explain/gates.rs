@@ -4,15 +4,31 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::report::{Gate, GateReport};
-use crate::api::{DriverDeclaration, SandboxLease, WorkerStatus};
+use crate::api::{DriverDeclaration, ProbeResult, SandboxLease, WorkerStatus};
 use crate::contract::{Narrowing, Verified};
-use crate::vocabulary::{Capability, LeasePolicy};
+use crate::vocabulary::{Capability, ConditionType, LeasePolicy};
+
+/// What today's rules say of an object, as its published `Valid` condition does: its problems
+/// when it is False (what sandcap concluded, with the operator's own settings).
+pub fn refusal(conditions: &[Condition]) -> Option<String> {
+    let valid = conditions.iter().find(|c| c.type_ == ConditionType::Valid.as_str())?;
+    (valid.status == "False").then(|| valid.message.clone())
+}
+
+/// The gate of an object's validity (`LeaseValid` or `ProviderValid`).
+pub fn validity(gate: Gate, refusal: Option<&str>) -> GateReport {
+    match refusal {
+        Some(problems) => GateReport::new(gate, false, format!("today's rules refuse it: {problems}")),
+        None => GateReport::new(gate, true, "today's rules admit it (or sandcap has not judged it yet)"),
+    }
+}
 
 pub fn worker(cap: Capability, verified: &Verified, worker: Option<&WorkerStatus>) -> GateReport {
     let needs = cap.required_methods();
-    if verified.is_nothing() {
+    if let Some(why) = verified.why_nothing() {
         let detail = match worker {
             None => "no probe yet: the worker verified nothing".to_string(),
+            Some(w) if w.probe == ProbeResult::Succeeded => format!("the worker verified nothing: {why}"),
             Some(w) => format!("the worker verified nothing: {}", probe_summary(w)),
         };
         return GateReport::new(Gate::Worker, false, detail);

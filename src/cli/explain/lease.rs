@@ -6,7 +6,7 @@ use super::gates;
 use super::report::{CapabilityReport, DeclarationReport, Gate, GateReport, ProviderLink, capability, status_notes};
 use super::secret::SecretReport;
 use crate::api::{Pinned, SandboxLease, SandboxProvider, WorkerStatus};
-use crate::contract::{self, Declared, Narrowing};
+use crate::contract::{self, Declared, Narrowing, Refusals, Verified};
 use crate::vocabulary::{Capability, ConditionType, Kind, LeasePolicy};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::Serialize;
@@ -45,7 +45,10 @@ pub fn lease_report(facts: &LeaseFacts) -> LeaseReport {
     let conditions = status.map(|s| s.conditions.clone()).unwrap_or_default();
     let config = conditions.iter().find(|c| c.type_ == ConditionType::ConfigResolved.as_str());
     let worker = provider.and_then(|p| p.status.as_ref()).and_then(|s| s.worker.as_ref());
-    let verified = contract::verified_from_worker(worker);
+    let verified = provider.map_or_else(Verified::nothing, contract::verified_from_status);
+    let provider_conditions = provider.and_then(|p| p.status.as_ref()).map(|s| s.conditions.as_slice());
+    let refusals =
+        Refusals { lease: gates::refusal(&conditions), provider: provider_conditions.and_then(gates::refusal) };
     let identity = contract::check_identity(lease, provider);
     let driver = identity.as_ref().ok().copied().or_else(|| {
         let key = &lease.spec.provider_ref.driver_key;
@@ -53,6 +56,7 @@ pub fn lease_report(facts: &LeaseFacts) -> LeaseReport {
     });
     let config_failure = config.filter(|c| c.status == "False").map(|c| c.message.clone());
     let narrowing = Narrowing {
+        refusals: refusals.clone(),
         identity_failure: identity.as_ref().err().map(ToString::to_string),
         policy: Some(lease.spec.policy()),
         job_backend: contract::job_backend(lease),
@@ -70,6 +74,8 @@ pub fn lease_report(facts: &LeaseFacts) -> LeaseReport {
         driver: &lease.spec.provider_ref.driver_key,
         lease: Some((lease.metadata.namespace.as_deref().unwrap_or_default(), lease_name(lease))),
         identity: identity.as_ref().err(),
+        refusals: &refusals,
+        declaration: driver,
         worker: worker.map(|w| w.message.as_str()),
         verified: &verified,
         config,
@@ -78,8 +84,9 @@ pub fn lease_report(facts: &LeaseFacts) -> LeaseReport {
     let capabilities = Capability::ALL
         .into_iter()
         .map(|cap| {
-            let mut gates = vec![identity_gate.clone()];
+            let mut gates = vec![gates::validity(Gate::LeaseValid, refusals.lease.as_deref()), identity_gate.clone()];
             if provider.is_some() {
+                gates.push(gates::validity(Gate::ProviderValid, refusals.provider.as_deref()));
                 gates.push(gates::worker(cap, &verified, worker));
             }
             if let Some(driver) = driver {

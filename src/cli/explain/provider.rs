@@ -8,7 +8,7 @@ use super::fix::FixContext;
 use super::gates;
 use super::report::{CapabilityReport, DeclarationReport, Gate, GateReport, capability, status_notes};
 use crate::api::{SandboxProvider, WorkerStatus};
-use crate::contract;
+use crate::contract::{self, Refusals};
 use crate::vocabulary::{Capability, Kind};
 
 #[derive(Clone, Debug, Serialize)]
@@ -27,7 +27,8 @@ pub struct ProviderReport {
     pub version: String,
     pub generation: Option<i64>,
     pub observed_generation: Option<i64>,
-    /// Where the worker is: `service NAMESPACE/NAME:PORT/PATH` or the URL.
+    /// Where the worker is: its address (`http://NAME.NAMESPACE.svc:PORT/PATH`, or the URL without
+    /// credentials, query or fragment).
     pub worker_at: String,
     pub worker: Option<WorkerStatus>,
     pub drivers: Vec<DriverReport>,
@@ -38,20 +39,23 @@ pub struct ProviderReport {
 pub fn provider_report(provider: &SandboxProvider) -> ProviderReport {
     let status = provider.status.as_ref();
     let worker = status.and_then(|s| s.worker.as_ref());
-    let verified = contract::verified_from_worker(worker);
+    let verified = contract::verified_from_status(provider);
+    let refusals = Refusals::provider(status.and_then(|s| gates::refusal(&s.conditions)));
     let name = provider.metadata.name.clone().unwrap_or_default();
     let drivers: Vec<DriverReport> = provider
         .spec
         .environment_drivers
         .iter()
         .map(|driver| {
-            let now = contract::resolve_driver(&verified, driver);
+            let now = contract::resolve_driver(&verified, driver, refusals.provider.as_deref());
             let identity = contract::driver_kind_failure(driver);
             let context = FixContext {
                 provider: &name,
                 driver: &driver.driver_key,
                 lease: None,
                 identity: identity.as_ref(),
+                refusals: &refusals,
+                declaration: Some(driver),
                 worker: worker.map(|w| w.message.as_str()),
                 verified: &verified,
                 config: None,
@@ -67,7 +71,12 @@ pub fn provider_report(provider: &SandboxProvider) -> ProviderReport {
                         Some(why) => GateReport::new(Gate::Identity, false, why.to_string()),
                         None => GateReport::new(Gate::Identity, true, "the driver is kind sandbox_provider"),
                     };
-                    let gates = vec![kind, gates::worker(cap, &verified, worker), gates::declaration(cap, driver)];
+                    let gates = vec![
+                        kind,
+                        gates::validity(Gate::ProviderValid, refusals.provider.as_deref()),
+                        gates::worker(cap, &verified, worker),
+                        gates::declaration(cap, driver),
+                    ];
                     capability(cap, explanations.map(Vec::as_slice), &now, gates, &context)
                 })
                 .collect();
@@ -76,12 +85,9 @@ pub fn provider_report(provider: &SandboxProvider) -> ProviderReport {
         .collect();
     let all: Vec<CapabilityReport> = drivers.iter().flat_map(|d| d.capabilities.clone()).collect();
     let notes = status_notes(status.map(|s| s.observed_generation), provider.metadata.generation, "provider", &all);
-    let w = &provider.spec.worker;
-    let worker_at = match (&w.service, &w.url) {
-        (Some(s), _) => format!("service {}/{}:{}{}", s.namespace, s.name, s.port, s.path.as_deref().unwrap_or("/")),
-        (None, Some(url)) => url.clone(),
-        (None, None) => "nowhere (spec.worker names neither a service nor a URL)".into(),
-    };
+    // The address, never the URL as written: it may hold credentials.
+    let worker_at =
+        provider.spec.worker.address().unwrap_or_else(|| "nowhere (spec.worker names no usable service or URL)".into());
     ProviderReport {
         kind: Kind::SandboxProvider,
         plugin_key: provider.spec.plugin_key.clone(),

@@ -98,7 +98,9 @@ fn capabilities(out: &mut dyn Write, capabilities: &[CapabilityReport]) -> io::R
             writeln!(out, "  as the objects are now: {}", c.reason_now)?;
         }
         // Identity is the same for every capability: shown once above, and here only where it stops.
-        for g in c.gates.iter().filter(|g| !(g.gate == Gate::Identity && g.passes)) {
+        // Passing identity and validity gates are the common case: the facts above say them once.
+        let said_once = |gate: Gate| matches!(gate, Gate::Identity | Gate::LeaseValid | Gate::ProviderValid);
+        for g in c.gates.iter().filter(|g| !(said_once(g.gate) && g.passes)) {
             writeln!(out, "  {} {:<15} {}", if g.passes { "pass" } else { "stop" }, g.gate.as_str(), g.detail)?;
         }
         if let Some(fix) = &c.fix {

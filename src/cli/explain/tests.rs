@@ -18,14 +18,14 @@ use crate::vocabulary::{Capability, METHOD_SYNC_IN, Reason, WORKER_METHODS};
 fn probed(declares: &[&str], methods: &[&str]) -> SandboxProvider {
     let mut p = provider("p").driver("k").declares(declares).probed_ok(methods).build();
     let worker = p.status.as_ref().and_then(|s| s.worker.clone()).expect("probed");
-    p.status = Some(provider_status(&p, worker, &time(T0)));
+    p.status = Some(provider_status(&p, worker, None, &time(T0)));
     p
 }
 
 /// The lease with the status the lease controller writes, sandcap seeing only `seen` Secrets.
 fn resolved(mut lease: SandboxLease, provider: Option<&SandboxProvider>, seen: &[&str]) -> SandboxLease {
     let verified = provider.map_or_else(contract::Verified::nothing, contract::verified_from_status);
-    let r = contract::resolve_lease(&lease, provider, &verified, |r| {
+    let r = contract::resolve_lease(&lease, provider, &verified, &contract::Refusals::default(), |r| {
         if seen.contains(&r.name.as_str()) { SecretLookup::Found(b"{}".to_vec()) } else { SecretLookup::MissingSecret }
     });
     // The status is computed from the lease as the lease cache keeps it.
@@ -62,7 +62,10 @@ fn every_capability_carries_status_its_gates_and_what_to_change() {
         (Some(false), Some(Reason::NarrowedByLeasePolicy), Reason::NarrowedByLeasePolicy)
     );
     let order: Vec<Gate> = reuse.gates.iter().map(|g| g.gate).collect();
-    assert_eq!(order, [Gate::Identity, Gate::Worker, Gate::Declaration, Gate::Policy]);
+    assert_eq!(
+        order,
+        [Gate::LeaseValid, Gate::Identity, Gate::ProviderValid, Gate::Worker, Gate::Declaration, Gate::Policy]
+    );
     assert_eq!(
         stopping(&r, Capability::ReusableLeases),
         [(Gate::Policy, "the lease policy is Ephemeral, not ReuseByEnvironment".into())]
@@ -73,7 +76,7 @@ fn every_capability_carries_status_its_gates_and_what_to_change() {
     );
     assert_eq!(
         stopping(&r, Capability::NativeSyncIn),
-        [(Gate::JobBackend, "the lease is Job-backed (spec.backend: job)".into())]
+        [(Gate::JobBackend, "the lease is Job-backed (spec.backend: \"job\")".into())]
     );
     let sessions = capability(&r, Capability::PersistentProcessSessions);
     assert_eq!((sessions.reason, &sessions.fix), (Some(Reason::Granted), &None));
@@ -196,7 +199,7 @@ fn identity_failures_name_their_fix() {
     let r = report(&orphan, None, vec![]);
     assert!(!r.provider.found && r.declaration.is_none() && r.worker.is_none());
     let c = capability(&r, Capability::NativeSyncIn);
-    assert_eq!(c.gates.len(), 3, "identity and the lease's own narrowings: {:?}", c.gates);
+    assert_eq!(c.gates.len(), 4, "the lease's validity, identity and its own narrowings: {:?}", c.gates);
     assert!(c.fix.as_deref().unwrap().starts_with("create SandboxProvider gone"));
 }
 
@@ -240,13 +243,13 @@ fn a_provider_explains_each_driver() {
         .build();
     p.spec.environment_drivers[1].kind = Some(crate::vocabulary::DriverKind::EnvironmentDriver);
     let worker = p.status.as_ref().and_then(|s| s.worker.clone()).unwrap();
-    p.status = Some(provider_status(&p, worker, &time(T0)));
+    p.status = Some(provider_status(&p, worker, None, &time(T0)));
     let r = provider_report(&p);
-    assert_eq!(r.worker_at, "service sandbox-system/acme:8080/");
+    assert_eq!(r.worker_at, "http://acme.sandbox-system.svc:8080/");
     let k = &r.drivers[0].capabilities[0];
     assert_eq!(k.reason, Some(Reason::WorkerNotVerified));
     assert!(
-        k.gates[1].detail.starts_with("the worker verified nothing: probe Failed at 2030-01-01T00:00:00Z: probe of"),
+        k.gates[2].detail.starts_with("the worker verified nothing: probe Failed at 2030-01-01T00:00:00Z: probe of"),
         "{:?}",
         k.gates
     );
@@ -259,4 +262,122 @@ fn a_provider_explains_each_driver() {
     table::provider(&mut text, &r).unwrap();
     let text = String::from_utf8(text).unwrap();
     assert!(text.contains("stop identity        driver other is declared with kind environment_driver"), "{text}");
+}
+
+/// The fix of `cap` on a lease of a provider whose driver `k` declares `caps` (JSON), every
+/// method verified.
+fn fix_of(caps: serde_json::Value, legacy: Option<bool>, cap: Capability) -> (Option<Reason>, String) {
+    let mut p = probed(&[], &WORKER_METHODS);
+    p.spec.environment_drivers[0].sandbox_capabilities = serde_json::from_value(caps).unwrap();
+    p.spec.environment_drivers[0].supports_reusable_leases = legacy;
+    let worker = p.status.as_ref().and_then(|s| s.worker.clone()).unwrap();
+    p.status = Some(provider_status(&p, worker, None, &time(T0)));
+    let mut l = lease("team-a", "l").of("p", "k").build();
+    l.spec.policy = Some(crate::api::LeasePolicy::ReuseByEnvironment);
+    l.spec.environment = Some("e".into());
+    let l = resolved(l, Some(&p), &[]);
+    let r = report(&l, Some(&p), vec![]);
+    let c = capability(&r, cap);
+    (c.reason, c.fix.clone().unwrap_or_default())
+}
+
+#[test]
+fn a_declared_false_is_fixed_by_the_field_that_decided_it_and_an_opt_in_key_is_never_removed() {
+    use serde_json::json;
+    for cap in [Capability::ReusableLeases, Capability::IncrementalSessionOutput] {
+        let (reason, fix) = fix_of(json!({cap.key(): false}), None, cap);
+        assert_eq!(reason, Some(Reason::DeclaredFalse));
+        assert_eq!(
+            fix,
+            format!(
+                "set sandboxCapabilities.{cap}: true on driver k of provider p ({cap} is opt-in: removing it leaves it off)"
+            )
+        );
+        assert!(!fix.contains("or remove it"), "{fix}");
+    }
+    let (reason, fix) = fix_of(json!(null), Some(false), Capability::ReusableLeases);
+    assert_eq!(reason, Some(Reason::DeclaredFalse));
+    assert_eq!(
+        fix,
+        "set sandboxCapabilities.reusableLeases: true (it wins over the legacy supportsReusableLeases: false) on \
+         driver k of provider p"
+    );
+    for cap in Capability::ALL.into_iter().filter(|c| !c.opt_in()) {
+        let (reason, fix) = fix_of(json!({cap.key(): false}), None, cap);
+        assert_eq!(reason, Some(Reason::DeclaredFalse));
+        assert_eq!(
+            fix,
+            format!(
+                "set sandboxCapabilities.{cap}: true, or remove it to follow the worker, on driver k of provider p"
+            )
+        );
+    }
+    // And the fix works: what it says to set grants the capability.
+    for cap in Capability::ALL {
+        assert_eq!(fix_of(json!({cap.key(): true}), Some(false), cap).0, Some(Reason::Granted), "{cap}");
+    }
+}
+
+#[test]
+fn every_reason_but_granted_has_a_fix_for_every_capability() {
+    use super::fix::{FixContext, fix};
+    let verified = contract::Verified::nothing();
+    let refusals = contract::Refusals { lease: Some("l problems".into()), provider: Some("p problems".into()) };
+    let ctx = FixContext {
+        provider: "p",
+        driver: "k",
+        lease: Some(("team-a", "l")),
+        identity: None,
+        refusals: &refusals,
+        declaration: None,
+        worker: None,
+        verified: &verified,
+        config: None,
+        secrets: &[],
+    };
+    for cap in Capability::ALL {
+        for reason in Reason::ALL {
+            let text = fix(cap, reason, &ctx);
+            assert_eq!(text.is_none(), reason == Reason::Granted, "{cap} {reason}: {text:?}");
+        }
+    }
+    let lease_fix = fix(Capability::NativeSyncIn, Reason::LeaseNotValid, &ctx).unwrap();
+    assert!(
+        lease_fix.starts_with("change lease team-a/l so that today's rules admit it")
+            && lease_fix.ends_with("l problems")
+    );
+    let provider_fix = fix(Capability::NativeSyncIn, Reason::ProviderNotValid, &ctx).unwrap();
+    assert!(provider_fix.starts_with("change provider p so that") && provider_fix.ends_with("p problems"));
+}
+
+#[test]
+fn a_refused_lease_or_provider_stops_at_its_validity_gate() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    let refused = |message: &str| Condition {
+        type_: "Valid".into(),
+        status: "False".into(),
+        reason: "BreaksCurrentRules".into(),
+        message: message.into(),
+        last_transition_time: time(T0),
+        observed_generation: Some(1),
+    };
+    let mut p = probed(&["nativeSyncIn", "nativeSyncOut"], &WORKER_METHODS);
+    let mut l = resolved(lease("team-a", "l").of("p", "k").build(), Some(&p), &[]);
+    l.status
+        .as_mut()
+        .unwrap()
+        .conditions
+        .push(refused("the webhook would refuse it today: spec.bakend: unknown field"));
+    let r = report(&l, Some(&p), vec![]);
+    let sync = capability(&r, Capability::NativeSyncIn);
+    assert_eq!(sync.reason_now, Reason::LeaseNotValid);
+    assert_eq!(stopping(&r, Capability::NativeSyncIn)[0].0, Gate::LeaseValid);
+    assert!(sync.fix.as_deref().unwrap().ends_with("spec.bakend: unknown field"), "{:?}", sync.fix);
+    let l = resolved(lease("team-a", "l2").of("p", "k").build(), Some(&p), &[]);
+    p.status.as_mut().unwrap().conditions.push(refused("the CRD would refuse it today: spec.version: Required value"));
+    let r = report(&l, Some(&p), vec![]);
+    assert_eq!(capability(&r, Capability::NativeSyncIn).reason_now, Reason::ProviderNotValid);
+    assert_eq!(stopping(&r, Capability::NativeSyncIn)[0].0, Gate::ProviderValid);
+    let provider = provider_report(&p);
+    assert!(provider.drivers[0].capabilities.iter().all(|c| c.reason_now == Reason::ProviderNotValid));
 }
