@@ -305,7 +305,11 @@ fn crd_schemas_keep_unknown_keys_for_the_webhook_to_reject() {
     let caps = &provider["properties"]["environmentDrivers"]["items"]["properties"]["sandboxCapabilities"];
     // The capability map keeps every key (it is a map of booleans), so the CRD's rules see a
     // removed or typo'd key (tests/schema.rs).
-    assert_eq!(caps["additionalProperties"], json!({"type": "boolean"}));
+    assert_eq!(
+        caps["additionalProperties"],
+        json!({"type": "boolean", "nullable": true}),
+        "booleans, a null kept for the webhook to name"
+    );
 }
 
 #[test]
@@ -441,4 +445,20 @@ fn ratcheting_counts_omitted_problems() {
     assert!(same.warnings.iter().any(|w| w.contains(&format!("and {} more unknown fields", 100 - MAX_PER_KIND))));
     let more = review(&flood(101), Some(&stored), &Options::default());
     assert!(!more.allowed());
+}
+
+/// A null capability declares nothing, and pruned it would let the legacy field decide unseen: the
+/// CRD keeps it (nullable) and the webhook names it, whatever the key.
+#[test]
+fn a_null_capability_is_refused_by_name() {
+    let d0 = "/spec/environmentDrivers/0";
+    let null = set(provider_json(), &format!("{d0}/sandboxCapabilities/reusableLeases"), Value::Null);
+    let null = set(null, &format!("{d0}/supportsReusableLeases"), json!(true));
+    assert_eq!(
+        deny(&null),
+        "spec.environmentDrivers[0].sandboxCapabilities.reusableLeases: null declares nothing: write true or false, or \
+         delete the key"
+    );
+    let odd = set(provider_json(), &format!("{d0}/sandboxCapabilities/nativeSyncIn"), Value::Null);
+    assert!(deny(&odd).starts_with("spec.environmentDrivers[0].sandboxCapabilities.nativeSyncIn: null declares"));
 }

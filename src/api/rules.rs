@@ -109,7 +109,9 @@ pub(super) fn policy_schema(_: &mut SchemaGenerator) -> Schema {
 
 /// A map of booleans rather than an object with six properties: the apiserver's CEL sees a map's
 /// keys, but not the unknown fields of an object, and a typo'd or removed key must reach the
-/// rules (not be pruned) to be rejected.
+/// rules (not be pruned) to be rejected. The values are nullable for the same reason: the
+/// apiserver prunes a null it may not keep, and `reusableLeases: null` pruned would hand the
+/// decision to the legacy field unseen; kept, the webhook refuses it.
 pub(super) fn capabilities_schema(_: &mut SchemaGenerator) -> Schema {
     let keys: Vec<&str> = Capability::ALL.map(Capability::key).into();
     let known = |keys: &[&str]| keys.iter().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", ");
@@ -136,7 +138,7 @@ pub(super) fn capabilities_schema(_: &mut SchemaGenerator) -> Schema {
             meanings.join("; ")
         ),
         "type": "object",
-        "additionalProperties": {"type": "boolean"},
+        "additionalProperties": {"type": "boolean", "nullable": true},
         "maxProperties": MAX_CAPABILITY_KEYS,
         "x-kubernetes-validations": rules,
     })

@@ -233,6 +233,7 @@ const UNKNOWN_FIELDS: &str = "unknown fields";
 const SCHEMA_PROBLEMS: &str = "configSchema problems";
 const WORKER_URL_PROBLEMS: &str = "worker URL problems";
 const KIND_PROBLEMS: &str = "kind problems";
+const DECLARATION_PROBLEMS: &str = "declaration problems";
 
 struct Checker {
     verdict: Verdict,
@@ -338,6 +339,11 @@ impl Checker {
         let Some(caps) = field(d, "sandboxCapabilities").and_then(Value::as_object) else {
             return;
         };
+        for (key, _) in caps.iter().filter(|(_, v)| v.is_null()) {
+            let mut at = format!("{path}.sandboxCapabilities");
+            text::push_key(&mut at, key);
+            self.problem(DECLARATION_PROBLEMS, at, "null declares nothing: write true or false, or delete the key");
+        }
         if field(d, "kind").and_then(Value::as_str) != Some(DriverKind::SandboxProvider.as_str()) {
             // The other warnings are about how the declaration is read, and it never is.
             self.warn(format!("{path}: sandboxCapabilities is never read unless kind is sandbox_provider"));
