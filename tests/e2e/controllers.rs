@@ -477,8 +477,9 @@ pub async fn a_hostile_provider_stored_without_the_webhook(c: Arc<Cluster>) {
     let status = get(&admin, "SandboxProvider", None, "e2e-hostile").await.expect("provider")["status"].clone();
     assert_eq!(condition(&status, "WorkerVerified").map(|c| &c["status"]), Some(&json!("True")), "{status:#}");
     for name in ["hostile-plain", "hostile-config"] {
-        let narrowed = lease_reason(&admin, NS, name, "persistentProcessSessions", "NarrowedByConfigResolution").await;
-        lease_reason(&admin, NS, name, "incrementalSessionOutput", "NarrowedByConfigResolution").await;
+        // Today's rules refuse a schema over budget, so the provider grants nothing (fail closed),
+        // and each lease still says what its config came to.
+        let narrowed = lease_reason(&admin, NS, name, "persistentProcessSessions", "ProviderNotValid").await;
         let config = condition(&narrowed, "ConfigResolved").expect("ConfigResolved");
         assert_eq!(
             (&config["status"], &config["reason"]),
@@ -486,8 +487,11 @@ pub async fn a_hostile_provider_stored_without_the_webhook(c: Arc<Cluster>) {
             "{narrowed:#}"
         );
         assert!(config["message"].as_str().unwrap_or_default().ends_with(&over), "{narrowed:#}");
-        // Only what needs a resolved config is off.
-        assert_eq!(explanation(&narrowed, "nativeSyncIn").map(|e| e.0).as_deref(), Some("Granted"), "{narrowed:#}");
+        for capability in ["nativeSyncIn", "incrementalSessionOutput"] {
+            let (reason, message) = explanation(&narrowed, capability).unwrap_or_default();
+            assert_eq!(reason, "ProviderNotValid", "{narrowed:#}");
+            assert!(message.contains("exceeds the compile budget"), "{narrowed:#}");
+        }
     }
     let narrowed_after = stored.elapsed();
 
