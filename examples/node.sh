@@ -267,6 +267,8 @@ up() {
 
   printf 'nameserver %s\nsearch default.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n' "$dns_ip" \
     >"$state/resolv.conf"
+  # `ip netns add` makes /run/netns a mount point the first time; down undoes that too.
+  [ -d /run/netns ] || touch "$state/made-run-netns"
   ip netns add "$netns"
   # The holder keeps both namespaces alive; every component joins them.
   nsenter --net="/run/netns/$netns" unshare --mount --propagation private -- bash -c '
@@ -394,6 +396,11 @@ down() {
   [ -n "$pids" ] && kill -KILL $pids 2>/dev/null || true
   sleep 0.2
   ip netns del "$netns" 2>/dev/null || true
+  if [ -f "$state/made-run-netns" ] && [ -z "$(ls -A /run/netns 2>/dev/null)" ]; then
+    umount /run/netns 2>/dev/null || true
+    rmdir /run/netns 2>/dev/null || true
+    rm -f "$state/made-run-netns"
+  fi
   for hierarchy in /sys/fs/cgroup/*/; do
     [ -d "$hierarchy${cgroup_root#/}" ] || continue
     find "$hierarchy${cgroup_root#/}" -depth -type d -exec rmdir {} \; 2>/dev/null || true

@@ -58,7 +58,6 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         conventions::the_helm_test_may_do_what_check_does_and_no_more,
         rollover::rolling_restarts_refuse_nothing,
         rollover::without_a_drain_window_requests_are_refused,
-        rollover::a_helm_upgrade_refuses_nothing,
         crds::an_upgrade_brings_the_crds_new_rules_and_uninstall_keeps_them,
     ]
 }

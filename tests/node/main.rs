@@ -15,7 +15,7 @@
 mod node;
 mod scenarios;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use libtest_mimic::{Arguments, Trial};
 
@@ -30,13 +30,12 @@ fn main() {
         return;
     }
     sandcap::tls::install_default_provider();
-    let node: Arc<OnceLock<Node>> = Arc::new(OnceLock::new());
+    static NODE: OnceLock<Node> = OnceLock::new();
     let trials = scenarios::all()
         .into_iter()
         .map(|(name, scenario)| {
-            let node = node.clone();
             Trial::test(name, move || {
-                let node = node.get_or_init(Node::up);
+                let node = NODE.get_or_init(Node::up);
                 scenarios::install(node);
                 scenario(node);
                 Ok(())
@@ -45,10 +44,12 @@ fn main() {
         .collect();
     let conclusion = libtest_mimic::run(&args, trials);
     // Stops the node (node.sh down) before the exit code is set, unless asked to keep it for a look.
-    let node = Arc::try_unwrap(node).ok().and_then(OnceLock::into_inner);
-    if std::env::var("SANDCAP_NODE_KEEP").as_deref() == Ok("1") {
-        std::mem::forget(node);
-        eprintln!("node: kept running (SANDCAP_NODE_KEEP=1): ./examples/node.sh down stops it");
+    if let Some(node) = NODE.get() {
+        if std::env::var("SANDCAP_NODE_KEEP").as_deref() == Ok("1") {
+            eprintln!("node: kept running (SANDCAP_NODE_KEEP=1): ./examples/node.sh down stops it");
+        } else {
+            node.down();
+        }
     }
     conclusion.exit();
 }

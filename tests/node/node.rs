@@ -13,7 +13,7 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The running node: stopped (`node.sh down`) when dropped.
+/// The running node; [`Node::down`] stops it.
 pub struct Node {
     pub image: String,
     pub worker_image: String,
@@ -36,6 +36,12 @@ impl Node {
         };
         println!("node: up in {:.0?}", started.elapsed());
         Node { image: line("image:"), worker_image: line("worker-image:"), state: repo_root().join("target/node") }
+    }
+
+    /// `node.sh down`: stops the node and everything it started.
+    pub fn down(&self) {
+        let output = node_sh(&["down"], "");
+        assert!(output.status.success(), "node.sh down failed:\n{}", String::from_utf8_lossy(&output.stderr));
     }
 
     /// Runs `args` inside the node (kubectl, helm, the host's `sandcap` binary), with `stdin`.
@@ -98,15 +104,6 @@ impl Node {
         let options = kube::config::KubeConfigOptions::default();
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options).await.expect("client config");
         kube::Client::try_from(config).expect("client")
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let output = node_sh(&["down"], "");
-        if !output.status.success() {
-            eprintln!("node.sh down failed:\n{}", String::from_utf8_lossy(&output.stderr));
-        }
     }
 }
 

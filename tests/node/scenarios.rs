@@ -187,7 +187,7 @@ fn worker_and_examples(node: &Node) {
 }
 
 /// Creates a lease every 50 ms, from inside the node, until `stop`: (created, refused) names.
-async fn create_until(node: &Node, namespace: &str, stop: &AtomicBool) -> (Vec<String>, Vec<String>) {
+async fn create_until(node: &Node, namespace: &str, prefix: &str, stop: &AtomicBool) -> (Vec<String>, Vec<String>) {
     let client = node.client().await;
     let resource = ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("sandcap.dev", "v1alpha1", "SandboxLease"));
     let api: Api<DynamicObject> = Api::namespaced_with(client, namespace, &resource);
@@ -197,7 +197,7 @@ async fn create_until(node: &Node, namespace: &str, stop: &AtomicBool) -> (Vec<S
     while !stop.load(Ordering::Relaxed) {
         tick.tick().await;
         i += 1;
-        let name = format!("roll-{i}");
+        let name = format!("{prefix}-{i}");
         let lease: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "sandcap.dev/v1alpha1", "kind": "SandboxLease",
             "metadata": {"name": name, "namespace": namespace},
@@ -221,9 +221,9 @@ fn rollouts_refuse_nothing(node: &Node) {
     node.apply(&[json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})]);
     let chart = repo_root().join("charts/sandcap").display().to_string();
     let rollouts: [(&str, Vec<&str>); 2] = [
-        ("rollout restart", vec!["kubectl", "rollout", "restart", "deployment/sandcap", "-n", NS]),
+        ("restart", vec!["kubectl", "rollout", "restart", "deployment/sandcap", "-n", NS]),
         (
-            "helm upgrade",
+            "upgrade",
             vec![
                 "helm",
                 "upgrade",
@@ -244,7 +244,7 @@ fn rollouts_refuse_nothing(node: &Node) {
             let creator = s.spawn(|| {
                 node.inside(|| {
                     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-                    runtime.block_on(create_until(node, namespace, &stop))
+                    runtime.block_on(create_until(node, namespace, what, &stop))
                 })
             });
             std::thread::sleep(Duration::from_secs(2));
