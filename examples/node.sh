@@ -392,8 +392,10 @@ down() {
     sleep 0.2
   done
   pids="$(node_pids)"
-  # shellcheck disable=SC2086
-  [ -n "$pids" ] && kill -KILL $pids 2>/dev/null || true
+  if [ -n "$pids" ]; then
+    # shellcheck disable=SC2086
+    kill -KILL $pids 2>/dev/null || true
+  fi
   sleep 0.2
   ip netns del "$netns" 2>/dev/null || true
   if [ -f "$state/made-run-netns" ] && [ -z "$(ls -A /run/netns 2>/dev/null)" ]; then
