@@ -131,6 +131,19 @@ stamp_ok() { # NAME KEY REF
   id="$(image_id "$3")"
   [ -n "$id" ] && [ "$(cat "$f")" = "$2 $id" ]
 }
+# Builds image NAME (reference REF) with the function BUILD, exports its archive and stamps it,
+# unless its stamp already holds KEY and the archive is there.
+image_step() {
+  local name="$1" key="$2" ref="$3" build="$4"
+  if ! stamp_ok "$name" "$key" "$ref" || [ ! -f "$out/$name.tar" ]; then
+    say "building $ref"
+    logged "$name" "$build"
+    export_archive "$ref" "$name"
+    stamp_write "$name" "$key" "$ref"
+    built+=("$name")
+  fi
+}
+
 stamp_write() { printf '%s %s\n' "$2" "$(image_id "$3")" >"$out/$1.stamp"; }
 
 # Run a build step with its output in target/images/logs/NAME.log, shown only on failure.
@@ -393,35 +406,16 @@ if [ "$cmd" = build ]; then
   base_id="$(image_id "$base_ref")"
 
   key="$base_id $(sha "$out/ctx/sandcap/sandcap" Dockerfile .dockerignore) $version $revision $epoch $self"
-  if ! stamp_ok sandcap "$key" "$sandcap_ref" || [ ! -f "$out/sandcap.tar" ]; then
-    say "building $sandcap_ref"
-    logged sandcap build_sandcap
-    export_archive "$sandcap_ref" sandcap
-    stamp_write sandcap "$key" "$sandcap_ref"
-    built+=(sandcap)
-  fi
-
+  image_step sandcap "$key" "$sandcap_ref" build_sandcap
   key="$base_id $(sha "$out/ctx/worker/reference-worker" testcluster/images/worker.Dockerfile) $version $revision $epoch $self"
-  if ! stamp_ok worker "$key" "$worker_ref" || [ ! -f "$out/worker.tar" ]; then
-    say "building $worker_ref"
-    logged worker build_worker
-    export_archive "$worker_ref" worker
-    stamp_write worker "$key" "$worker_ref"
-    built+=(worker)
-  fi
+  image_step worker "$key" "$worker_ref" build_worker
 
   pause_missing=
   if [ -f "$pause_bin" ]; then
     stage_bin "$pause_bin" "$out/ctx/pause"
     [ "$(basename "$pause_bin")" = pause ] || die "SANDCAP_PAUSE_BINARY must be a file named pause"
     key="$(sha "$out/ctx/pause/pause" testcluster/images/pause.Dockerfile) $self"
-    if ! stamp_ok pause "$key" "$pause_ref" || [ ! -f "$out/pause.tar" ]; then
-      say "building $pause_ref"
-      logged pause build_pause
-      export_archive "$pause_ref" pause
-      stamp_write pause "$key" "$pause_ref"
-      built+=(pause)
-    fi
+    image_step pause "$key" "$pause_ref" build_pause
   else
     pause_missing=1
   fi
