@@ -501,8 +501,11 @@ pub fn resolve_lease(
     let driver = match check_identity(lease, provider) {
         Ok(driver) => driver,
         Err(why) => {
-            let refusals = Refusals { lease: refusals.lease.clone(), provider: None };
-            let narrowing = Narrowing { refusals, identity_failure: Some(why.to_string()), ..Narrowing::default() };
+            let narrowing = Narrowing {
+                refusals: refusals.clone(),
+                identity_failure: Some(why.to_string()),
+                ..Narrowing::default()
+            };
             return LeaseResolution {
                 driver_key,
                 effective_policy: LeasePolicy::Ephemeral,

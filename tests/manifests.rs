@@ -1,31 +1,19 @@
 //! Where `validate` and `resolve` read manifests from: files, `-` (stdin) and directories, as
 //! kubectl's `-f` does, each within a bound (docs/contract.md, "Command line").
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
+
+mod support;
 
 use sandcap::cli::MAX_INPUT;
 use sandcap::vocabulary::WORKER_METHODS;
 
 fn sandcap(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sandcap"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("sandcap runs");
-    let mut input = child.stdin.take().expect("stdin");
-    let stdin = stdin.to_vec();
     // A refused input closes stdin early: the writer must not block the test.
-    let writer = std::thread::spawn(move || {
-        let _ = input.write_all(&stdin);
-    });
-    let output = child.wait_with_output().expect("sandcap finishes");
-    writer.join().expect("writer");
-    output
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sandcap"));
+    command.args(args).current_dir(env!("CARGO_MANIFEST_DIR"));
+    support::output_with_stdin(&mut command, stdin)
 }
 
 fn text(bytes: &[u8]) -> String {

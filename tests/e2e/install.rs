@@ -4,7 +4,7 @@
 //! loopback equivalents) and a token of the chart's ServiceAccount.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -14,17 +14,7 @@ use crate::cluster::{self, Cluster, free_port, repo_root, spawn_logged};
 
 pub const NAMESPACE: &str = "sandcap-system";
 
-/// Panics with kubectl's output unless it succeeded; returns stdout.
-pub fn ok(what: &str, output: Output) -> String {
-    assert!(
-        output.status.success(),
-        "{what} failed ({}):\n{}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
+pub use crate::support::ok;
 
 /// Server-side applies `objects` as admin, taking over fields other writers set (the tests'
 /// objects are the admin's intent).

@@ -14,6 +14,8 @@
 
 mod node;
 mod scenarios;
+#[path = "../support/mod.rs"]
+mod support;
 
 use std::sync::OnceLock;
 

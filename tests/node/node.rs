@@ -4,7 +4,7 @@
 use std::fs::{self, File};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -57,15 +57,7 @@ impl Node {
     }
 
     pub fn ok_with(&self, args: &[&str], stdin: &str) -> String {
-        let output = self.exec(args, stdin);
-        assert!(
-            output.status.success(),
-            "{args:?} failed ({}):\n{}{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).into_owned()
+        crate::support::ok(&format!("{args:?}"), self.exec(args, stdin))
     }
 
     pub fn kubectl_json(&self, args: &[&str]) -> Value {
@@ -108,22 +100,9 @@ impl Node {
 }
 
 fn node_sh(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new("bash")
-        .arg(repo_root().join("examples/node.sh"))
-        .args(args)
-        .current_dir(repo_root())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("node.sh runs");
-    use std::io::Write;
-    let mut input = child.stdin.take().expect("stdin");
-    let stdin = stdin.to_string();
-    let writer = std::thread::spawn(move || input.write_all(stdin.as_bytes()));
-    let output = child.wait_with_output().expect("node.sh ends");
-    let _ = writer.join();
-    output
+    let mut command = Command::new("bash");
+    command.arg(repo_root().join("examples/node.sh")).args(args).current_dir(repo_root());
+    crate::support::output_with_stdin(&mut command, stdin.as_bytes())
 }
 
 /// Polls `f` until it returns `Some` or `within` passes.

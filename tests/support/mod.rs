@@ -3,14 +3,45 @@
 //! of the pure core ([`fixtures`]), hostile input ([`hostile`]).
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 
 use serde_json::{Value, json};
 
 pub mod fixtures;
 pub mod hostile;
+
+/// Runs `command` with `stdin` piped in from a thread of its own, so that a child that exits or
+/// closes its stdin early never blocks the caller, and waits for its output.
+pub fn output_with_stdin(command: &mut Command, stdin: &[u8]) -> Output {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{command:?} does not start: {e}"));
+    let mut input = child.stdin.take().expect("stdin");
+    let stdin = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(&stdin);
+    });
+    let output = child.wait_with_output().expect("the command finishes");
+    writer.join().expect("the stdin writer");
+    output
+}
+
+/// Panics with the command's output unless it succeeded; returns its stdout.
+pub fn ok(what: &str, output: Output) -> String {
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
 
 /// The reference worker (`examples/reference-worker.rs`) running as a child process; killed on drop.
 pub struct Worker {
