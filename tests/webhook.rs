@@ -555,10 +555,11 @@ async fn the_admin_port_cuts_off_slow_and_idle_clients_too() {
     assert!(String::from_utf8_lossy(&read_until_closed(&mut idle).await).starts_with("HTTP/1.1 200"));
 }
 
-/// Past the connection cap, a new connection waits (in the listen backlog) until one closes;
-/// idle connections close on their own, so it is served.
+/// At the connection cap, a newcomer takes the place of the longest-idle connection at once
+/// (docs/webhook.md, "Connections"); the silent ones would only close after the first-request
+/// timeout (1 s here).
 #[tokio::test]
-async fn connections_past_the_cap_wait_for_a_place() {
+async fn at_the_cap_a_newcomer_takes_the_place_of_the_longest_idle() {
     let (harness, _client, _ca, _volume) = serving().await;
     // The admin port's cap in this harness is 4: four silent connections fill it.
     let mut silent = Vec::new();
@@ -569,8 +570,27 @@ async fn connections_past_the_cap_wait_for_a_place() {
     let started = std::time::Instant::now();
     let answer = reqwest::get(harness.admin_url("/healthz")).await.unwrap();
     assert_eq!(answer.status(), 200);
-    // The silent ones were closed after the first-request timeout (1 s here), not before.
-    assert!(started.elapsed() >= Duration::from_millis(800), "{:?}", started.elapsed());
+    assert!(started.elapsed() < Duration::from_millis(800), "{:?}", started.elapsed());
+    // The first one made room.
+    let started = std::time::Instant::now();
+    read_until_closed(&mut silent[0]).await;
+    assert!(started.elapsed() < Duration::from_millis(800), "{:?}", started.elapsed());
+}
+
+/// Between keep-alive requests only the idle timeout counts (3 s here), not the header timeout
+/// (1 s): the apiserver reuses pooled connections after seconds.
+#[tokio::test]
+async fn a_kept_alive_connection_is_reused_after_the_header_timeout() {
+    let (harness, _client, _ca, _volume) = serving().await;
+    let mut kept = TcpStream::connect(harness.admin).await.unwrap();
+    let request = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    let mut answer = [0; 1024];
+    for _ in 0..2 {
+        kept.write_all(request).await.unwrap();
+        let n = kept.read(&mut answer).await.unwrap();
+        assert!(answer[..n].starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&answer[..n]));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
 }
 
 /// HTTP/2 pings are bytes, not requests: a connection that only pings is closed once idle.

@@ -1,10 +1,13 @@
-//! The connection loop both ports share: accept under a cap, TLS or not, HTTP/1 and HTTP/2 with
-//! timeouts on every phase, and a drain on shutdown. What is served is the caller's [`Router`].
+//! The connection loop both ports share: accept, admit under per-client and per-port limits
+//! (`clients.rs`), TLS or not, HTTP/1 and HTTP/2 with a deadline for every phase (`activity.rs`),
+//! and a drain on shutdown. What is served is the caller's [`Router`].
+
+mod activity;
+mod clients;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -15,12 +18,14 @@ use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 use tower_http::timeout::TimeoutLayer;
+
+use self::activity::{Activity, Deadlines};
+use self::clients::{Clients, Ticket};
 
 /// The apiserver's own limit on a request body.
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -30,14 +35,15 @@ pub const MAX_BODY: usize = 3 * 1024 * 1024;
 #[derive(Clone, Debug)]
 pub struct Limits {
     pub handshake_timeout: Duration,
-    /// Time to receive a request's headers (HTTP/1); a slow client is cut off after it.
+    /// Time to receive a connection's first request after the handshake, and an HTTP/1 request
+    /// head from its first byte; a slow client is cut off after it.
     pub header_timeout: Duration,
     /// Time to read the body and answer; past it the client gets 408.
     pub request_timeout: Duration,
     /// A connection that has sent nothing for this long is closed. Longer than the apiserver's
     /// own idle timeout for pooled connections (90 s), so that the server never closes a
     /// connection just as the client reuses it. Before its first request a connection gets only
-    /// `header_timeout`.
+    /// `handshake_timeout` + `header_timeout`.
     pub idle_timeout: Duration,
     pub max_body: usize,
     /// Requests whose bodies are buffered at once: with `max_body`, what bodies may take in memory
@@ -50,8 +56,12 @@ pub struct Limits {
     /// costly review never delays another connection (or `/healthz`). With the cost of decoding
     /// one body, what reviews may take in memory.
     pub review_threads: usize,
-    /// Open connections; past it, new connections wait in the listen backlog.
+    /// Open connections on the port; at it, a newcomer takes the place of the longest-idle
+    /// connection of the client holding the most (`clients.rs`).
     pub max_connections: usize,
+    /// Open connections of one client address; past it, the client's own longest-idle
+    /// connection makes room.
+    pub per_client_connections: usize,
     /// After shutdown starts, how long in-flight requests may still take.
     pub drain_timeout: Duration,
 }
@@ -68,16 +78,25 @@ impl Default for Limits {
             queue_timeout: Duration::from_secs(2),
             review_threads: std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8)),
             max_connections: 256,
+            per_client_connections: 64,
             drain_timeout: Duration::from_secs(15),
         }
     }
 }
 
 impl Limits {
-    /// The admin port's: the webhook's timeouts, fewer connections (a kubelet and a scraper or
-    /// two), no review pool.
+    /// The admin port's: the webhook's timeouts but a short idle one (the kubelet's probes open a
+    /// connection each, a scraper comes back every 15 s or more), fewer connections (a kubelet and
+    /// a scraper or two), no review pool.
     pub fn admin() -> Limits {
-        Limits { max_connections: 32, max_in_flight: 32, max_body: 0, ..Limits::default() }
+        Limits {
+            idle_timeout: Duration::from_secs(10),
+            max_connections: 32,
+            per_client_connections: 8,
+            max_in_flight: 32,
+            max_body: 0,
+            ..Limits::default()
+        }
     }
 }
 
@@ -137,23 +156,23 @@ pub(crate) async fn serve_connections(
         .layer(DefaultBodyLimit::max(limits.max_body))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, limits.request_timeout));
     let mut http = auto::Builder::new(TokioExecutor::new());
-    http.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).max_buf_size(64 * 1024);
+    // No hyper header timer: it runs between keep-alive requests too, and would close an idle
+    // HTTP/1.1 connection after `header_timeout` instead of `idle_timeout` (`activity.rs` times
+    // heads from their first byte instead).
+    http.http1().timer(TokioTimer::new()).header_read_timeout(None).max_buf_size(64 * 1024);
     http.http2()
         .timer(TokioTimer::new())
         .initial_connection_window_size(H2_WINDOW)
         .initial_stream_window_size(H2_WINDOW);
-    let places = Arc::new(Semaphore::new(limits.max_connections));
+    let handshake = if tls.is_some() { limits.handshake_timeout } else { Duration::ZERO };
+    let deadlines = Deadlines {
+        first_request: handshake + limits.header_timeout,
+        header: limits.header_timeout,
+        idle: limits.idle_timeout,
+    };
+    let clients = Clients::new(limits.max_connections, limits.per_client_connections);
     let connections = TaskTracker::new();
     loop {
-        // A place first: past the cap, connections wait in the kernel's listen backlog and cost
-        // this process nothing.
-        let place = tokio::select! {
-            place = places.clone().acquire_owned() => match place {
-                Ok(place) => place,
-                Err(_) => break,
-            },
-            () = shutdown.cancelled() => break,
-        };
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -166,20 +185,24 @@ pub(crate) async fn serve_connections(
             },
             () = shutdown.cancelled() => break,
         };
+        let activity = Activity::new();
+        let ticket = match clients.admit(peer.ip(), activity.clone()) {
+            Ok(ticket) => ticket,
+            Err(refused) => {
+                tracing::debug!(%peer, %refused, "connection refused");
+                continue;
+            }
+        };
         let connection = Connection {
             tls: tls.clone(),
             http: http.clone(),
             app: app.clone(),
             handshake_timeout: limits.handshake_timeout,
-            first_request_timeout: limits.header_timeout,
-            idle_timeout: limits.idle_timeout,
+            deadlines,
+            activity,
             terminating: stop.terminating.clone(),
         };
-        let shutdown = shutdown.clone();
-        connections.spawn(async move {
-            connection.serve(tcp, peer, shutdown).await;
-            drop(place);
-        });
+        connections.spawn(connection.serve(tcp, peer, ticket, shutdown.clone()));
     }
     if let Ok(addr) = listener.local_addr() {
         let open = connections.len();
@@ -197,13 +220,20 @@ struct Connection {
     http: auto::Builder<TokioExecutor>,
     app: Router,
     handshake_timeout: Duration,
-    first_request_timeout: Duration,
-    idle_timeout: Duration,
+    deadlines: Deadlines,
+    activity: Activity,
     terminating: CancellationToken,
 }
 
 impl Connection {
-    async fn serve(self, tcp: TcpStream, peer: SocketAddr, shutdown: CancellationToken) {
+    async fn serve(self, tcp: TcpStream, peer: SocketAddr, ticket: Ticket, shutdown: CancellationToken) {
+        tokio::select! {
+            () = self.serve_tcp(tcp, peer, shutdown) => {}
+            () = ticket.evicted() => tracing::debug!(%peer, "closing an idle connection to make room"),
+        }
+    }
+
+    async fn serve_tcp(self, tcp: TcpStream, peer: SocketAddr, shutdown: CancellationToken) {
         let _ = tcp.set_nodelay(true);
         let Some(acceptor) = self.tls.clone() else {
             return self.serve_io(tcp, peer, shutdown).await;
@@ -219,12 +249,13 @@ impl Connection {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let activity = Activity::new();
+        let activity = self.activity;
         let service = {
             let (activity, app, terminating) = (activity.clone(), self.app, self.terminating);
             tower::service_fn(move |request: axum::extract::Request<Incoming>| {
-                let busy = activity.begin();
-                let close = terminating.is_cancelled() && request.version() < Version::HTTP_2;
+                let http2 = request.version() >= Version::HTTP_2;
+                let busy = activity.begin(http2);
+                let close = terminating.is_cancelled() && !http2;
                 let answer = app.clone().oneshot(request);
                 async move {
                     let mut answer = answer.await;
@@ -236,11 +267,12 @@ impl Connection {
                 }
             })
         };
-        let connection = self.http.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
+        let io = TokioIo::new(activity.watch(io));
+        let connection = self.http.serve_connection(io, TowerToHyperService::new(service));
         tokio::pin!(connection);
         let result = tokio::select! {
             result = connection.as_mut() => result,
-            () = activity.quiet(self.first_request_timeout, self.idle_timeout) => {
+            () = activity.quiet(self.deadlines) => {
                 return tracing::debug!(%peer, "closing a quiet connection");
             }
             () = shutdown.cancelled() => {
@@ -250,55 +282,6 @@ impl Connection {
         };
         if let Err(e) = result {
             tracing::debug!(%peer, error = %e, "connection closed with an error");
-        }
-    }
-}
-
-/// The requests of one connection: how many are open and when the last one ended. A connection
-/// is idle when no request is open, whatever bytes it sends: HTTP/2 pings, window updates or a
-/// trickle of headers keep none alive.
-#[derive(Clone)]
-struct Activity {
-    origin: Instant,
-    open: Arc<AtomicUsize>,
-    /// Milliseconds after `origin` at which the last request ended, plus one; 0 before any.
-    ended: Arc<AtomicU64>,
-}
-
-/// An open request of an [`Activity`]; it ends when dropped (answered, or its connection gone).
-struct Busy(Activity);
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        let millis = u64::try_from(self.0.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.0.ended.store(millis.saturating_add(1), Ordering::Relaxed);
-        self.0.open.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-impl Activity {
-    fn new() -> Activity {
-        Activity { origin: Instant::now(), open: Arc::default(), ended: Arc::default() }
-    }
-
-    fn begin(&self) -> Busy {
-        self.open.fetch_add(1, Ordering::Relaxed);
-        Busy(self.clone())
-    }
-
-    /// Returns once no request was open for `first` (before any request) or `idle` (after one).
-    async fn quiet(&self, first: Duration, idle: Duration) {
-        loop {
-            let deadline = match (self.open.load(Ordering::Relaxed), self.ended.load(Ordering::Relaxed)) {
-                // A request is bounded by the request timeout; look again after it.
-                (open, _) if open > 0 => Instant::now() + idle,
-                (_, 0) => self.origin + first,
-                (_, ended) => self.origin + Duration::from_millis(ended - 1) + idle,
-            };
-            if Instant::now() >= deadline && self.open.load(Ordering::Relaxed) == 0 {
-                return;
-            }
-            tokio::time::sleep_until(deadline.into()).await;
         }
     }
 }
