@@ -113,6 +113,29 @@ impl fmt::Display for SchemaError {
 
 impl std::error::Error for SchemaError {}
 
+/// A keyword's location in `schema` (a JSON Pointer, as a validation error's `schema_path`) in
+/// the form of [`SchemaError::at`] (`.properties.token.type`): a segment is an index where the
+/// schema holds a list, else a key. Every segment comes from the schema, never from the instance
+/// that failed it.
+pub fn keyword_path(schema: &Value, pointer: &str) -> String {
+    let mut path = String::new();
+    let mut at = Some(schema);
+    for segment in pointer.split('/').skip(1) {
+        let key = segment.replace("~1", "/").replace("~0", "~");
+        at = match (at, key.parse::<usize>()) {
+            (Some(Value::Array(items)), Ok(i)) => {
+                let _ = write!(path, "[{i}]");
+                items.get(i)
+            }
+            (at, _) => {
+                push_key(&mut path, &key);
+                at.and_then(|v| v.get(&key))
+            }
+        };
+    }
+    path
+}
+
 /// When compiling must have finished.
 #[derive(Clone, Copy, Debug)]
 pub enum Deadline {

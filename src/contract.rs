@@ -308,7 +308,8 @@ pub enum ConfigFailure {
     /// The schema is not compiled: see [`crate::config_schema::BUDGET`].
     #[error("the driver's {0}")]
     SchemaOverBudget(SchemaError),
-    /// Where and which keyword failed (`/limits/cpu (maximum)`), at most five.
+    /// Which keywords failed, by their place in the schema (`configSchema.properties.cpu.maximum`),
+    /// at most five.
     #[error("the resolved config fails the driver's configSchema at {}", .0.join(", "))]
     SchemaViolated(Vec<String>),
 }
@@ -461,17 +462,19 @@ fn check_config(schema: &Value, config: &Value) -> Result<(), ConfigFailure> {
         SchemaError::OverBudget { .. } => ConfigFailure::SchemaOverBudget(e),
         SchemaError::Invalid { .. } => ConfigFailure::SchemaDoesNotCompile(e),
     })?;
-    // Report where and which keyword failed, never the offending value (it may be a secret).
-    let problems: Vec<String> = validator
-        .iter_errors(config)
-        .take(5)
-        .map(|e| {
-            let at = e.instance_path().to_string();
-            let keyword = e.schema_path().to_string();
-            let keyword = keyword.rsplit('/').next().unwrap_or_default().to_string();
-            format!("{} ({keyword})", if at.is_empty() { "/".to_string() } else { at })
-        })
-        .collect();
+    // Which keywords failed, by their place in the schema, which the lease's readers may see:
+    // never the config's value (it may be a secret) nor where in the config it failed (its keys
+    // may be the Secret's, which they may not read).
+    let mut problems: Vec<String> = Vec::new();
+    for error in validator.iter_errors(config) {
+        let at = format!("configSchema{}", config_schema::keyword_path(schema, error.schema_path().as_str()));
+        if !problems.contains(&at) {
+            problems.push(at);
+        }
+        if problems.len() == 5 {
+            break;
+        }
+    }
     if problems.is_empty() { Ok(()) } else { Err(ConfigFailure::SchemaViolated(problems)) }
 }
 

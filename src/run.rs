@@ -19,13 +19,15 @@ use crate::listener::{BindError, Limits, Stop, bind};
 use crate::metrics::{ApiLabels, Metrics};
 use crate::probe::AllowedCidrs;
 use crate::telemetry::{LogFormat, init_tracing};
-use crate::tls::{CertLoadError, CertSource};
+use crate::tls::{CertFiles, CertLoadError, CertSource};
 use crate::validation::Options;
 use crate::webhook::{Webhook, serve_webhook};
 
 // Defaults that `explain` and `check` share with `sandcap run`, so they find what it uses.
 pub const LEADER_ELECTION_NAME: &str = "sandcap-controller";
-pub const SECRET_NAMESPACES: &str = "*";
+/// None: a Secret watch, cluster-wide above all, is granted by choice (the chart's values), not
+/// by leaving a flag out.
+pub const SECRET_NAMESPACES: &str = "";
 pub const CERT_SECRET_NAME: &str = "sandcap-webhook-tls";
 pub const WEBHOOK_CONFIG_NAME: &str = "sandcap";
 
@@ -39,7 +41,9 @@ pub struct RunArgs {
     /// Address of the plain-HTTP admin listener: /healthz, /readyz, /metrics.
     #[arg(long, env = "SANDCAP_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
     pub admin_addr: SocketAddr,
-    /// PEM certificate chain (leaf first) for the webhook; polled and reloaded when it changes.
+    /// PEM certificate chain (leaf first) for the webhook; polled and reloaded when it changes. A
+    /// pair outside its validity period, or one no longer valid for <svc>.<ns>.svc (see
+    /// --service-name) while the served certificate is, is refused: the served one stays.
     #[arg(long, env = "SANDCAP_TLS_CERT", requires = "tls_key", conflicts_with = "tls_self_signed")]
     pub tls_cert: Option<PathBuf>,
     /// PEM private key matching --tls-cert.
@@ -109,7 +113,8 @@ pub struct RunArgs {
     #[arg(long, env = "SANDCAP_LOG_FORMAT", value_enum, default_value_t)]
     pub log_format: LogFormat,
     /// Namespaces whose Secrets leases may read for configFrom, comma-separated; `*` means every
-    /// namespace, an empty value none (give the operator RBAC to match).
+    /// namespace, an empty value none, and then no Secret is watched (give the operator RBAC to
+    /// match).
     #[arg(long, env = "SANDCAP_SECRET_NAMESPACES", default_value = SECRET_NAMESPACES)]
     pub secret_namespaces: SecretScope,
     /// Keep a CA and serving certificate in a Secret and the webhook configuration's caBundle in
@@ -122,7 +127,8 @@ pub struct RunArgs {
     /// The ValidatingWebhookConfiguration whose caBundle is kept in sync.
     #[arg(long, env = "SANDCAP_WEBHOOK_CONFIG_NAME", default_value = WEBHOOK_CONFIG_NAME)]
     pub webhook_config_name: String,
-    /// The webhook Service: the serving certificate names <svc>, <svc>.<ns> and <svc>.<ns>.svc.
+    /// The webhook Service: the serving certificate names <svc>, <svc>.<ns> and <svc>.<ns>.svc; the
+    /// apiserver calls the webhook by the last.
     #[arg(long, env = "SANDCAP_SERVICE_NAME", default_value = "sandcap-webhook")]
     pub service_name: String,
 }
@@ -301,9 +307,12 @@ const CERT_CHECK_INTERVAL: Duration = Duration::from_secs(60);
 
 fn cert_source(args: &RunArgs) -> Result<CertSource, RunError> {
     match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => {
-            Ok(CertSource::Files { cert: cert.clone(), key: key.clone(), interval: args.tls_reload_interval })
-        }
+        (Some(cert), Some(key)) => Ok(CertSource::Files(CertFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            interval: args.tls_reload_interval,
+            called_by: vec![certs::service_host(&args.service_name, &args.pod_namespace)],
+        })),
         _ if args.tls_self_signed => Ok(CertSource::SelfSigned),
         _ => Err(RunError::NoCertificate),
     }

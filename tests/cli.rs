@@ -142,6 +142,16 @@ fn validate_denies_worker_urls_to_refused_addresses_unless_the_cidrs_allow_them(
     let o =
         sandcap(&["validate", "--allow-worker-urls", "--worker-url-allowed-cidrs", "127.0.0.0/8,::1/128", &metadata]);
     assert_eq!(o.status.code(), Some(1), "loopback allowed, metadata still refused");
+    object["spec"]["worker"] = json!({"url": "http://[64:ff9b::7f00:1]/"});
+    let nat64 = write(dir.path(), "nat64.json", &object.to_string());
+    let o = sandcap(&["validate", "--allow-worker-urls", "--worker-url-allowed-cidrs", "127.0.0.0/8", &nat64]);
+    assert!(
+        stdout(&o).starts_with(
+            "DENIED SandboxProvider/legacy-vm: spec.worker.url: host [64:ff9b::7f00:1] is a refused address (loopback)"
+        ),
+        "the NAT64 gateway's loopback is not sandcap's: {}",
+        stdout(&o)
+    );
     let o =
         sandcap(&["validate", "--allow-worker-urls", "--worker-url-allowed-cidrs", "169.254.169.254/32", &metadata]);
     assert_eq!(stdout(&o), "ALLOWED SandboxProvider/legacy-vm\n");
@@ -241,7 +251,7 @@ fn resolve_never_prints_a_secret_value() {
     );
     let o = resolve_reuse_lease(&secret, &[]);
     let out = stdout(&o);
-    assert!(out.contains("/apiToken (type)"), "{out}");
+    assert!(out.contains("configSchema.properties.apiToken.type"), "{out}");
     assert!(!out.contains("12345678901"));
 }
 

@@ -117,7 +117,9 @@ async fn http1(io: &mut (impl AsyncReadExt + AsyncWriteExt + Unpin), request: &[
         if let Some(end) = text.find("\r\n\r\n") {
             let length = text[..end]
                 .lines()
-                .find_map(|line| line.to_ascii_lowercase().strip_prefix("content-length:").map(|n| n.trim().to_string()))
+                .find_map(|line| {
+                    line.to_ascii_lowercase().strip_prefix("content-length:").map(|n| n.trim().to_string())
+                })
                 .and_then(|n| n.parse::<usize>().ok())
                 .unwrap_or(0);
             if answer.len() >= end + 4 + length {

@@ -456,12 +456,12 @@ fn every_config_resolution_failure_narrows_and_names_the_secret_never_the_value(
         (
             config_from(lease("p", "kubernetes"), &[("creds", "config.json")]),
             &[("creds", "config.json", r#"{"token": "hunter2-super-secret"}"#)],
-            "fails the driver's configSchema at /token",
+            "fails the driver's configSchema at configSchema.properties.token.type",
         ),
         (
             config_from(lease("p", "kubernetes"), &[("creds", "config.json")]),
             &[("creds", "config.json", r#"{"n": "hunter2-super-secret"}"#)],
-            "/n (maxLength)",
+            "at configSchema.properties.n.maxLength",
         ),
     ];
     for (l, store, expect) in table {
@@ -474,6 +474,48 @@ fn every_config_resolution_failure_narrows_and_names_the_secret_never_the_value(
         assert_eq!(reason(&r.resolution, IncrementalSessionOutput), Reason::NarrowedByConfigResolution);
         assert!(r.resolution.is_granted(IndependentControlCommands) && r.resolution.is_granted(NativeSyncIn));
         assert!(r.resolution.explanations.iter().all(|e| !e.message.contains(SECRET)));
+    }
+}
+
+/// A lease's readers may not read its Secrets: a failure names the schema's keyword, never where
+/// in the config it failed, which may be a key only the Secret holds.
+#[test]
+fn a_schema_violation_names_the_keyword_never_a_key_of_the_secret() {
+    const KEY: &str = "zebraQuokkaPrivateKeyName";
+    const SECRET: &str = r#"{"zebraQuokkaPrivateKeyName": {"nested": [1, "hunter2-super-secret"]}, "plain": {"zebraQuokkaPrivateKeyName": 7}}"#;
+    let cases = [
+        (json!({"additionalProperties": {"type": "string"}}), "configSchema.additionalProperties.type"),
+        (json!({"additionalProperties": false}), "configSchema.additionalProperties"),
+        (json!({"patternProperties": {"^z": {"type": "string"}}}), "configSchema.patternProperties[\"^z\"].type"),
+        (json!({"propertyNames": {"maxLength": 5}}), "configSchema.propertyNames.maxLength"),
+        (json!({"maxProperties": 1}), "configSchema.maxProperties"),
+        (json!({"unevaluatedProperties": false}), "configSchema.unevaluatedProperties"),
+        (
+            json!({"additionalProperties": {"properties": {"nested": {"items": {"type": "integer"}}}}}),
+            "configSchema.additionalProperties.properties.nested.items.type",
+        ),
+        (
+            json!({"properties": {"plain": {"additionalProperties": {"type": "string"}}}}),
+            "configSchema.properties.plain.additionalProperties.type",
+        ),
+        (
+            json!({"properties": {"plain": {"$ref": "#/$defs/strings"}}, "$defs": {"strings": {"additionalProperties": {"type": "string"}}}}),
+            "configSchema.$defs.strings.additionalProperties.type",
+        ),
+        (
+            json!({"allOf": [true, {"additionalProperties": {"type": "string"}}]}),
+            "configSchema.allOf[1].additionalProperties.type",
+        ),
+        (json!({"not": {"type": "object"}}), "configSchema.not"),
+        (json!(false), "configSchema"),
+    ];
+    let l = config_from(lease("p", "kubernetes"), &[("creds", "config.json")]);
+    for (schema, at) in cases {
+        let err =
+            contract::resolve_config(&l, &schema_driver(schema.clone()), secrets(&[("creds", "config.json", SECRET)]));
+        let message = err.unwrap_err().to_string();
+        assert_eq!(message, format!("the resolved config fails the driver's configSchema at {at}"), "{schema}");
+        assert!(!message.contains(KEY) && !message.contains("hunter2"), "{message}");
     }
 }
 

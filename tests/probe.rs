@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sandcap::api::{SandboxProvider, SandboxProviderSpec};
 use sandcap::probe::{
-    AddressClass, AllowedCidrs, MAX_ANSWER_BYTES, ProbeError, ProbeOutcome, Prober, parse_worker_url,
+    AddressClass, AllowedCidrs, FailureClass, MAX_ANSWER_BYTES, ProbeError, ProbeOutcome, Prober, parse_worker_url,
 };
 use sandcap::vocabulary::WORKER_METHODS;
 use serde_json::Value;
@@ -37,7 +37,16 @@ async fn probe(url: &str) -> ProbeOutcome {
     probe_with(url, Duration::from_secs(5)).await
 }
 
+/// What sandcap's log says of a failed probe.
 fn failure(outcome: ProbeOutcome) -> String {
+    match outcome {
+        ProbeOutcome::Failed(failure) => failure.detail(),
+        other => panic!("expected a failed probe, got {other:?}"),
+    }
+}
+
+/// What the provider's status says of a failed probe.
+fn status_message(outcome: &ProbeOutcome) -> String {
     match outcome {
         ProbeOutcome::Failed(failure) => failure.to_string(),
         other => panic!("expected a failed probe, got {other:?}"),
@@ -78,7 +87,7 @@ async fn a_worker_listing_nothing_verifies_nothing() {
 async fn a_slow_worker_times_out() {
     let worker = Worker::start(&["--methods", "environmentExecute", "--delay", "10s"]);
     let message = failure(probe_with(&worker.url, Duration::from_millis(300)).await);
-    assert!(message.ends_with("failed: no answer within 300ms"), "{message}");
+    assert!(message.contains("failed: no answer within 300ms"), "{message}");
 }
 
 #[tokio::test]
@@ -128,7 +137,7 @@ async fn a_tls_failure_is_named_without_the_peers_words() {
     server.await.unwrap();
     assert_eq!(failed_with(&outcome), &ProbeError::Tls);
     let message = failure(outcome);
-    assert!(message.ends_with("failed: the TLS handshake failed") && !message.contains("banner"), "{message}");
+    assert!(message.contains("failed: the TLS handshake failed") && !message.contains("banner"), "{message}");
 }
 
 #[tokio::test]
@@ -185,7 +194,38 @@ async fn connection_refused_fails() {
     let port = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
     let outcome = probe(&format!("http://127.0.0.1:{port}/rpc")).await;
     assert_eq!(failed_with(&outcome), &ProbeError::ConnectionRefused);
-    assert!(failure(outcome).ends_with("failed: cannot connect: connection refused"));
+    assert!(failure(outcome).contains("failed: cannot connect: connection refused"));
+}
+
+/// Whoever creates a provider chooses where its worker is and reads its status: the status says
+/// no more than the class, whatever answered (or did not) at the address; the log says the rest.
+#[tokio::test]
+async fn status_names_only_the_coarse_class_and_the_log_has_the_detail() {
+    let (not_found, _) = serve_once(http("404 Not Found", "", "no such page")).await;
+    let closed = format!(
+        "http://127.0.0.1:{}/rpc",
+        TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port()
+    );
+    let slow = Worker::start(&["--methods", "environmentExecute", "--delay", "10s"]);
+    let declining = Worker::start(&["--methods", "environmentExecute", "--mode", "rpc-error"]);
+    let cases = [
+        (not_found, FailureClass::NotTheProtocol, "the worker answered HTTP 404 Not Found"),
+        (closed, FailureClass::Unreachable, "cannot connect: connection refused"),
+        (slow.url.clone(), FailureClass::Unreachable, "no answer within 300ms"),
+        (declining.url.clone(), FailureClass::Declined, "the worker answered JSON-RPC error -32603"),
+    ];
+    let mut said = Vec::new();
+    for (url, class, detail) in cases {
+        let outcome = probe_with(&url, Duration::from_millis(300)).await;
+        let ProbeOutcome::Failed(failure) = &outcome else { panic!("{url}: {outcome:?}") };
+        assert_eq!(failure.error.class(), Some(class), "{url}");
+        let status = status_message(&outcome);
+        assert_eq!(status, format!("probe of {url} failed: {class}; sandcap's log has the detail"));
+        assert!(failure.detail().starts_with(&format!("probe of {url} failed: {detail}")), "{}", failure.detail());
+        said.push(status.replace(&url, ""));
+    }
+    // A refused connection and a timeout read alike.
+    assert_eq!(said[1], said[2]);
 }
 
 #[tokio::test]

@@ -17,7 +17,7 @@ use rustls::{ClientConfig, RootCertStore};
 use sandcap::admin::{self, Readiness};
 use sandcap::listener::{self, Limits, Stop};
 use sandcap::metrics::Metrics;
-use sandcap::tls::CertSource;
+use sandcap::tls::{CertFiles, CertSource};
 use sandcap::validation::Options;
 use sandcap::webhook::{self, Webhook};
 use serde_json::{Value, json};
@@ -54,11 +54,18 @@ impl Ca {
     }
 
     fn leaf(&self, serial: u8) -> Leaf {
+        let not_after = rcgen::date_time_ymd(2030 + i32::from(serial % 16), 1, 1);
+        self.issue(serial, &[], rcgen::date_time_ymd(1975, 1, 1)..not_after)
+    }
+
+    /// A leaf for 127.0.0.1, localhost and `names`, valid over `validity`.
+    fn issue(&self, serial: u8, names: &[&str], validity: std::ops::Range<time::OffsetDateTime>) -> Leaf {
         let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+        let names = ["127.0.0.1", "localhost"].iter().chain(names).map(|n| n.to_string()).collect::<Vec<_>>();
+        let mut params = CertificateParams::new(names).unwrap();
         params.serial_number = Some(SerialNumber::from_slice(&[serial]));
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        params.not_after = rcgen::date_time_ymd(2030 + i32::from(serial % 16), 1, 1);
+        (params.not_before, params.not_after) = (validity.start, validity.end);
         let not_after = params.not_after.unix_timestamp();
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         Leaf { cert_pem: cert.pem(), key_pem: key.serialize_pem(), serial, not_after }
@@ -104,7 +111,13 @@ impl SecretVolume {
     }
 
     fn source(&self) -> CertSource {
-        CertSource::Files { cert: self.cert(), key: self.key(), interval: Duration::from_millis(50) }
+        let called_by = vec![SERVICE_HOST.to_string()];
+        CertSource::Files(CertFiles {
+            cert: self.cert(),
+            key: self.key(),
+            interval: Duration::from_millis(50),
+            called_by,
+        })
     }
 
     /// Publishes a new pair the way the kubelet does: a fresh directory, then one rename of `..data`.
@@ -671,9 +684,9 @@ async fn readyz_waits_for_a_certificate_and_metrics_show_it() {
     assert_eq!(sample(&metrics, r#"sandcap_certificate_reloads_total{result="failure"}"#), 1.0, "{metrics}");
 }
 
-async fn wait_serving(ca: &Ca, harness: &Harness, serial: u8) {
+async fn wait_serving(ca: &Ca, webhook: SocketAddr, serial: u8) {
     let what = format!("the certificate with serial {serial:#x}");
-    eventually(&what, || async { served_serial(ca, harness.webhook).await == serial }).await;
+    eventually(&what, || async { served_serial(ca, webhook).await == serial }).await;
 }
 
 /// The serial of the certificate the server presents on a fresh connection.
@@ -690,12 +703,12 @@ async fn certificates_rotate_without_a_restart_and_bad_pairs_are_ignored() {
     let (a, b) = (ca.leaf(0xA1), ca.leaf(0xB2));
     assert_eq!(served_serial(&ca, harness.webhook).await, 1);
     volume.publish(&a.cert_pem, &a.key_pem);
-    wait_serving(&ca, &harness, a.serial).await;
+    wait_serving(&ca, harness.webhook, a.serial).await;
 
     // A connection opened before the swap keeps working across it.
     review_full_provider(&client, &harness).await;
     volume.publish(&b.cert_pem, &b.key_pem);
-    wait_serving(&ca, &harness, b.serial).await;
+    wait_serving(&ca, harness.webhook, b.serial).await;
     review_full_provider(&client, &harness).await;
     let metrics = harness.metrics().await;
     assert_eq!(sample(&metrics, "sandcap_certificate_expiry_timestamp_seconds"), b.not_after as f64);
@@ -718,7 +731,71 @@ async fn certificates_rotate_without_a_restart_and_bad_pairs_are_ignored() {
 
     // Finished writing: now it loads.
     std::fs::write(volume.dir.path().join("..data").join("tls.crt"), &c.cert_pem).unwrap();
-    wait_serving(&ca, &harness, c.serial).await;
+    wait_serving(&ca, harness.webhook, c.serial).await;
+}
+
+/// The name the apiserver calls the chart's webhook by, as `sandcap run` derives it below.
+const SERVICE_HOST: &str = "sandcap-webhook.sandcap-system.svc";
+
+/// The real binary, given a Secret volume: a replacement that is expired, not valid yet, or no
+/// longer valid for the Service's name is refused (counted, logged, the served certificate stays);
+/// the early one is served once its time comes; a good one from the next handshake.
+#[tokio::test]
+async fn sandcap_run_refuses_a_replacement_outside_its_dates_or_without_the_service_name() {
+    let ca = Ca::new();
+    let mut volume = SecretVolume::new();
+    let now = time::OffsetDateTime::now_utc();
+    let (hour, day) = (time::Duration::HOUR, time::Duration::DAY);
+    let first = ca.issue(1, &[SERVICE_HOST], now - hour..now + day);
+    volume.publish(&first.cert_pem, &first.key_pem);
+    let (cert, key) = (volume.cert().display().to_string(), volume.key().display().to_string());
+    let tls = ["--tls-cert", &cert, "--tls-key", &key, "--tls-reload-interval", "50ms"];
+    let mut sandcap = Sandcap::start_with(&tls, |command| {
+        command.args(["--service-name", "sandcap-webhook", "--pod-namespace", "sandcap-system"]);
+        command.args(["--shutdown-drain-window", "0s"]).stdout(std::process::Stdio::piped());
+    });
+    let webhook: SocketAddr = ([127, 0, 0, 1], sandcap.webhook).into();
+    let count = |result: &str| {
+        let metrics = http_get(sandcap.admin, "/metrics").unwrap_or_default();
+        sample(&metrics, &format!("sandcap_certificate_reloads_total{{result=\"{result}\"}}"))
+    };
+    assert_eq!((count("success"), count("failure")), (1.0, 0.0));
+
+    let expired = ca.issue(2, &[SERVICE_HOST], now - 2 * day..now - day);
+    let other_names = ca.issue(3, &["sandcap-webhook.elsewhere.svc"], now - hour..now + day);
+    for (refused, failures) in [(&expired, 1.0), (&other_names, 2.0)] {
+        volume.publish(&refused.cert_pem, &refused.key_pem);
+        eventually("the refusal to be counted", || async { count("failure") == failures }).await;
+        assert_eq!(served_serial(&ca, webhook).await, first.serial, "serial {:#x} was served", refused.serial);
+    }
+
+    // Issued by a clock 3 s ahead: refused now, served once it is valid, with no change of files.
+    let early = ca.issue(4, &[SERVICE_HOST], now + 3 * time::Duration::SECOND..now + day);
+    volume.publish(&early.cert_pem, &early.key_pem);
+    eventually("the refusal to be counted", || async { count("failure") == 3.0 }).await;
+    assert_eq!(served_serial(&ca, webhook).await, first.serial, "served before its notBefore");
+    wait_serving(&ca, webhook, early.serial).await;
+    assert_eq!((count("success"), count("failure")), (2.0, 3.0));
+
+    // A wildcard for the namespace's Services still holds the name.
+    let good = ca.issue(5, &["*.sandcap-system.svc"], now - hour..now + day);
+    volume.publish(&good.cert_pem, &good.key_pem);
+    wait_serving(&ca, webhook, good.serial).await;
+    assert_eq!((count("success"), count("failure")), (3.0, 3.0));
+    let metrics = http_get(sandcap.admin, "/metrics").unwrap();
+    assert_eq!(sample(&metrics, "sandcap_certificate_expiry_timestamp_seconds"), good.not_after as f64);
+
+    sandcap.signal("TERM");
+    sandcap.wait(Duration::from_secs(10)).expect("sandcap exits within 10 s of SIGTERM");
+    let mut logs = String::new();
+    sandcap.child.stdout.take().unwrap().read_to_string(&mut logs).unwrap();
+    for why in [
+        "the certificate expired at ".to_string(),
+        format!("the certificate is not valid for {SERVICE_HOST}, which the webhook is called by"),
+        "the certificate is not valid before ".to_string(),
+    ] {
+        assert!(logs.contains(&why), "{why:?} in {logs}");
+    }
 }
 
 #[tokio::test]
@@ -856,8 +933,8 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// `sandcap run --webhook-only --tls-self-signed` on loopback ports, ready to serve. Killed when
-/// dropped, so that a failing test leaves no process behind.
+/// `sandcap run --webhook-only` on loopback ports, ready to serve. Killed when dropped, so that a
+/// failing test leaves no process behind.
 struct Sandcap {
     child: std::process::Child,
     webhook: u16,
@@ -865,12 +942,18 @@ struct Sandcap {
 }
 
 impl Sandcap {
-    /// `configure` adds flags and decides where the output goes.
+    /// With `--tls-self-signed`; `configure` adds flags and decides where the output goes.
     fn start(configure: impl FnOnce(&mut std::process::Command)) -> Sandcap {
+        Sandcap::start_with(&["--tls-self-signed"], configure)
+    }
+
+    /// With the certificate flags `tls`.
+    fn start_with(tls: &[&str], configure: impl FnOnce(&mut std::process::Command)) -> Sandcap {
         let (webhook, admin) = (free_port(), free_port());
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_sandcap"));
         command
-            .args(["run", "--webhook-only", "--tls-self-signed"])
+            .args(["run", "--webhook-only"])
+            .args(tls)
             .args(["--webhook-addr", &format!("127.0.0.1:{webhook}"), "--admin-addr", &format!("127.0.0.1:{admin}")])
             .env("RUST_LOG", "info");
         configure(&mut command);

@@ -266,7 +266,13 @@ impl Material {
 
 /// `<svc>`, `<svc>.<ns>` and `<svc>.<ns>.svc`: the names the apiserver may use for the Service.
 pub fn dns_names(service: &str, namespace: &str) -> Vec<String> {
-    vec![service.to_string(), format!("{service}.{namespace}"), format!("{service}.{namespace}.svc")]
+    vec![service.to_string(), format!("{service}.{namespace}"), service_host(service, namespace)]
+}
+
+/// `<svc>.<ns>.svc`: the name the apiserver calls a webhook registered by Service by, and verifies
+/// its serving certificate for.
+pub fn service_host(service: &str, namespace: &str) -> String {
+    format!("{service}.{namespace}.svc")
 }
 
 /// Whether a PEM bundle (a webhook's `caBundle`) contains this certificate.

@@ -99,6 +99,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::controller::SecretScope;
     use crate::run::RunArgs;
     use crate::telemetry::LogFormat;
 
@@ -122,6 +123,8 @@ mod tests {
         assert_eq!(args.log_format, LogFormat::Text);
         assert_eq!(args.shutdown_timeout, Duration::from_secs(30));
         assert_eq!(args.drain_window(), Duration::from_secs(10));
+        assert_eq!(args.secret_namespaces, SecretScope::Namespaces(vec![]), "no Secret watch unless asked for");
+        assert_eq!(run_args(&["--secret-namespaces", "*"]).unwrap().secret_namespaces, SecretScope::All);
         let controllers = run_args(&["--controllers-only", "--shutdown-drain-window", "1m"]).unwrap();
         assert_eq!(controllers.drain_window(), Duration::ZERO, "no webhook, no clients to wait for");
     }

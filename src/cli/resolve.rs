@@ -155,8 +155,9 @@ fn probe_live(url: &str, provider: &SandboxProvider) -> Result<Verified, CliErro
     let prober = Prober::new(probe::DEFAULT_TIMEOUT, true, AllowedCidrs::any(), "sandcap-resolve");
     let outcome = runtime.block_on(prober.probe_url(&url, &provider.spec));
     if let ProbeOutcome::Failed(failure) = &outcome {
-        // Not eprintln!, which panics when stderr is a closed pipe (see main.rs).
-        let _ = writeln!(std::io::stderr(), "sandcap: {failure}; nothing is verified");
+        // Not eprintln!, which panics when stderr is a closed pipe (see main.rs). The caller chose
+        // the URL, so the detail is theirs to see.
+        let _ = writeln!(std::io::stderr(), "sandcap: {}; nothing is verified", failure.detail());
     }
     Ok(outcome.verified())
 }

@@ -43,7 +43,16 @@ pub async fn reconcile_provider(provider: Arc<SandboxProvider>, ctx: Arc<Context
             let outcome = ctx.prober.probe(provider).await;
             let labels = ProbeLabels { result: outcome.label(), reason: outcome.reason() };
             ctx.metrics.probes.get_or_create(&labels).inc();
-            tracing::info!(provider = %provider.name_any(), result = labels.result, reason = labels.reason, "probed worker");
+            // The detail is for the operator only: the provider's status carries the coarse class.
+            match &outcome {
+                ProbeOutcome::Failed(failure) => tracing::info!(
+                    provider = %provider.name_any(), result = labels.result, reason = labels.reason,
+                    detail = %failure.detail(), "probed worker"
+                ),
+                ProbeOutcome::Succeeded { .. } => tracing::info!(
+                    provider = %provider.name_any(), result = labels.result, reason = labels.reason, "probed worker"
+                ),
+            }
             (worker_status(provider, outcome, &now), ctx.probe_interval)
         }
     };
@@ -238,7 +247,7 @@ mod tests {
 
     use super::*;
     use crate::controller::fixtures::{T0, later, provider, time};
-    use crate::probe::AllowedCidrs;
+    use crate::probe::{AddressClass, AllowedCidrs, ProbeError, ProbeFailure};
 
     const INTERVAL: Duration = Duration::from_secs(300);
 
@@ -308,6 +317,36 @@ mod tests {
         let status = provider_status(&p, worker, None, &time(T0));
         assert_eq!(condition(&status, "WorkerVerified").message, "cannot connect");
         assert!(status.drivers[0].explanations.iter().all(|e| !e.granted));
+    }
+
+    /// The status of a provider is read by its author, who chose where its worker is: it says the
+    /// coarse class only (the log has the rest).
+    #[test]
+    fn a_failed_probe_publishes_only_its_coarse_class() {
+        let p = provider("p").driver("k").build();
+        let failed = |error| {
+            let endpoint = Some("http://10.0.0.7:6379/".to_string());
+            ProbeOutcome::Failed(ProbeFailure { endpoint, error, cause: Some("os error 111".into()) })
+        };
+        let cases = [
+            (
+                ProbeError::HttpStatus(http::StatusCode::NOT_FOUND),
+                "the worker answered something that is not the worker protocol",
+            ),
+            (ProbeError::ConnectionRefused, "the worker is unreachable"),
+            (ProbeError::Timeout(Duration::from_secs(5)), "the worker is unreachable"),
+            (
+                ProbeError::RefusedAddress(AddressClass::Metadata),
+                "the worker's address is refused by the address policy",
+            ),
+        ];
+        for (error, class) in cases {
+            let worker = worker_status(&p, failed(error.clone()), &time(T0));
+            let said = format!("probe of http://10.0.0.7:6379/ failed: {class}; sandcap's log has the detail");
+            assert_eq!(worker.message, said, "{error:?}");
+            let status = provider_status(&p, worker, None, &time(T0));
+            assert_eq!(condition(&status, "WorkerVerified").message, said);
+        }
     }
 
     #[test]

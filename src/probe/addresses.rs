@@ -1,7 +1,9 @@
 //! Where a worker URL may not lead: the refused address classes, the operator's exceptions, and
 //! the resolver that applies them to the addresses actually connected to.
 
+use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
 
 use ipnet::IpNet;
@@ -27,16 +29,21 @@ words! {
 }
 
 pub(super) const GCE_AWS_AZURE_METADATA: IpAddr = IpAddr::V4(Ipv4Addr::new(169, 254, 169, 254));
-pub(super) const METADATA: [IpAddr; 3] = [
+pub(super) const METADATA: [IpAddr; 5] = [
     GCE_AWS_AZURE_METADATA,
     // AWS over IPv6 (Nitro instances).
     IpAddr::V6(Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)),
+    // EKS Pod Identity's agent: it hands out the credentials of any pod's role.
+    IpAddr::V6(Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x23)),
+    // Azure's WireServer: the VM agent's channel, which serves the VM's extensions and settings.
+    IpAddr::V4(Ipv4Addr::new(168, 63, 129, 16)),
     // Alibaba Cloud.
     IpAddr::V4(Ipv4Addr::new(100, 100, 100, 200)),
 ];
 
 /// The class of `ip`, if worker URLs may not reach it. An IPv4-mapped IPv6 address
-/// (`::ffff:127.0.0.1`) reaches the IPv4 address, so it is classed as that.
+/// (`::ffff:127.0.0.1`) reaches the IPv4 address, and the other IPv6 forms that carry an IPv4
+/// address ([`embedded_ipv4`]) are translated or tunnelled to it, so each is classed as that.
 pub fn classify(ip: IpAddr) -> Option<AddressClass> {
     let ip = ip.to_canonical();
     if METADATA.contains(&ip) {
@@ -46,9 +53,30 @@ pub fn classify(ip: IpAddr) -> Option<AddressClass> {
         IpAddr::V4(v4) if v4.is_loopback() => Some(AddressClass::Loopback),
         IpAddr::V4(v4) if v4.is_link_local() => Some(AddressClass::LinkLocal),
         IpAddr::V4(v4) if v4.octets()[0] == 0 => Some(AddressClass::Unspecified),
+        IpAddr::V4(_) => None,
         IpAddr::V6(v6) if v6.is_loopback() => Some(AddressClass::Loopback),
         IpAddr::V6(v6) if v6.is_unicast_link_local() => Some(AddressClass::LinkLocal),
         IpAddr::V6(v6) if v6.is_unspecified() => Some(AddressClass::Unspecified),
+        IpAddr::V6(v6) => embedded_ipv4(v6).and_then(|v4| classify(IpAddr::V4(v4))),
+    }
+}
+
+/// The IPv4 address an IPv6 address carries, in the forms that make a connection to it reach that
+/// IPv4 address through a translator or a tunnel: NAT64 (`64:ff9b::/96`, and the local-use
+/// `64:ff9b:1::/48` with the IPv4 address in the last 32 bits, RFC 6052 and 8215), 6to4
+/// (`2002::/16`, bits 16 to 48), Teredo (`2001::/32`, the client's address inverted in the last 32
+/// bits), ISATAP (an interface identifier `0:5efe` or `200:5efe` under any prefix), SIIT's
+/// `::ffff:0:a.b.c.d` and the deprecated IPv4-compatible `::a.b.c.d`. The IPv4-mapped form is not
+/// among them: it is the IPv4 address itself ([`Ipv6Addr::to_canonical`]).
+pub(super) fn embedded_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let bits = v6.to_bits();
+    let low = Ipv4Addr::from_bits(bits as u32);
+    match v6.segments() {
+        [0x64, 0xff9b, 0, 0, 0, 0, _, _] | [0x64, 0xff9b, 1, ..] => Some(low),
+        [0x2002, ..] => Some(Ipv4Addr::from_bits((bits >> 80) as u32)),
+        [0x2001, 0, ..] => Some(!low),
+        [0, 0, 0, 0, 0, 0, _, _] | [0, 0, 0, 0, 0xffff, 0, _, _] => Some(low),
+        [_, _, _, _, 0 | 0x200, 0x5efe, _, _] => Some(low),
         _ => None,
     }
 }
@@ -81,7 +109,10 @@ impl AllowedCidrs {
         AllowedCidrs::new([IpNet::V4(Default::default()), IpNet::V6(Default::default())])
     }
 
-    /// The class that refuses `ip`, if it has one and no CIDR allows it (in either of its forms).
+    /// The class that refuses `ip`, if it has one and no CIDR allows it. An IPv4 CIDR covers the
+    /// IPv4-mapped form too, which reaches the same address; not the translated or tunnelled
+    /// forms of [`embedded_ipv4`], which reach the IPv4 address as a gateway or relay sees it (its
+    /// loopback is not sandcap's): those the operator allows by their IPv6 prefix.
     pub fn refuses(&self, ip: IpAddr) -> Option<AddressClass> {
         let allowed = |ip: IpAddr| self.0.iter().any(|net| net.contains(&ip));
         classify(ip).filter(|_| !allowed(ip) && !allowed(ip.to_canonical()))
@@ -97,10 +128,19 @@ impl AllowedCidrs {
 
 /// Resolves host names for the probe and keeps only the addresses worker URLs may reach, so the
 /// check holds for the address actually connected to, whatever the name (one that rebinds
-/// between checks included). A Service's name resolves to its cluster IP, which no class holds.
-#[derive(Debug)]
+/// between checks included). A Service's name is resolved the same way: a ClusterIP, which no
+/// class holds, or, for an ExternalName Service, whatever its external name leads to.
 pub(super) struct GuardedResolver {
     pub(super) allowed: AllowedCidrs,
+    pub(super) lookup: Lookup,
+}
+
+/// Looks a host name up: the system's resolver ([`system_lookup`]), or a table in tests.
+pub(super) type Lookup =
+    Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = io::Result<Vec<SocketAddr>>> + Send>> + Send + Sync>;
+
+pub(super) fn system_lookup() -> Lookup {
+    Arc::new(|name| Box::pin(async move { Ok(tokio::net::lookup_host((name.as_str(), 0)).await?.collect()) }))
 }
 
 /// Why [`GuardedResolver`] gave no address; found again in the request error's causes.
@@ -115,10 +155,12 @@ pub(super) enum ResolveError {
 impl Resolve for GuardedResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let allowed = self.allowed.clone();
+        let found = (self.lookup)(name.as_str().to_string());
         Box::pin(async move {
-            let found = tokio::net::lookup_host((name.as_str(), 0)).await.map_err(|_| ResolveError::Lookup)?;
+            let found = found.await.map_err(|_| ResolveError::Lookup)?;
             let mut refused = None;
             let kept: Vec<SocketAddr> = found
+                .into_iter()
                 .filter(|addr| match allowed.refuses(addr.ip()) {
                     Some(class) => {
                         refused.get_or_insert(class);

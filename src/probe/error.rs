@@ -5,22 +5,64 @@ use std::io;
 use std::time::Duration;
 
 use super::addresses::AddressClass;
+use crate::vocabulary::words;
 
 /// An answer larger than this is refused; a real `initialize` result is a few hundred bytes.
 pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 
-/// A failed probe: the endpoint it tried (redacted), if it got as far as one, and why it failed.
+words! {
+    /// What a provider's status says of a failed probe: a small fixed set. The provider's author
+    /// reads that status and chooses where the worker is, so finer words (an HTTP status, refused
+    /// or timed out, which address class) would tell them what answers at an internal address:
+    /// those stay in sandcap's log ([`ProbeFailure::detail`]).
+    pub enum FailureClass (as_str, parse) {
+        /// No HTTP answer: the name does not resolve, no connection, no TLS session, no answer
+        /// within the timeout, the exchange broken off.
+        Unreachable = "the worker is unreachable",
+        /// Every address of the worker's host is one the address policy refuses.
+        RefusedAddress = "the worker's address is refused by the address policy",
+        /// An HTTP answer that is not a JSON-RPC answer to `initialize`: an HTTP error or
+        /// redirect, a body too large, not JSON, of the wrong shape or for another request.
+        NotTheProtocol = "the worker answered something that is not the worker protocol",
+        /// A JSON-RPC error, or `ok: false`.
+        Declined = "the worker declined initialize",
+    }
+}
+
+/// A failed probe: the endpoint it tried (redacted), if it got as far as one, why it failed and,
+/// for the log, the transport error's causes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProbeFailure {
     pub endpoint: Option<String>,
     pub error: ProbeError,
+    pub cause: Option<String>,
+}
+
+impl ProbeFailure {
+    /// Everything sandcap knows of the failure, in its own words and the transport's: for its log
+    /// and for `sandcap resolve --worker-url` (whose caller chose the URL), never for status.
+    pub fn detail(&self) -> String {
+        let cause = self.cause.as_ref().map(|c| format!(" ({c})")).unwrap_or_default();
+        match &self.endpoint {
+            Some(endpoint) => format!("probe of {endpoint} failed: {}{cause}", self.error),
+            None => format!("{}{cause}", self.error),
+        }
+    }
+}
+
+impl From<ProbeError> for ProbeFailure {
+    fn from(error: ProbeError) -> ProbeFailure {
+        ProbeFailure { endpoint: None, error, cause: None }
+    }
 }
 
 impl fmt::Display for ProbeFailure {
+    /// What status says: the spec's own problem, or the failure's [`FailureClass`].
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(class) = self.error.class() else { return self.error.fmt(f) };
         match &self.endpoint {
-            Some(endpoint) => write!(f, "probe of {endpoint} failed: {}", self.error),
-            None => self.error.fmt(f),
+            Some(endpoint) => write!(f, "probe of {endpoint} failed: {class}; sandcap's log has the detail"),
+            None => write!(f, "{class}; sandcap's log has the detail"),
         }
     }
 }
@@ -67,7 +109,27 @@ pub enum ProbeError {
 }
 
 impl ProbeError {
-    /// The class as a metric label value: a fixed, small set.
+    /// What status may say of this failure; `None` for a spec the probe cannot use, whose words
+    /// come from the spec and the operator's flags alone.
+    pub fn class(&self) -> Option<FailureClass> {
+        Some(match self {
+            ProbeError::Endpoint(_) => return None,
+            ProbeError::RefusedAddress(_) => FailureClass::RefusedAddress,
+            ProbeError::Timeout(_)
+            | ProbeError::Dns
+            | ProbeError::ConnectionRefused
+            | ProbeError::Connect(_)
+            | ProbeError::Tls
+            | ProbeError::Transport(_) => FailureClass::Unreachable,
+            ProbeError::HttpStatus(_)
+            | ProbeError::TooLarge
+            | ProbeError::NotJson { .. }
+            | ProbeError::Malformed(_) => FailureClass::NotTheProtocol,
+            ProbeError::RpcError(_) | ProbeError::NotOk => FailureClass::Declined,
+        })
+    }
+
+    /// The finer class as a metric label value: a fixed, small set, for the operator.
     pub fn reason(&self) -> &'static str {
         match self {
             ProbeError::Endpoint(_) => "endpoint",

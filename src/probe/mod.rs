@@ -4,8 +4,10 @@
 //! Everything that can go wrong is fail-closed: the outcome is `Failed` with its class
 //! ([`ProbeError`]), and the caller verifies nothing. The worker is untrusted input, so the answer
 //! is bounded in time and size, redirects are not followed, and messages never quote the answer
-//! (its body, a JSON-RPC error's text, a peer certificate's names) or a URL's credentials or query
-//! (either may carry a token): only the class, a status or error code, and sandcap's own words.
+//! (its body, a JSON-RPC error's text) or a URL's credentials or query (either may carry a token).
+//! What status says is coarser still ([`FailureClass`]): whoever creates a provider chooses where
+//! its worker is and reads its status, which must not tell them what answers at an internal
+//! address. The finer class, a status or error code and the transport's causes go to the log.
 //!
 //! A worker URL is chosen by whoever may create a provider, so it may not reach the node's or the
 //! cloud's own services ([`AddressClass`]) unless the operator allows those addresses
@@ -30,10 +32,10 @@ use crate::api::{SandboxProvider, SandboxProviderSpec, WorkerRef};
 use crate::contract::Verified;
 
 pub use addresses::{AddressClass, AllowedCidrs, classify};
-use addresses::{GuardedResolver, ResolveError, literal_ip};
+use addresses::{GuardedResolver, Lookup, ResolveError, literal_ip, system_lookup};
 use answer::{initialize_request, parse_answer};
 pub use endpoint::{endpoint, parse_worker_url, redacted};
-pub use error::{MAX_ANSWER_BYTES, ProbeError, ProbeFailure};
+pub use error::{FailureClass, MAX_ANSWER_BYTES, ProbeError, ProbeFailure};
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -92,6 +94,17 @@ impl Prober {
         allowed_cidrs: AllowedCidrs,
         instance_id: impl Into<String>,
     ) -> Prober {
+        Prober::with_lookup(timeout, allow_worker_urls, allowed_cidrs, instance_id, system_lookup())
+    }
+
+    /// [`Prober::new`] with the host names looked up by `lookup`.
+    fn with_lookup(
+        timeout: Duration,
+        allow_worker_urls: bool,
+        allowed_cidrs: AllowedCidrs,
+        instance_id: impl Into<String>,
+        lookup: Lookup,
+    ) -> Prober {
         crate::tls::install_default_provider();
         let http = reqwest::Client::builder()
             .connect_timeout(timeout)
@@ -100,7 +113,7 @@ impl Prober {
             .redirect(reqwest::redirect::Policy::none())
             // Through a proxy, the proxy would resolve the name and the address check would not hold.
             .no_proxy()
-            .dns_resolver(Arc::new(GuardedResolver { allowed: allowed_cidrs.clone() }))
+            .dns_resolver(Arc::new(GuardedResolver { allowed: allowed_cidrs.clone(), lookup }))
             .user_agent(concat!("sandcap/", env!("CARGO_PKG_VERSION")))
             .build()
             .expect("a client with these settings always builds");
@@ -123,7 +136,7 @@ impl Prober {
     pub async fn probe(&self, provider: &SandboxProvider) -> ProbeOutcome {
         match self.endpoint(&provider.spec.worker) {
             Ok(url) => self.probe_url(&url, &provider.spec).await,
-            Err(error) => ProbeOutcome::Failed(ProbeFailure { endpoint: None, error }),
+            Err(error) => ProbeOutcome::Failed(error.into()),
         }
     }
 
@@ -132,16 +145,16 @@ impl Prober {
         // An IP literal is connected to without resolving, so it is checked here; a name is
         // checked by the resolver, on every address it resolves to.
         let result = match literal_ip(url).and_then(|ip| self.allowed_cidrs.refuses(ip)) {
-            Some(class) => Err(ProbeError::RefusedAddress(class)),
+            Some(class) => Err(ProbeError::RefusedAddress(class).into()),
             None => self.initialize(url, spec).await,
         };
         match result {
             Ok(methods) => ProbeOutcome::Succeeded { methods },
-            Err(error) => ProbeOutcome::Failed(ProbeFailure { endpoint: Some(redacted(url)), error }),
+            Err(failure) => ProbeOutcome::Failed(ProbeFailure { endpoint: Some(redacted(url)), ..failure }),
         }
     }
 
-    async fn initialize(&self, url: &Url, spec: &SandboxProviderSpec) -> Result<Vec<String>, ProbeError> {
+    async fn initialize(&self, url: &Url, spec: &SandboxProviderSpec) -> Result<Vec<String>, ProbeFailure> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let request = initialize_request(id, spec, &self.instance_id);
         let response = self
@@ -154,30 +167,43 @@ impl Prober {
             .map_err(|e| self.classify_error(&e))?;
         let status = response.status();
         if !status.is_success() {
-            return Err(ProbeError::HttpStatus(status));
+            return Err(ProbeError::HttpStatus(status).into());
         }
         let body = self.read_bounded(response).await?;
-        parse_answer(&body, id)
+        Ok(parse_answer(&body, id)?)
     }
 
     /// Reads the body chunk by chunk and gives up as soon as it passes the bound.
-    async fn read_bounded(&self, mut response: reqwest::Response) -> Result<Vec<u8>, ProbeError> {
+    async fn read_bounded(&self, mut response: reqwest::Response) -> Result<Vec<u8>, ProbeFailure> {
         if response.content_length().is_some_and(|n| n > MAX_ANSWER_BYTES as u64) {
-            return Err(ProbeError::TooLarge);
+            return Err(ProbeError::TooLarge.into());
         }
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(|e| self.classify_error(&e))? {
             if body.len() + chunk.len() > MAX_ANSWER_BYTES {
-                return Err(ProbeError::TooLarge);
+                return Err(ProbeError::TooLarge.into());
             }
             body.extend_from_slice(&chunk);
         }
         Ok(body)
     }
 
-    /// The class of a transport error, from its chain of causes. Their text is not used: a TLS
-    /// error can carry the names in the peer's certificate, and reqwest's own names the URL.
-    fn classify_error(&self, e: &reqwest::Error) -> ProbeError {
+    /// The class of a transport error, from its chain of causes, and the causes' own words for
+    /// the log ([`ProbeFailure::detail`]). The class does not use their text: a TLS error can carry
+    /// the names in the peer's certificate. reqwest's own error names the URL, which may carry
+    /// credentials: the causes start below it.
+    fn classify_error(&self, e: &reqwest::Error) -> ProbeFailure {
+        let mut causes = Vec::new();
+        let mut cause = std::error::Error::source(e);
+        while let Some(c) = cause {
+            causes.push(c.to_string());
+            cause = c.source();
+        }
+        let cause = (!causes.is_empty()).then(|| causes.join(": "));
+        ProbeFailure { endpoint: None, error: self.class_of(e), cause }
+    }
+
+    fn class_of(&self, e: &reqwest::Error) -> ProbeError {
         if e.is_timeout() {
             return ProbeError::Timeout(self.timeout);
         }

@@ -1,5 +1,7 @@
 //! The probe's rules, without a worker: answers, address classes, endpoints.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
 use serde_json::{Value, json};
 
 use super::answer::MAX_METHODS;
@@ -205,4 +207,182 @@ fn refused_worker_urls_fail_closed_with_their_class() {
          operator's --worker-url-allowed-cidrs allows it"
     );
     assert!(endpoint(&metadata, true, &cidrs(&["169.254.169.254/32"])).is_ok());
+}
+
+#[test]
+fn the_cloud_agents_beside_metadata_are_metadata_too() {
+    for ip in ["168.63.129.16", "fd00:ec2::23", "::ffff:168.63.129.16", "64:ff9b::a83f:8110"] {
+        assert_eq!(classify(ip.parse().unwrap()), Some(AddressClass::Metadata), "{ip}");
+    }
+    for ip in ["168.63.129.17", "fd00:ec2::24"] {
+        assert_eq!(classify(ip.parse().unwrap()), None, "{ip}");
+    }
+}
+
+#[test]
+fn ipv6_forms_that_carry_a_refused_ipv4_address_are_classed_as_it() {
+    use AddressClass::*;
+    let cases = [
+        ("64:ff9b::127.0.0.1", Loopback, "NAT64"),
+        ("64:ff9b::a9fe:a9fe", Metadata, "NAT64"),
+        ("64:ff9b:1:abcd:1::169.254.3.4", LinkLocal, "NAT64, local use"),
+        ("64:ff9b:1::0.0.0.0", Unspecified, "NAT64, local use"),
+        ("2002:7f00:1::", Loopback, "6to4"),
+        ("2002:a9fe:a9fe:1:2:3:4:5", Metadata, "6to4"),
+        ("2002:a83f:8110::1", Metadata, "6to4"),
+        // The Teredo client 127.0.0.1 behind the server 65.54.227.120.
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", Loopback, "Teredo"),
+        ("2001:db8::5efe:127.0.0.1", Loopback, "ISATAP"),
+        ("2001:db8:1:2:200:5efe:a9fe:a9fe", Metadata, "ISATAP"),
+        ("::ffff:0:127.0.0.1", Loopback, "SIIT"),
+        ("::127.0.0.1", Loopback, "IPv4-compatible"),
+        ("::169.254.169.254", Metadata, "IPv4-compatible"),
+        ("::0.1.2.3", Unspecified, "IPv4-compatible"),
+    ];
+    for (ip, class, form) in cases {
+        assert_eq!(classify(ip.parse().unwrap()), Some(class), "{form} {ip}");
+    }
+    for ip in [
+        "64:ff9b::8.8.8.8",
+        "64:ff9b:1::10.0.0.1",
+        "64:ff9b:2::127.0.0.1",
+        "2002:808:808::1",
+        "2001:0:4136:e378:8000:63bf:f7f7:f7f7",
+        "2001:db8::5efe:10.0.0.1",
+        "2001:db8::100:5efe:127.0.0.1",
+        "::8.8.8.8",
+        "::ffff:0:8.8.8.8",
+    ] {
+        assert_eq!(classify(ip.parse().unwrap()), None, "{ip}");
+    }
+}
+
+/// Every IPv6 form the test knows for `v4`, with `noise` in the bits each form leaves free.
+fn embeddings(v4: Ipv4Addr, noise: u128) -> Vec<(&'static str, Ipv6Addr)> {
+    let v4 = u128::from(v4.to_bits());
+    // The bits from `from` to `to`, counted from the top.
+    let free = |from: u32, to: u32| noise & (u128::MAX >> from) & !u128::MAX.checked_shr(to).unwrap_or(0);
+    let mut forms = vec![
+        ("mapped", (0xffff << 32) | v4),
+        ("SIIT", (0xffff << 48) | v4),
+        ("NAT64", (0x64_ff9b << 96) | v4),
+        ("NAT64, local use", (0x64_ff9b_0001 << 80) | free(48, 96) | v4),
+        ("6to4", (0x2002 << 112) | (v4 << 80) | free(48, 128)),
+        ("Teredo", (0x2001_0000 << 96) | free(32, 96) | (!v4 & 0xffff_ffff)),
+        ("ISATAP", (0x2001_0db8 << 96) | free(32, 64) | (0x5efe << 32) | v4),
+        ("ISATAP, universal", (0x2001_0db8 << 96) | free(32, 64) | (0x0200_5efe << 32) | v4),
+    ];
+    // `::` and `::1` are addresses of their own.
+    if v4 > 1 {
+        forms.push(("IPv4-compatible", v4));
+    }
+    forms.into_iter().map(|(form, bits)| (form, Ipv6Addr::from_bits(bits))).collect()
+}
+
+fn refused_ipv4() -> impl proptest::strategy::Strategy<Value = Ipv4Addr> {
+    use proptest::prelude::*;
+    let within = |net: &str| {
+        let net: ipnet::Ipv4Net = net.parse().unwrap();
+        let (base, host) = (net.network().to_bits(), net.hostmask().to_bits());
+        any::<u32>().prop_map(move |n| Ipv4Addr::from_bits(base | (n & host)))
+    };
+    let metadata: Vec<Ipv4Addr> = addresses::METADATA
+        .iter()
+        .filter_map(|ip| match ip {
+            IpAddr::V4(v4) => Some(*v4),
+            IpAddr::V6(_) => None,
+        })
+        .collect();
+    prop_oneof![within("127.0.0.0/8"), within("169.254.0.0/16"), within("0.0.0.0/8"), prop::sample::select(metadata)]
+}
+
+proptest::proptest! {
+    #[test]
+    fn every_embedding_of_a_refused_ipv4_address_is_refused_as_it(v4 in refused_ipv4(), noise: u128) {
+        let class = classify(IpAddr::V4(v4));
+        proptest::prop_assert!(class.is_some());
+        for (form, v6) in embeddings(v4, noise) {
+            proptest::prop_assert_eq!(classify(IpAddr::V6(v6)), class, "{} {} of {}", form, v6, v4);
+        }
+    }
+
+    #[test]
+    fn every_embedding_of_another_ipv4_address_stays_allowed(bits: u32, noise: u128) {
+        let v4 = Ipv4Addr::from_bits(bits);
+        proptest::prop_assume!(classify(IpAddr::V4(v4)).is_none());
+        for (form, v6) in embeddings(v4, noise) {
+            proptest::prop_assert_eq!(classify(IpAddr::V6(v6)), None, "{} {} of {}", form, v6, v4);
+        }
+    }
+}
+
+#[test]
+fn an_allowed_ipv4_cidr_covers_its_mapped_form_only() {
+    let loopback = cidrs(&["127.0.0.0/8"]);
+    assert_eq!(host_class("http://[::ffff:127.0.0.1]/", &loopback), None, "the same address");
+    for url in ["http://[64:ff9b::127.0.0.1]/", "http://[2002:7f00:1::]/", "http://[::127.0.0.1]/"] {
+        assert_eq!(host_class(url, &loopback), Some(AddressClass::Loopback), "{url}: another machine's loopback");
+        assert_eq!(host_class(url, &AllowedCidrs::default()), Some(AddressClass::Loopback), "{url}");
+    }
+    let nat64 = cidrs(&["64:ff9b::/96"]);
+    assert_eq!(host_class("http://[64:ff9b::127.0.0.1]/", &nat64), None, "allowed by its IPv6 prefix");
+    assert_eq!(host_class("http://127.0.0.1/", &nat64), Some(AddressClass::Loopback));
+}
+
+/// A prober whose resolver answers from `table` (a name not in it does not resolve).
+fn prober_resolving(table: &[(&str, &[&str])], allowed: AllowedCidrs) -> Prober {
+    let table: std::collections::HashMap<String, Vec<SocketAddr>> = table
+        .iter()
+        .map(|(name, ips)| (name.to_string(), ips.iter().map(|ip| SocketAddr::new(ip.parse().unwrap(), 0)).collect()))
+        .collect();
+    let table = Arc::new(table);
+    let lookup: addresses::Lookup = Arc::new(move |name| {
+        let found = table.get(&name).cloned().ok_or_else(|| io::Error::from(io::ErrorKind::NotFound));
+        Box::pin(async move { found })
+    });
+    Prober::with_lookup(Duration::from_secs(2), false, allowed, "test", lookup)
+}
+
+fn service_provider(port: u16) -> SandboxProvider {
+    let service =
+        ServiceRef { namespace: "team-a".into(), name: "acme".into(), port: port.into(), ..Default::default() };
+    let mut provider: SandboxProvider = serde_json::from_value(json!({
+        "apiVersion": "sandcap.dev/v1alpha1", "kind": "SandboxProvider", "metadata": {"name": "acme"},
+        "spec": {"pluginKey": "acme", "version": "1.0.0", "worker": {}, "environmentDrivers": []}
+    }))
+    .unwrap();
+    provider.spec.worker = WorkerRef { service: Some(service), ..Default::default() };
+    provider
+}
+
+/// An ExternalName Service (or any Service name) is resolved like a URL's host: what it leads to
+/// is held against the same classes, with worker URLs off.
+#[tokio::test]
+async fn a_service_name_that_leads_to_a_refused_address_is_refused_as_a_url_is() {
+    let host = "acme.team-a.svc";
+    for (ips, class) in [
+        (&["169.254.169.254"][..], AddressClass::Metadata),
+        (&["127.0.0.1", "::1"][..], AddressClass::Loopback),
+        (&["64:ff9b::a9fe:a9fe"][..], AddressClass::Metadata),
+    ] {
+        let outcome = prober_resolving(&[(host, ips)], AllowedCidrs::default()).probe(&service_provider(8080)).await;
+        let ProbeOutcome::Failed(failure) = outcome else { panic!("{ips:?}: {outcome:?}") };
+        assert_eq!(failure.error, ProbeError::RefusedAddress(class), "{ips:?}");
+        assert_eq!(
+            failure.to_string(),
+            "probe of http://acme.team-a.svc:8080/ failed: the worker's address is refused by the address \
+             policy; sandcap's log has the detail"
+        );
+    }
+    // The same table, with the address allowed, connects there: the table is what was used.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let prober = prober_resolving(&[(host, &["127.0.0.1"])], cidrs(&["127.0.0.0/8"]));
+    let provider = service_provider(port);
+    let (outcome, ()) = tokio::join!(prober.probe(&provider), async {
+        let (socket, _) = listener.accept().await.unwrap();
+        drop(socket);
+    });
+    let ProbeOutcome::Failed(failure) = outcome else { panic!("{outcome:?}") };
+    assert_eq!(failure.error.class(), Some(FailureClass::Unreachable), "{failure:?}");
 }

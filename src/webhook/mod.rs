@@ -36,8 +36,8 @@ pub async fn serve_webhook(
             tracing::info!("serving a self-signed certificate for localhost and 127.0.0.1");
             None
         }
-        CertSource::Files { cert, key, interval } => {
-            let watch = tls::watch_files(cert, key, interval, resolver.clone(), metrics.clone(), stop.closing.clone());
+        CertSource::Files(files) => {
+            let watch = tls::watch_files(files, resolver.clone(), metrics.clone(), stop.closing.clone());
             Some(tokio::spawn(watch))
         }
     };

@@ -1,5 +1,6 @@
 //! The controllers through the real apiserver, running with exactly the chart's RBAC.
 
+use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -184,6 +185,40 @@ pub async fn status_narrowing_and_recovery_with_the_charts_rbac(c: Arc<Cluster>)
         assert!(!request.starts_with("\"get\""), "a Secret was fetched: {request}");
     }
 
+    // A config the schema refuses is named by the schema's keyword, never by a key only the
+    // Secret holds: whoever may view the lease, its Events or `explain` may not read the Secret.
+    const KEY: &str = "zebraQuokkaPrivateKeyName";
+    let mut keyed = provider("e2e-keys", &worker.url, all_true());
+    keyed["spec"]["environmentDrivers"][0]["configSchema"] =
+        json!({"type": "object", "additionalProperties": {"type": "string"}});
+    let from_keyed = json!({"configFrom": [{"secretKeyRef": {"name": "keyed", "key": "config.json"}}]});
+    install::apply(
+        &c,
+        &[
+            keyed,
+            secret(NS, "keyed", "config.json", &format!(r#"{{"{KEY}": 7}}"#), true),
+            lease(NS, "keyed", "e2e-keys", from_keyed),
+        ],
+    );
+    let keyed = lease_reason(&admin, NS, "keyed", "persistentProcessSessions", "NarrowedByConfigResolution").await;
+    let config = condition(&keyed, "ConfigResolved").expect("ConfigResolved");
+    assert_eq!(
+        config["message"],
+        "the resolved config fails the driver's configSchema at configSchema.additionalProperties.type",
+        "{keyed:#}"
+    );
+    let events = ok("get events", c.kubectl(&["get", "events.events.k8s.io", "-n", NS, "-o", "json"]));
+    let explained = self::sandcap(&c, &["explain", "lease", "-n", NS, "keyed", "-o", "json"]);
+    assert!(explained.status.success(), "{explained:?}");
+    for (what, shown) in [
+        ("status", keyed.to_string()),
+        ("Events", events),
+        ("explain", String::from_utf8_lossy(&explained.stdout).into_owned()),
+    ] {
+        assert!(!shown.contains(KEY), "the Secret's key reached the lease's {what}: {shown}");
+    }
+    delete(&admin, "SandboxProvider", None, "e2e-keys").await;
+
     // A declaration change is published with an Event and reaches the leases.
     install::apply(&c, &[provider("e2e-acme", &worker.url, json!({"reusableLeases": true, "nativeSyncIn": false}))]);
     lease_reason(&admin, NS, "reuse", "nativeSyncIn", "DeclaredFalse").await;
@@ -218,10 +253,18 @@ pub async fn status_narrowing_and_recovery_with_the_charts_rbac(c: Arc<Cluster>)
     install::apply(&c, &[lease(NS, "fresh", "e2e-acme", json!({}))]);
     lease_reason(&admin, NS, "fresh", "persistentProcessSessions", "Granted").await;
 
-    // The worker stops: the probe fails, the provider and its leases turn off.
+    // The worker stops: the probe fails, the provider and its leases turn off. The status says
+    // only the coarse class; the log says the rest.
+    let url = worker.url.clone();
     drop(worker);
     ok("wait probe", c.kubectl(&["wait", "--for=condition=WorkerVerified=false", "--timeout=30s", "sbp/e2e-acme"]));
     lease_reason(&admin, NS, "fresh", "persistentProcessSessions", "WorkerNotVerified").await;
+    let status = get(&admin, "SandboxProvider", None, "e2e-acme").await.expect("provider")["status"].clone();
+    let said = format!("probe of {url} failed: the worker is unreachable; sandcap's log has the detail");
+    assert_eq!(status["worker"]["message"], said, "{status:#}");
+    assert_eq!(condition(&status, "WorkerVerified").expect("WorkerVerified")["message"], said);
+    let detail = format!("probe of {url} failed: cannot connect: connection refused");
+    assert!(sandcap.log_text().contains(&detail), "the log lacks {detail}:\n{}", sandcap.log_text());
 
     assert!(sandcap.problems().is_empty(), "sandcap logged:\n{}", sandcap.problems().join("\n"));
     delete(&admin, "SandboxProvider", None, "e2e-acme").await;
@@ -413,6 +456,15 @@ pub async fn a_probe_with_the_same_answer_re_resolves_no_lease(c: Arc<Cluster>) 
     let metrics = sandcap.metrics().await;
     assert!(metrics.contains("sandcap_reconcile_queue_depth{kind=\"SandboxLease\"} 0"), "{metrics}");
     delete(&admin, "SandboxProvider", None, "e2e-quiet").await;
+}
+
+/// `sandcap ARGS` as admin.
+pub fn sandcap(c: &Cluster, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sandcap"))
+        .args(args)
+        .env("KUBECONFIG", &c.kubeconfig)
+        .output()
+        .expect("sandcap runs")
 }
 
 /// The condition `kind` of a status, if present.

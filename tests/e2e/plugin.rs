@@ -18,18 +18,9 @@ use sandcap::vocabulary::WORKER_METHODS;
 use serde_json::{Value, json};
 
 use crate::cluster::{Cluster, TestCa};
-use crate::controllers::{delete, lease_reason};
+use crate::controllers::{delete, lease_reason, sandcap};
 use crate::install::{self, Install, NAMESPACE, Sandcap, ok};
 use crate::support::{Worker, all_true, lease, provider, secret};
-
-/// `sandcap ARGS` as admin.
-fn sandcap(c: &Cluster, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sandcap"))
-        .args(args)
-        .env("KUBECONFIG", &c.kubeconfig)
-        .output()
-        .expect("sandcap runs")
-}
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -138,6 +129,30 @@ pub async fn check_passes_and_names_each_failure(c: Arc<Cluster>) {
     let through_kubectl = kubectl_with_plugin(&c, &dir, &["sandcap", "check"]);
     assert_eq!(through_kubectl.status.code(), Some(0), "{through_kubectl:?}");
     assert_eq!(text(&through_kubectl.stdout).lines().filter(|l| l.starts_with("ok ")).count(), 5);
+
+    // --confirm-dry-run-only, as the helm test runs it: the chart's admission policy (applied
+    // with the install, in effect within seconds, which --wait covers) refuses its account a real
+    // create before any webhook is called.
+    let helm_test = install.objects.iter().find(|o| o["kind"] == "Pod").expect("the helm test pod");
+    let helm_test = helm_test["spec"]["serviceAccountName"].as_str().expect("its ServiceAccount");
+    let helm_test = c.service_account_kubeconfig(NAMESPACE, helm_test).await.display().to_string();
+    let lines = passes(&c, &["--kubeconfig", &helm_test, "--confirm-dry-run-only", "--wait", "30s"]);
+    assert!(
+        lines[2].2.contains("a real create was refused first, so this account creates only in dry runs"),
+        "{lines:?}"
+    );
+    assert!(lines[2].2.contains("ValidatingAdmissionPolicy 'sandcap-check-dry-run-only'"), "{lines:?}");
+    // No policy limits the admin: the real create reaches the webhook, which refuses it.
+    let confirm = ["--confirm-dry-run-only"];
+    fails_at(&c, &confirm, &["crds", "webhook"], "admission", "was not refused before the webhooks");
+    // With no webhook for creates, it is stored, and deleted again.
+    let creates_unchecked = r#"[{"op": "replace", "path": "/webhooks/0/rules/0/operations", "value": ["UPDATE"]}]"#;
+    let patch = ["patch", "validatingwebhookconfiguration", "sandcap", "--type", "json", "-p", creates_unchecked];
+    ok("patch", c.kubectl(&patch));
+    fails_at(&c, &confirm, &["crds", "webhook"], "admission", "was stored and is deleted again");
+    assert!(!c.kubectl(&["get", "sbp", "sandcap-check-dry-run"]).status.success(), "it was deleted");
+    drop(registration);
+    registration = install.register_webhook(&c, webhook.webhook_port, &c.ca.pem);
 
     // A stale CRD: its rules are not this binary's.
     let (name, mut stale) =
@@ -293,15 +308,18 @@ pub async fn explain_and_check_by_service_with_the_documented_rbac(c: Arc<Cluste
     install::apply(&c, &[lease(NS, "run-1", "e2e-explain", spec)]);
     lease_reason(&admin, NS, "run-1", "persistentProcessSessions", "NarrowedByConfigResolution").await;
     let dir = plugin_dir(&c);
+    // What sandcap runs with (the chart's secretNamespaces); the default is none.
+    let scope = ["--secret-namespaces", NS];
     for output in ["table", "json", "yaml"] {
-        let o = kubectl_with_plugin(&c, &dir, &["sandcap", "explain", "lease", "-n", NS, "run-1", "-o", output]);
+        let args = [&["sandcap", "explain", "lease", "-n", NS, "run-1", "-o", output][..], &scope].concat();
+        let o = kubectl_with_plugin(&c, &dir, &args);
         let all = format!("{}{}", text(&o.stdout), text(&o.stderr));
         assert_eq!(o.status.code(), Some(0), "{all}");
         assert!(all.contains("found, but not labelled sandcap.dev/config-source=true"), "{output}: {all}");
         assert!(all.contains(&format!("kubectl label secret -n {NS} creds sandcap.dev/config-source=true")), "{all}");
         assert!(!all.contains(VALUE), "explain -o {output} shows the Secret's value:\n{all}");
     }
-    let table = text(&sandcap(&c, &["explain", "lease", "-n", NS, "run-1"]).stdout);
+    let table = text(&sandcap(&c, &[&["explain", "lease", "-n", NS, "run-1"][..], &scope].concat()).stdout);
     assert!(
         table.contains(
             "persistentProcessSessions OFF: NarrowedByConfigResolution: configFrom Secret creds does not exist"
@@ -314,6 +332,9 @@ pub async fn explain_and_check_by_service_with_the_documented_rbac(c: Arc<Cluste
     install::apply(&c, &[secret(NS, "creds", "config.json", &format!(r#"{{"apiToken": "{VALUE}"}}"#), true)]);
     lease_reason(&admin, NS, "run-1", "persistentProcessSessions", "Granted").await;
     let o = sandcap(&c, &["explain", "lease", "-n", NS, "run-1", "-o", "json"]);
+    let report: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(report["configFrom"][0]["sandcapReadsIt"], false, "the default scope is none: {report:#}");
+    let o = sandcap(&c, &[&["explain", "lease", "-n", NS, "run-1", "-o", "json"][..], &scope].concat());
     let report: Value = serde_json::from_slice(&o.stdout).expect("JSON");
     assert_eq!(report["configFrom"][0]["sandcapReadsIt"], true, "{report:#}");
     assert!(

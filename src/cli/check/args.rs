@@ -26,6 +26,11 @@ pub struct CheckArgs {
     /// Retry until every check passes, for at most this long (e.g. `2m`), as install scripts want.
     #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub wait: Option<Duration>,
+    /// This account may create only in a server-side dry run, as an admission policy limits the
+    /// chart's helm test: before the dry run, make sure a real create of the same provider is
+    /// refused (a policy takes effect a moment after it is created); one that is stored is deleted.
+    #[arg(long)]
+    pub confirm_dry_run_only: bool,
     /// How long one check may take in all.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub timeout: Duration,

@@ -8,14 +8,14 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DynamicObject, ListParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::core::ApiResource;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use super::args::{CheckArgs, Level, Line};
 use super::certificate::{self, NotPresented};
-use super::verdicts::{self, Lagging};
+use super::verdicts::{self, Lagging, RealCreate};
 use crate::api::{SandboxLease, SandboxProvider};
 use crate::certs::TLS_CRT;
 use crate::cli::cluster::bounded;
@@ -23,6 +23,8 @@ use crate::cli::crds::crd_values;
 
 /// The unknown field of the dry run: the CRD keeps unknown fields for the webhook to refuse.
 pub const DRY_RUN_FIELD: &str = "sandcapCheck";
+/// The name of the dry run's provider.
+const DRY_RUN_NAME: &str = "sandcap-check-dry-run";
 /// A serving certificate with fewer days left is a warning (as the alert README suggests on
 /// `sandcap_certificate_expiry_timestamp_seconds`).
 const DAYS_WARNING: u64 = 30;
@@ -132,7 +134,7 @@ impl Target {
     fn of(hook: &ValidatingWebhook) -> Option<Target> {
         let config = &hook.client_config;
         if let Some(s) = &config.service {
-            let host = format!("{}.{}.svc", s.name, s.namespace);
+            let host = crate::certs::service_host(&s.name, &s.namespace);
             let port = u16::try_from(s.port.unwrap_or(443)).ok()?;
             let shown = format!("Service {}/{} port {port}", s.namespace, s.name);
             return Some(Target { server_name: host.clone(), host, port, shown, service: true });
@@ -201,7 +203,7 @@ pub async fn admission(client: &Client, args: &CheckArgs) -> Line {
     let probe = json!({
         "apiVersion": crate::api::API_VERSION,
         "kind": "SandboxProvider",
-        "metadata": {"name": "sandcap-check-dry-run"},
+        "metadata": {"name": DRY_RUN_NAME},
         "spec": {
             "pluginKey": "sandcap.check",
             "version": "1.0.0",
@@ -211,6 +213,14 @@ pub async fn admission(client: &Client, args: &CheckArgs) -> Line {
     });
     let probe: SandboxProvider = serde_json::from_value(probe).expect("a provider");
     let api = Api::<SandboxProvider>::all(client.clone());
+    let confirmed = if args.confirm_dry_run_only {
+        match dry_run_only(&api, &probe, args).await {
+            Ok(text) => format!("; {text}"),
+            Err(text) => return Line::fail(text),
+        }
+    } else {
+        String::new()
+    };
     let params = PostParams { dry_run: true, field_manager: Some(crate::vocabulary::FIELD_MANAGER.into()) };
     let result = match tokio::time::timeout(args.cluster.request_timeout, api.create(&params, &probe)).await {
         Ok(Ok(_)) => Ok(()),
@@ -218,8 +228,30 @@ pub async fn admission(client: &Client, args: &CheckArgs) -> Line {
         Err(_) => Err("the dry run got no answer in time".to_string()),
     };
     match verdicts::admission(result, &webhooks, DRY_RUN_FIELD) {
-        Ok(text) => Line::ok(text),
+        Ok(text) => Line::ok(format!("{text}{confirmed}")),
         Err(text) => Line::fail(text),
+    }
+}
+
+/// `--confirm-dry-run-only`: a real create of `probe`, which must be refused ([`verdicts::dry_run_only`]).
+/// What gets stored is deleted at once; the check fails then, and `--wait` tries again.
+async fn dry_run_only(api: &Api<SandboxProvider>, probe: &SandboxProvider, args: &CheckArgs) -> Result<String, String> {
+    let timeout = args.cluster.request_timeout;
+    let params = PostParams { dry_run: false, field_manager: Some(crate::vocabulary::FIELD_MANAGER.into()) };
+    let outcome = match tokio::time::timeout(timeout, api.create(&params, probe)).await {
+        Ok(Ok(_)) => RealCreate::Stored,
+        Ok(Err(kube::Error::Api(status))) => RealCreate::Refused { code: status.code, message: status.message.clone() },
+        Ok(Err(e)) => RealCreate::Failed(e.to_string()),
+        Err(_) => RealCreate::Failed(format!("no answer within {}", humantime::format_duration(timeout))),
+    };
+    let verdict = verdicts::dry_run_only(&outcome);
+    if outcome != RealCreate::Stored {
+        return verdict;
+    }
+    let what = format!("deleting SandboxProvider {DRY_RUN_NAME}");
+    match bounded(timeout, &what, api.delete(DRY_RUN_NAME, &DeleteParams::default())).await {
+        Ok(_) => verdict,
+        Err(e) => verdict.map_err(|text| format!("{text}; {e}: delete it by hand")),
     }
 }
 

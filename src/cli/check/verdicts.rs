@@ -146,6 +146,43 @@ pub fn admission(result: Result<(), String>, webhooks: &[String], field: &str) -
     }
 }
 
+/// What a real create (not a dry run) of the check's provider came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RealCreate {
+    Stored,
+    /// Refused by the apiserver: its HTTP status and message.
+    Refused {
+        code: u16,
+        message: String,
+    },
+    /// No answer from the apiserver.
+    Failed(String),
+}
+
+/// Whether an account that must create only in a dry run is limited so: its real create was
+/// forbidden by anything but an admission webhook, i.e. by an admission policy (the apiserver runs
+/// them before webhooks, so a webhook that answered means every policy let the create through) or
+/// by RBAC.
+pub fn dry_run_only(outcome: &RealCreate) -> Result<String, String> {
+    const CONFIRM: &str = "(--confirm-dry-run-only)";
+    match outcome {
+        RealCreate::Refused { code: 403, message } if !message.contains("admission webhook \"") => {
+            Ok(format!("a real create was refused first, so this account creates only in dry runs: {message}"))
+        }
+        RealCreate::Refused { code, message } => Err(format!(
+            "a real create by this account was not refused before the webhooks {CONFIRM}: no admission policy limits \
+             it to dry runs (yet: a policy takes effect a few seconds after it is created); HTTP {code}: {message}"
+        )),
+        RealCreate::Stored => Err(format!(
+            "a real create by this account was stored and is deleted again {CONFIRM}: nothing limits it to dry runs \
+             (yet: a policy takes effect a few seconds after it is created)"
+        )),
+        RealCreate::Failed(e) => Err(format!(
+            "whether this account creates only in dry runs is unknown {CONFIRM}: the real create failed: {e}"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, MicroTime, Time};
@@ -244,6 +281,33 @@ mod tests {
         assert_eq!(late, Lagging { name: "team-a/run-42".into(), generation: 2, observed: Some(1), changed_ago: 100 });
         let never = lagging(&meta(1, 800, &[]), None, now, within).unwrap();
         assert_eq!((never.observed, never.changed_ago), (None, 200), "never resolved, created 200s ago");
+    }
+
+    #[test]
+    fn only_a_forbidden_real_create_that_no_webhook_answered_confirms_dry_runs_only() {
+        let refused = |code: u16, message: &str| RealCreate::Refused { code, message: message.into() };
+        let policy = "sandboxproviders.sandcap.dev \"sandcap-check-dry-run\" is forbidden: ValidatingAdmissionPolicy \
+                      'sandcap-check-dry-run-only' with binding 'sandcap-check-dry-run-only' denied request: dry runs only";
+        let ok = dry_run_only(&refused(403, policy)).unwrap();
+        assert!(ok.ends_with(&format!("creates only in dry runs: {policy}")), "{ok}");
+        let rbac =
+            "sandboxproviders.sandcap.dev is forbidden: User \"system:serviceaccount:s:t\" cannot create resource";
+        assert!(dry_run_only(&refused(403, rbac)).is_ok(), "RBAC forbids it even more");
+
+        // The webhook answered (403 with sandcap's denials), or could not be called: every policy
+        // had let the create through.
+        let webhook =
+            "admission webhook \"validate.sandcap.dev\" denied the request: spec...sandcapCheck: unknown field";
+        let through = dry_run_only(&refused(403, webhook)).unwrap_err();
+        assert!(through.starts_with("a real create by this account was not refused before the webhooks"), "{through}");
+        assert!(through.ends_with(&format!("HTTP 403: {webhook}")), "{through}");
+        let unreachable =
+            "Internal error occurred: failed calling webhook \"validate.sandcap.dev\": connection refused";
+        assert!(dry_run_only(&refused(500, unreachable)).is_err());
+        let stored = dry_run_only(&RealCreate::Stored).unwrap_err();
+        assert!(stored.contains("was stored and is deleted again"), "{stored}");
+        let unknown = dry_run_only(&RealCreate::Failed("no answer within 10s".into())).unwrap_err();
+        assert!(unknown.ends_with("the real create failed: no answer within 10s"), "{unknown}");
     }
 
     #[test]

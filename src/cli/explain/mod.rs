@@ -54,7 +54,7 @@ pub struct ExplainArgs {
     pub output: Format,
     /// The namespaces sandcap reads configFrom Secrets in, as given to `sandcap run
     /// --secret-namespaces` (the chart's secretNamespaces): `*` every namespace, or a
-    /// comma-separated list.
+    /// comma-separated list; empty, as there by default, none.
     #[arg(long, default_value = crate::run::SECRET_NAMESPACES, global = true, value_name = "NAMESPACES")]
     pub secret_namespaces: SecretScope,
     #[command(flatten)]
