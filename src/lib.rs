@@ -1,30 +1,21 @@
 //! sandcap: admission webhook and operator for sandbox-provider plugin capabilities.
 //!
-//! The pure core is [`vocabulary`] (the contract's words), [`api`] (the resources, whose schema
-//! carries the rules the apiserver enforces), [`contract`] (capability resolution), [`schema`]
-//! (the apiserver's verdict on an object, offline), [`validation`] (the webhook's rules) and
-//! [`judge`] (both layers' verdict, for `sandcap validate` and the controllers' audit);
-//! everything else is a thin shell that feeds them and writes their answers somewhere. The layers,
+//! The rules live in the pure core, the `sandcap-core` crate (core/), re-exported here under the
+//! same names so that every shell and test reads `sandcap::contract` and the like. This crate
+//! holds the shells that feed the core and write its answers somewhere: the webhook and admin
+//! listeners, the controllers, the worker probe, certificates and the command line. The layers,
 //! and which module may use which, are in docs/architecture.md.
 
+pub use sandcap_core::{admission, api, config_schema, contract, decode, judge, schema, text, validation, vocabulary};
+
 pub mod admin;
-pub mod admission;
-pub mod api;
 pub mod certs;
 pub mod cli;
-pub mod config_schema;
-pub mod contract;
 pub mod controller;
-pub mod decode;
-pub mod judge;
 pub mod listener;
 pub mod metrics;
 pub mod probe;
 pub mod run;
-pub mod schema;
 pub mod telemetry;
-pub mod text;
 pub mod tls;
-pub mod validation;
-pub mod vocabulary;
 pub mod webhook;

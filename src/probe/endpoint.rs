@@ -5,8 +5,8 @@ use reqwest::Url;
 pub use crate::api::redacted;
 use crate::api::{ServiceRef, WorkerRef, is_dns_label};
 
-use super::addresses::AllowedCidrs;
 use super::error::ProbeError;
+use sandcap_core::addresses::AllowedCidrs;
 
 /// Where the worker answers: its Service's cluster DNS name, or `spec.worker.url` when the
 /// operator allows URLs and its host is not refused by name or IP literal (`allowed_cidrs`).

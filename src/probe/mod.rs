@@ -14,10 +14,10 @@
 //! (`--worker-url-allowed-cidrs`). The check holds where the connection is made: an IP literal is
 //! checked before the request, and a host name's addresses are filtered as it is resolved.
 
-mod addresses;
 mod answer;
 mod endpoint;
 mod error;
+mod resolver;
 #[cfg(test)]
 mod tests;
 
@@ -31,11 +31,12 @@ use reqwest::Url;
 use crate::api::{SandboxProvider, SandboxProviderSpec, WorkerRef};
 use crate::contract::Verified;
 
-pub use addresses::{AddressClass, AllowedCidrs, classify};
-use addresses::{GuardedResolver, Lookup, ResolveError, literal_ip, system_lookup};
 use answer::{initialize_request, parse_answer};
 pub use endpoint::{endpoint, parse_worker_url, redacted};
 pub use error::{FailureClass, MAX_ANSWER_BYTES, ProbeError, ProbeFailure};
+use resolver::{GuardedResolver, Lookup, ResolveError, system_lookup};
+use sandcap_core::addresses::literal_ip;
+pub use sandcap_core::addresses::{AddressClass, AllowedCidrs, classify};
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 

@@ -1,14 +1,12 @@
-//! Where a worker URL may not lead: the refused address classes, the operator's exceptions, and
-//! the resolver that applies them to the addresses actually connected to.
+//! Where a worker may not lead: the refused address classes and the operator's exceptions. The
+//! probe's resolver (the binary's `probe::resolver`) applies them to the addresses actually
+//! connected to; the webhook to hosts as written.
 
-use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::pin::Pin;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use ipnet::IpNet;
-use reqwest::Url;
-use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use url::Url;
 
 use crate::vocabulary::words;
 
@@ -28,8 +26,8 @@ words! {
     }
 }
 
-pub(super) const GCE_AWS_AZURE_METADATA: IpAddr = IpAddr::V4(Ipv4Addr::new(169, 254, 169, 254));
-pub(super) const METADATA: [IpAddr; 5] = [
+pub const GCE_AWS_AZURE_METADATA: IpAddr = IpAddr::V4(Ipv4Addr::new(169, 254, 169, 254));
+pub const METADATA: [IpAddr; 5] = [
     GCE_AWS_AZURE_METADATA,
     // AWS over IPv6 (Nitro instances).
     IpAddr::V6(Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)),
@@ -68,7 +66,7 @@ pub fn classify(ip: IpAddr) -> Option<AddressClass> {
 /// bits), ISATAP (an interface identifier `0:5efe` or `200:5efe` under any prefix), SIIT's
 /// `::ffff:0:a.b.c.d` and the deprecated IPv4-compatible `::a.b.c.d`. The IPv4-mapped form is not
 /// among them: it is the IPv4 address itself ([`Ipv6Addr::to_canonical`]).
-pub(super) fn embedded_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+pub fn embedded_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
     let bits = v6.to_bits();
     let low = Ipv4Addr::from_bits(bits as u32);
     match v6.segments() {
@@ -83,7 +81,7 @@ pub(super) fn embedded_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
 
 /// Host names that always stand for a refused address, and the address each stands for. They are
 /// refused by name as well, so that the webhook, which resolves nothing, can deny them.
-pub(super) fn named_address(name: &str) -> Option<IpAddr> {
+pub fn named_address(name: &str) -> Option<IpAddr> {
     let name = name.strip_suffix('.').unwrap_or(name);
     if name == "localhost" || name.ends_with(".localhost") {
         // RFC 6761: every name under localhost is loopback.
@@ -126,60 +124,8 @@ impl AllowedCidrs {
     }
 }
 
-/// Resolves host names for the probe and keeps only the addresses worker URLs may reach, so the
-/// check holds for the address actually connected to, whatever the name (one that rebinds
-/// between checks included). A Service's name is resolved the same way: a ClusterIP, which no
-/// class holds, or, for an ExternalName Service, whatever its external name leads to.
-pub(super) struct GuardedResolver {
-    pub(super) allowed: AllowedCidrs,
-    pub(super) lookup: Lookup,
-}
-
-/// Looks a host name up: the system's resolver ([`system_lookup`]), or a table in tests.
-pub(super) type Lookup =
-    Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = io::Result<Vec<SocketAddr>>> + Send>> + Send + Sync>;
-
-pub(super) fn system_lookup() -> Lookup {
-    Arc::new(|name| Box::pin(async move { Ok(tokio::net::lookup_host((name.as_str(), 0)).await?.collect()) }))
-}
-
-/// Why [`GuardedResolver`] gave no address; found again in the request error's causes.
-#[derive(Debug, thiserror::Error)]
-pub(super) enum ResolveError {
-    #[error("the name does not resolve")]
-    Lookup,
-    #[error("the name resolves only to {0} addresses")]
-    Refused(AddressClass),
-}
-
-impl Resolve for GuardedResolver {
-    fn resolve(&self, name: Name) -> Resolving {
-        let allowed = self.allowed.clone();
-        let found = (self.lookup)(name.as_str().to_string());
-        Box::pin(async move {
-            let found = found.await.map_err(|_| ResolveError::Lookup)?;
-            let mut refused = None;
-            let kept: Vec<SocketAddr> = found
-                .into_iter()
-                .filter(|addr| match allowed.refuses(addr.ip()) {
-                    Some(class) => {
-                        refused.get_or_insert(class);
-                        false
-                    }
-                    None => true,
-                })
-                .collect();
-            match refused {
-                Some(class) if kept.is_empty() => Err(ResolveError::Refused(class).into()),
-                _ if kept.is_empty() => Err(ResolveError::Lookup.into()),
-                _ => Ok(Box::new(kept.into_iter()) as Addrs),
-            }
-        })
-    }
-}
-
 /// The URL's host if it is an IP address. The URL parser writes every IPv4 spelling
 /// (2130706433, 0x7f.1, 0177.0.0.1) as dotted decimal, and an IPv6 one in brackets.
-pub(super) fn literal_ip(url: &Url) -> Option<IpAddr> {
+pub fn literal_ip(url: &Url) -> Option<IpAddr> {
     url.host_str()?.trim_start_matches('[').trim_end_matches(']').parse().ok()
 }

@@ -17,13 +17,13 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::addresses::AllowedCidrs;
 use crate::api::{
     ConfigSource, DriverDeclaration, ProviderRef, SandboxLeaseSpec, SandboxProviderSpec, SecretKeyRef, ServiceRef,
     WorkerRef, WorkloadRef,
 };
 use crate::config_schema::{self, Deadline};
 pub use crate::decode::Shape;
-use crate::probe::AllowedCidrs;
 use crate::schema;
 use crate::text;
 use crate::vocabulary::{Capability, DriverKind, Kind, REMOVED_KEYS};
@@ -33,7 +33,7 @@ pub use verdict::{MAX_MESSAGE, MAX_PER_KIND, MAX_WARNING_LEN, MAX_WARNINGS, Prob
 #[derive(Clone, Debug, Default)]
 pub struct Options {
     pub allow_worker_urls: bool,
-    /// Refused addresses that worker URLs may reach nonetheless ([`crate::probe`]).
+    /// Refused addresses that worker URLs may reach nonetheless ([`crate::addresses`]).
     pub worker_url_allowed_cidrs: AllowedCidrs,
 }
 
@@ -313,7 +313,7 @@ impl Checker {
                 "spec.worker.url",
                 "worker URLs are refused because the operator runs without --allow-worker-urls: use spec.worker.service instead",
             );
-        } else if let Some(url) = url.as_str().and_then(|u| reqwest::Url::parse(u).ok())
+        } else if let Some(url) = url.as_str().and_then(|u| url::Url::parse(u).ok())
             && let Some(class) = options.worker_url_allowed_cidrs.refuses_host(&url)
         {
             let host = text::clip(url.host_str().unwrap_or_default(), 253);
@@ -389,7 +389,7 @@ fn field<'v>(map: &'v Map<String, Value>, key: &str) -> Option<&'v Value> {
     map.get(key).filter(|v| !v.is_null())
 }
 
-pub(crate) fn type_name(value: &Value) -> &'static str {
+pub fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

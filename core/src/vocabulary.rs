@@ -8,8 +8,11 @@
 //! and the serde and schema spellings all come from that one declaration.
 
 /// Declares a closed set of words: the enum (serde and schemars spell each variant as given),
-/// `ALL` in declaration order, the spelling and its inverse.
-macro_rules! words {
+/// `ALL` in declaration order, the spelling and its inverse. Exported for the shells' own closed
+/// sets (the probe's failure classes); its users depend on serde and schemars.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! __words {
     ($(#[$meta:meta])* pub enum $name:ident ($as_str:ident, $parse:ident) {
         $($(#[$vmeta:meta])* $variant:ident = $text:literal,)*
     }) => {
@@ -44,7 +47,7 @@ macro_rules! words {
     };
 }
 
-pub(crate) use words;
+pub use crate::__words as words;
 
 /// The field manager of every write: status, the certificate Secret, the webhook's caBundle.
 pub const FIELD_MANAGER: &str = "sandcap";
