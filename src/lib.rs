@@ -6,7 +6,9 @@
 //! listeners, the controllers, the worker probe, certificates and the command line. The layers,
 //! and which module may use which, are in docs/architecture.md.
 
-pub use sandcap_core::{admission, api, config_schema, contract, decode, judge, schema, text, validation, vocabulary};
+pub use sandcap_core::{
+    addresses, admission, api, config_schema, contract, decode, judge, schema, text, validation, vocabulary,
+};
 
 pub mod admin;
 pub mod certs;

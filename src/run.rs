@@ -12,12 +12,12 @@ use clap::ArgAction;
 use ipnet::IpNet;
 use prometheus_client::registry::Registry;
 
+use crate::addresses::{AllowedCidrs, WorkerPolicy};
 use crate::admin::{Readiness, admin_router, serve_admin};
 use crate::certs::{self, CertOptions};
 use crate::controller::{self, ControllerOptions, SecretScope};
 use crate::listener::{BindError, Limits, Stop, bind};
 use crate::metrics::{ApiLabels, Metrics};
-use crate::probe::AllowedCidrs;
 use crate::telemetry::{LogFormat, init_tracing};
 use crate::tls::{CertFiles, CertLoadError, CertSource};
 use crate::validation::Options;
@@ -61,14 +61,8 @@ pub struct RunArgs {
     /// Run only the controllers.
     #[arg(long, env = "SANDCAP_CONTROLLERS_ONLY")]
     pub controllers_only: bool,
-    /// Accept and probe `spec.worker.url` in providers.
-    #[arg(long, env = "SANDCAP_ALLOW_WORKER_URLS")]
-    pub allow_worker_urls: bool,
-    /// Loopback, link-local, cloud metadata and unspecified addresses that worker URLs may reach
-    /// nonetheless, as CIDRs, comma-separated (e.g. `127.0.0.0/8,::1/128` for a worker beside
-    /// sandcap). Every other address is allowed with --allow-worker-urls.
-    #[arg(long, env = "SANDCAP_WORKER_URL_ALLOWED_CIDRS", value_delimiter = ',', value_name = "CIDRS")]
-    pub worker_url_allowed_cidrs: Vec<IpNet>,
+    #[command(flatten)]
+    pub workers: WorkerPolicyArgs,
     /// How often every provider's worker is probed again.
     #[arg(long, env = "SANDCAP_PROBE_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
     pub probe_interval: Duration,
@@ -133,13 +127,32 @@ pub struct RunArgs {
     pub service_name: String,
 }
 
+/// Where the operator lets workers be ([`WorkerPolicy`]): `sandcap run`'s flags, which
+/// `validate` and `resolve` take too, so that they judge as that operator would.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct WorkerPolicyArgs {
+    /// Accept and probe `spec.worker.url` in providers.
+    #[arg(long, env = "SANDCAP_ALLOW_WORKER_URLS")]
+    pub allow_worker_urls: bool,
+    /// Loopback, link-local, cloud metadata and unspecified addresses (and the IPv6 forms that
+    /// carry them) that workers may reach nonetheless, as CIDRs, comma-separated (e.g.
+    /// `127.0.0.0/8,::1/128` for a worker beside sandcap). Every other address is allowed.
+    #[arg(long, env = "SANDCAP_WORKER_URL_ALLOWED_CIDRS", value_delimiter = ',', value_name = "CIDRS")]
+    pub worker_url_allowed_cidrs: Vec<IpNet>,
+}
+
+impl WorkerPolicyArgs {
+    pub fn policy(&self) -> WorkerPolicy {
+        WorkerPolicy {
+            allow_urls: self.allow_worker_urls,
+            allowed_cidrs: AllowedCidrs::new(self.worker_url_allowed_cidrs.iter().copied()),
+        }
+    }
+}
+
 impl RunArgs {
     pub fn leader_election_namespace(&self) -> &str {
         self.leader_election_namespace.as_deref().unwrap_or(&self.pod_namespace)
-    }
-
-    pub fn worker_url_allowed_cidrs(&self) -> AllowedCidrs {
-        AllowedCidrs::new(self.worker_url_allowed_cidrs.iter().copied())
     }
 
     /// The drain window that applies: none without a webhook, which has no clients to wait for.
@@ -230,8 +243,7 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
                 let options = ControllerOptions {
                     probe_interval: args.probe_interval,
                     probe_timeout: args.probe_timeout,
-                    allow_worker_urls: args.allow_worker_urls,
-                    worker_url_allowed_cidrs: args.worker_url_allowed_cidrs(),
+                    workers: args.workers.policy(),
                     leader_elect: args.leader_elect,
                     lease_name: args.leader_election_name.clone(),
                     lease_namespace: args.leader_election_namespace().to_string(),
@@ -268,10 +280,7 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
         let webhook = Webhook {
             listener: bind(args.webhook_addr).await?,
             certificate: cert_source(args)?,
-            options: Options {
-                allow_worker_urls: args.allow_worker_urls,
-                worker_url_allowed_cidrs: args.worker_url_allowed_cidrs(),
-            },
+            options: Options { workers: args.workers.policy() },
             limits: Limits::default(),
         };
         Ok(serve_webhook(webhook, metrics.clone(), readiness, stop.clone()).await?)

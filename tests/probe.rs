@@ -5,10 +5,9 @@ mod support;
 
 use std::time::Duration;
 
+use sandcap::addresses::{AddressClass, AllowedCidrs, WorkerPolicy};
 use sandcap::api::{SandboxProvider, SandboxProviderSpec};
-use sandcap::probe::{
-    AddressClass, AllowedCidrs, FailureClass, MAX_ANSWER_BYTES, ProbeError, ProbeOutcome, Prober, parse_worker_url,
-};
+use sandcap::probe::{FailureClass, MAX_ANSWER_BYTES, ProbeError, ProbeOutcome, Prober, parse_worker_url};
 use sandcap::vocabulary::WORKER_METHODS;
 use serde_json::Value;
 use support::{Worker, all_true, provider};
@@ -26,7 +25,9 @@ fn loopback() -> AllowedCidrs {
 
 async fn probe_allowing(url: &str, timeout: Duration, allowed: AllowedCidrs) -> ProbeOutcome {
     let url = parse_worker_url(url).expect("a valid URL");
-    Prober::new(timeout, true, allowed, "test-instance").probe_url(&url, &spec()).await
+    Prober::new(timeout, WorkerPolicy { allow_urls: true, allowed_cidrs: allowed }, "test-instance")
+        .probe_url(&url, &spec())
+        .await
 }
 
 async fn probe_with(url: &str, timeout: Duration) -> ProbeOutcome {
@@ -305,14 +306,22 @@ async fn http_errors_fail_and_redirects_are_not_followed() {
 async fn a_worker_url_is_not_probed_without_the_flag() {
     let worker = Worker::with_methods(&WORKER_METHODS);
     let provider: SandboxProvider = serde_json::from_value(provider("acme", &worker.url, all_true())).unwrap();
-    let refused = Prober::new(Duration::from_secs(5), false, loopback(), "test").probe(&provider).await;
+    let refused =
+        Prober::new(Duration::from_secs(5), WorkerPolicy { allow_urls: false, allowed_cidrs: loopback() }, "test")
+            .probe(&provider)
+            .await;
     assert_eq!(refused.reason(), "endpoint");
     assert!(failure(refused).contains("without --allow-worker-urls"));
     let loopback_refused =
-        Prober::new(Duration::from_secs(5), true, AllowedCidrs::default(), "test").probe(&provider).await;
+        Prober::new(Duration::from_secs(5), WorkerPolicy { allow_urls: true, ..WorkerPolicy::default() }, "test")
+            .probe(&provider)
+            .await;
     assert_eq!(failed_with(&loopback_refused), &ProbeError::RefusedAddress(AddressClass::Loopback));
     assert!(!failure(loopback_refused).starts_with("probe of"), "refused before any probe");
-    let allowed = Prober::new(Duration::from_secs(5), true, loopback(), "test").probe(&provider).await;
+    let allowed =
+        Prober::new(Duration::from_secs(5), WorkerPolicy { allow_urls: true, allowed_cidrs: loopback() }, "test")
+            .probe(&provider)
+            .await;
     assert!(matches!(allowed, ProbeOutcome::Succeeded { .. }));
 }
 

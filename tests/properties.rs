@@ -3,6 +3,7 @@
 mod support;
 
 use proptest::prelude::*;
+use sandcap::addresses::WorkerPolicy;
 use sandcap::api::{DeclaredCapabilities, DriverDeclaration, LeasePolicy};
 use sandcap::api::{SandboxLease, SandboxProvider};
 use sandcap::contract::{
@@ -213,7 +214,7 @@ proptest! {
         allow_worker_urls in any::<bool>(),
     ) {
         let parts = |shape: Shape, v: &Value| shape.decode(&v.to_string()).unwrap();
-        let options = Options { allow_worker_urls, ..Options::default() };
+        let options = Options { workers: WorkerPolicy { allow_urls: allow_worker_urls, ..WorkerPolicy::default() } };
         prop_assert_eq!(
             review(&parts(REVIEWED, &object), Some(&parts(REVIEWED, &old)), &options),
             review(&object, Some(&old), &options)
@@ -237,7 +238,7 @@ proptest! {
             }
             None => updated["status"] = json!({"changed": true}),
         }
-        let options = Options { allow_worker_urls, ..Options::default() };
+        let options = Options { workers: WorkerPolicy { allow_urls: allow_worker_urls, ..WorkerPolicy::default() } };
         let update = review(&updated, Some(&stored), &options);
         prop_assert!(update.allowed(), "{}", update.message());
         let create = review(&updated, None, &options);

@@ -4,7 +4,7 @@
 
 mod support;
 
-use sandcap::probe::AllowedCidrs;
+use sandcap::addresses::{AllowedCidrs, WorkerPolicy};
 use sandcap::validation::{ALREADY_STORED, MAX_PER_KIND, MAX_WARNING_LEN, MAX_WARNINGS, Options, REVIEWED, review};
 use serde_json::{Value, json};
 use support::fixtures::*;
@@ -91,7 +91,9 @@ fn worker_urls_are_refused_without_allow_worker_urls() {
         review(&p, None, &Options::default()).message(),
         "spec.worker.url: worker URLs are refused because the operator runs without --allow-worker-urls: use spec.worker.service instead"
     );
-    assert!(review(&p, None, &Options { allow_worker_urls: true, ..Options::default() }).allowed());
+    assert!(
+        review(&p, None, &Options { workers: WorkerPolicy { allow_urls: true, ..WorkerPolicy::default() } }).allowed()
+    );
 }
 
 fn with_worker_url(url: &str) -> Value {
@@ -99,10 +101,8 @@ fn with_worker_url(url: &str) -> Value {
 }
 
 fn allowing(cidrs: &[&str]) -> Options {
-    Options {
-        allow_worker_urls: true,
-        worker_url_allowed_cidrs: AllowedCidrs::new(cidrs.iter().map(|c| c.parse().unwrap())),
-    }
+    let allowed_cidrs = AllowedCidrs::new(cidrs.iter().map(|c| c.parse().unwrap()));
+    Options { workers: WorkerPolicy { allow_urls: true, allowed_cidrs } }
 }
 
 #[test]
@@ -153,7 +153,7 @@ fn worker_url_allowed_cidrs_admit_exactly_what_they_cover() {
     let denied = review(&with_worker_url("http://169.254.169.254/"), None, &loopback);
     assert!(denied.message().contains("(cloud metadata)"), "{}", denied.message());
     // Without --allow-worker-urls the allow list changes nothing.
-    let off = Options { allow_worker_urls: false, ..loopback };
+    let off = Options { workers: WorkerPolicy { allow_urls: false, ..loopback.workers } };
     assert!(
         review(&with_worker_url("http://127.0.0.1:9/rpc"), None, &off)
             .message()

@@ -92,6 +92,23 @@ pub fn named_address(name: &str) -> Option<IpAddr> {
     METADATA_NAMES.contains(&name).then_some(GCE_AWS_AZURE_METADATA)
 }
 
+/// Where the operator lets workers be: whether a provider may name its worker by URL at all
+/// (`--allow-worker-urls`; a Service is always allowed), and which refused addresses workers may
+/// reach nonetheless. One value, so that the webhook, the probe and the offline commands judge by
+/// the same policy.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerPolicy {
+    pub allow_urls: bool,
+    pub allowed_cidrs: AllowedCidrs,
+}
+
+impl WorkerPolicy {
+    /// URLs to any address: for `sandcap resolve --worker-url`, whose URL is its caller's own.
+    pub fn any() -> WorkerPolicy {
+        WorkerPolicy { allow_urls: true, allowed_cidrs: AllowedCidrs::any() }
+    }
+}
+
 /// `--worker-url-allowed-cidrs`: the refused addresses worker URLs may reach nonetheless (a worker
 /// on loopback in a test, say). Addresses outside every class are always allowed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -12,11 +12,12 @@ use serde_json::Value;
 
 use super::error::CliError;
 use super::manifests::{Loaded, Manifests};
-use super::validate::OperatorArgs;
+use crate::addresses::WorkerPolicy;
 use crate::api::{Capabilities, Explanation, LeasePolicy, SandboxLease, SandboxProvider, SecretKeyRef};
 use crate::contract::{self, Refusals, SecretLookup, Verified};
 use crate::judge::judge;
-use crate::probe::{self, AllowedCidrs, ProbeOutcome, Prober};
+use crate::probe::{self, ProbeOutcome, Prober};
+use crate::run::WorkerPolicyArgs;
 use crate::schema;
 use crate::validation::{self, Options};
 use crate::vocabulary::Kind;
@@ -57,7 +58,7 @@ pub struct ResolveArgs {
     pub output: TableOutput,
     /// What today's rules refuse grants nothing; they are judged as by this operator.
     #[command(flatten)]
-    pub operator: OperatorArgs,
+    pub workers: WorkerPolicyArgs,
 }
 
 /// One driver's resolution, in the JSON shape docs/contract.md ("Command line") gives.
@@ -74,7 +75,7 @@ pub(super) fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, Cl
     let inputs = std::iter::once(&args.provider).chain(&args.lease).chain(&args.secrets);
     Manifests::stdin_at_most_once(inputs.map(PathBuf::as_path))?;
     let mut manifests = Manifests::new(args.recursive);
-    let options = args.operator.options();
+    let options = Options { workers: args.workers.policy() };
     let (provider, provider_refused): (SandboxProvider, _) =
         load_one(&mut manifests, &args.provider, Kind::SandboxProvider, &options)?;
     let verified = match (&args.worker_methods, &args.worker_url) {
@@ -152,7 +153,7 @@ fn probe_live(url: &str, provider: &SandboxProvider) -> Result<Verified, CliErro
         .enable_all()
         .build()
         .map_err(|e| CliError::Usage(format!("cannot start the probe: {e}")))?;
-    let prober = Prober::new(probe::DEFAULT_TIMEOUT, true, AllowedCidrs::any(), "sandcap-resolve");
+    let prober = Prober::new(probe::DEFAULT_TIMEOUT, WorkerPolicy::any(), "sandcap-resolve");
     let outcome = runtime.block_on(prober.probe_url(&url, &provider.spec));
     if let ProbeOutcome::Failed(failure) = &outcome {
         // Not eprintln!, which panics when stderr is a closed pipe (see main.rs). The caller chose

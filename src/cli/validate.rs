@@ -4,13 +4,12 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::ValueEnum;
-use ipnet::IpNet;
 use serde::Serialize;
 
 use super::error::CliError;
 use super::manifests::{Loaded, Manifests};
 use crate::judge::{Options, judge};
-use crate::probe::AllowedCidrs;
+use crate::run::WorkerPolicyArgs;
 use crate::schema;
 use crate::validation;
 use crate::vocabulary::Kind;
@@ -36,33 +35,13 @@ pub struct ValidateArgs {
     pub recursive: bool,
     #[arg(short, long, value_enum, default_value_t)]
     pub output: Output,
+    /// Judge as an operator started with these would.
     #[command(flatten)]
-    pub operator: OperatorArgs,
+    pub workers: WorkerPolicyArgs,
     /// Write the apiserver's messages as this Kubernetes minor does: 1.35 or 1.37, the oldest and
     /// the newest minor tested (they write the same forms).
     #[arg(long, default_value = "1.37", value_parser = parse_server)]
     pub kubernetes_version: schema::Server,
-}
-
-/// The operator's settings that today's rules depend on, as `sandcap run` takes them: `validate`
-/// and `resolve` judge as that operator would.
-#[derive(Debug, clap::Args)]
-pub struct OperatorArgs {
-    /// Judge as an operator started with --allow-worker-urls would.
-    #[arg(long, env = "SANDCAP_ALLOW_WORKER_URLS")]
-    pub allow_worker_urls: bool,
-    /// Judge as an operator started with this --worker-url-allowed-cidrs would.
-    #[arg(long, env = "SANDCAP_WORKER_URL_ALLOWED_CIDRS", value_delimiter = ',', value_name = "CIDRS")]
-    pub worker_url_allowed_cidrs: Vec<IpNet>,
-}
-
-impl OperatorArgs {
-    pub fn options(&self) -> Options {
-        Options {
-            allow_worker_urls: self.allow_worker_urls,
-            worker_url_allowed_cidrs: AllowedCidrs::new(self.worker_url_allowed_cidrs.iter().copied()),
-        }
-    }
 }
 
 fn parse_server(minor: &str) -> Result<schema::Server, String> {
@@ -83,7 +62,7 @@ struct ValidateRecord {
 }
 
 pub(super) fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
-    let options = args.operator.options();
+    let options = Options { workers: args.workers.policy() };
     let mut records = Vec::new();
     let mut manifests = Manifests::new(args.recursive);
     let mut loaded = Vec::new();

@@ -49,9 +49,10 @@ use provider::reconcile_provider;
 #[cfg(test)]
 pub(crate) use {lease::lease_status, provider::provider_status};
 
+use crate::addresses::WorkerPolicy;
 use crate::judge::Options;
 use crate::metrics::Metrics;
-use crate::probe::{AllowedCidrs, Prober};
+use crate::probe::Prober;
 
 /// Probes are slow I/O; a few at a time keeps a burst of new providers from piling up sockets.
 const PROVIDER_CONCURRENCY: u16 = 16;
@@ -63,8 +64,7 @@ const LEASE_CONCURRENCY: usize = 32;
 pub struct ControllerOptions {
     pub probe_interval: Duration,
     pub probe_timeout: Duration,
-    pub allow_worker_urls: bool,
-    pub worker_url_allowed_cidrs: AllowedCidrs,
+    pub workers: WorkerPolicy,
     pub leader_elect: bool,
     pub lease_name: String,
     pub lease_namespace: String,
@@ -111,17 +111,9 @@ async fn controllers(
     metrics: Metrics,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    let prober = Prober::new(
-        options.probe_timeout,
-        options.allow_worker_urls,
-        options.worker_url_allowed_cidrs.clone(),
-        &options.identity,
-    );
+    let prober = Prober::new(options.probe_timeout, options.workers.clone(), &options.identity);
     // The audit judges with the settings this process's webhook runs with.
-    let settings = Options {
-        allow_worker_urls: options.allow_worker_urls,
-        worker_url_allowed_cidrs: options.worker_url_allowed_cidrs.clone(),
-    };
+    let settings = Options { workers: options.workers.clone() };
     let per_object = PerObject::new(Audits::new(settings, &metrics));
     let forget = {
         let per_object = per_object.clone();
@@ -212,7 +204,7 @@ mod tests {
     /// A context whose client is never connected to.
     fn context(metrics: Metrics) -> Arc<Context> {
         let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
-        let prober = Prober::new(Duration::from_secs(1), false, AllowedCidrs::default(), "test");
+        let prober = Prober::new(Duration::from_secs(1), WorkerPolicy::default(), "test");
         let caches = Caches {
             providers: kube::runtime::reflector::store().0,
             leases: kube::runtime::reflector::store().0,

@@ -246,13 +246,18 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::addresses::{AddressClass, WorkerPolicy};
     use crate::controller::fixtures::{T0, later, provider, time};
-    use crate::probe::{AddressClass, AllowedCidrs, ProbeError, ProbeFailure};
+    use crate::probe::{ProbeError, ProbeFailure};
 
     const INTERVAL: Duration = Duration::from_secs(300);
 
     fn prober(allow_worker_urls: bool) -> Prober {
-        Prober::new(Duration::from_secs(1), allow_worker_urls, AllowedCidrs::default(), "test")
+        Prober::new(
+            Duration::from_secs(1),
+            WorkerPolicy { allow_urls: allow_worker_urls, ..WorkerPolicy::default() },
+            "test",
+        )
     }
 
     fn condition<'s>(status: &'s SandboxProviderStatus, type_: &str) -> &'s Condition {

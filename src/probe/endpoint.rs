@@ -6,17 +6,17 @@ pub use crate::api::redacted;
 use crate::api::{ServiceRef, WorkerRef, is_dns_label};
 
 use super::error::ProbeError;
-use sandcap_core::addresses::AllowedCidrs;
+use crate::addresses::WorkerPolicy;
 
 /// Where the worker answers: its Service's cluster DNS name, or `spec.worker.url` when the
-/// operator allows URLs and its host is not refused by name or IP literal (`allowed_cidrs`).
-pub fn endpoint(worker: &WorkerRef, allow_worker_urls: bool, allowed_cidrs: &AllowedCidrs) -> Result<Url, ProbeError> {
+/// operator allows URLs and its host is not refused by name or IP literal.
+pub fn endpoint(worker: &WorkerRef, policy: &WorkerPolicy) -> Result<Url, ProbeError> {
     let endpoint = |message: &str| ProbeError::Endpoint(message.into());
     match (&worker.service, &worker.url) {
         (Some(service), None) => service_url(service).map_err(ProbeError::Endpoint),
-        (None, Some(url)) if allow_worker_urls => {
+        (None, Some(url)) if policy.allow_urls => {
             let url = parse_worker_url(url).map_err(|e| ProbeError::Endpoint(format!("spec.worker.url {e}")))?;
-            match allowed_cidrs.refuses_host(&url) {
+            match policy.allowed_cidrs.refuses_host(&url) {
                 Some(class) => Err(ProbeError::RefusedAddress(class)),
                 None => Ok(url),
             }

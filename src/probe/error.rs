@@ -4,8 +4,8 @@ use std::fmt;
 use std::io;
 use std::time::Duration;
 
+use crate::addresses::AddressClass;
 use crate::vocabulary::words;
-use sandcap_core::addresses::AddressClass;
 
 /// An answer larger than this is refused; a real `initialize` result is a few hundred bytes.
 pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;

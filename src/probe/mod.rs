@@ -31,12 +31,12 @@ use reqwest::Url;
 use crate::api::{SandboxProvider, SandboxProviderSpec, WorkerRef};
 use crate::contract::Verified;
 
+use crate::addresses::WorkerPolicy;
+use crate::addresses::literal_ip;
 use answer::{initialize_request, parse_answer};
 pub use endpoint::{endpoint, parse_worker_url, redacted};
 pub use error::{FailureClass, MAX_ANSWER_BYTES, ProbeError, ProbeFailure};
 use resolver::{GuardedResolver, Lookup, ResolveError, system_lookup};
-use sandcap_core::addresses::literal_ip;
-pub use sandcap_core::addresses::{AddressClass, AllowedCidrs, classify};
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -79,33 +79,20 @@ impl ProbeOutcome {
 pub struct Prober {
     http: reqwest::Client,
     timeout: Duration,
-    allow_worker_urls: bool,
-    allowed_cidrs: AllowedCidrs,
+    policy: WorkerPolicy,
     instance_id: String,
     next_id: Arc<AtomicU64>,
 }
 
 impl Prober {
-    /// `timeout` bounds connecting and the whole exchange; `allow_worker_urls` and
-    /// `allowed_cidrs` are the operator's flags of the same names; `instance_id` is sent as
-    /// `instanceInfo.instanceId` (the operator's identity).
-    pub fn new(
-        timeout: Duration,
-        allow_worker_urls: bool,
-        allowed_cidrs: AllowedCidrs,
-        instance_id: impl Into<String>,
-    ) -> Prober {
-        Prober::with_lookup(timeout, allow_worker_urls, allowed_cidrs, instance_id, system_lookup())
+    /// `timeout` bounds connecting and the whole exchange; `policy` is where the operator lets
+    /// workers be; `instance_id` is sent as `instanceInfo.instanceId` (the operator's identity).
+    pub fn new(timeout: Duration, policy: WorkerPolicy, instance_id: impl Into<String>) -> Prober {
+        Prober::with_lookup(timeout, policy, instance_id, system_lookup())
     }
 
     /// [`Prober::new`] with the host names looked up by `lookup`.
-    fn with_lookup(
-        timeout: Duration,
-        allow_worker_urls: bool,
-        allowed_cidrs: AllowedCidrs,
-        instance_id: impl Into<String>,
-        lookup: Lookup,
-    ) -> Prober {
+    fn with_lookup(timeout: Duration, policy: WorkerPolicy, instance_id: impl Into<String>, lookup: Lookup) -> Prober {
         crate::tls::install_default_provider();
         let http = reqwest::Client::builder()
             .connect_timeout(timeout)
@@ -114,23 +101,16 @@ impl Prober {
             .redirect(reqwest::redirect::Policy::none())
             // Through a proxy, the proxy would resolve the name and the address check would not hold.
             .no_proxy()
-            .dns_resolver(Arc::new(GuardedResolver { allowed: allowed_cidrs.clone(), lookup }))
+            .dns_resolver(Arc::new(GuardedResolver { allowed: policy.allowed_cidrs.clone(), lookup }))
             .user_agent(concat!("sandcap/", env!("CARGO_PKG_VERSION")))
             .build()
             .expect("a client with these settings always builds");
-        Prober {
-            http,
-            timeout,
-            allow_worker_urls,
-            allowed_cidrs,
-            instance_id: instance_id.into(),
-            next_id: Arc::default(),
-        }
+        Prober { http, timeout, policy, instance_id: instance_id.into(), next_id: Arc::default() }
     }
 
     /// Where the worker of `worker` answers, under this prober's flags (see [`endpoint`]).
     pub fn endpoint(&self, worker: &WorkerRef) -> Result<Url, ProbeError> {
-        endpoint(worker, self.allow_worker_urls, &self.allowed_cidrs)
+        endpoint(worker, &self.policy)
     }
 
     /// Probes the provider's worker at the endpoint its spec names.
@@ -145,7 +125,7 @@ impl Prober {
     pub async fn probe_url(&self, url: &Url, spec: &SandboxProviderSpec) -> ProbeOutcome {
         // An IP literal is connected to without resolving, so it is checked here; a name is
         // checked by the resolver, on every address it resolves to.
-        let result = match literal_ip(url).and_then(|ip| self.allowed_cidrs.refuses(ip)) {
+        let result = match literal_ip(url).and_then(|ip| self.policy.allowed_cidrs.refuses(ip)) {
             Some(class) => Err(ProbeError::RefusedAddress(class).into()),
             None => self.initialize(url, spec).await,
         };

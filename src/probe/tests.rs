@@ -10,6 +10,16 @@ use super::*;
 fn cidrs(list: &[&str]) -> AllowedCidrs {
     AllowedCidrs::new(list.iter().map(|c| c.parse().unwrap()))
 }
+
+fn policy(allow_urls: bool, allowed_cidrs: AllowedCidrs) -> WorkerPolicy {
+    WorkerPolicy { allow_urls, allowed_cidrs }
+}
+
+/// URLs allowed, to no refused address.
+fn urls() -> WorkerPolicy {
+    policy(true, AllowedCidrs::default())
+}
+use crate::addresses::{AddressClass, AllowedCidrs};
 use crate::api::ServiceRef;
 
 fn answer(v: Value) -> Result<Vec<String>, ProbeError> {
@@ -81,42 +91,40 @@ fn service_endpoint_defaults_path_and_rejects_odd_names() {
         }),
         ..Default::default()
     };
-    let none = AllowedCidrs::default();
     assert_eq!(
-        endpoint(&service("acme-worker", None), false, &none).unwrap().as_str(),
+        endpoint(&service("acme-worker", None), &WorkerPolicy::default()).unwrap().as_str(),
         "http://acme-worker.sandbox-system.svc:8080/"
     );
     assert_eq!(
-        endpoint(&service("acme-worker", Some("/rpc")), false, &none).unwrap().as_str(),
+        endpoint(&service("acme-worker", Some("/rpc")), &WorkerPolicy::default()).unwrap().as_str(),
         "http://acme-worker.sandbox-system.svc:8080/rpc"
     );
     for name in ["evil.com:80/x?", "Upper", "", "-x", "a@b"] {
-        assert!(endpoint(&service(name, None), false, &none).is_err(), "{name}");
+        assert!(endpoint(&service(name, None), &WorkerPolicy::default()).is_err(), "{name}");
     }
-    assert!(endpoint(&service("w", Some("rpc")), false, &none).is_err());
+    assert!(endpoint(&service("w", Some("rpc")), &WorkerPolicy::default()).is_err());
     // A Service named like a refused host is still a cluster name under its namespace.
-    assert!(endpoint(&service("localhost", None), false, &none).is_ok());
-    assert!(endpoint(&service("metadata", None), false, &none).is_ok());
+    assert!(endpoint(&service("localhost", None), &WorkerPolicy::default()).is_ok());
+    assert!(endpoint(&service("metadata", None), &WorkerPolicy::default()).is_ok());
 }
 
 #[test]
 fn worker_urls_need_the_flag_and_are_redacted() {
-    let none = AllowedCidrs::default();
     let worker = WorkerRef { url: Some("https://user:pw@w.example:9443/rpc?token=abc".into()), ..Default::default() };
-    let refused = endpoint(&worker, false, &none).unwrap_err();
+    let refused = endpoint(&worker, &WorkerPolicy::default()).unwrap_err();
     assert_eq!(refused.reason(), "endpoint");
     assert!(refused.to_string().contains("--allow-worker-urls") && !refused.to_string().contains("pw"));
-    let url = endpoint(&worker, true, &none).unwrap();
+    let url = endpoint(&worker, &urls()).unwrap();
     assert_eq!(redacted(&url), "https://w.example:9443/rpc");
     let bad = WorkerRef { url: Some("file:///etc/passwd".into()), ..Default::default() };
-    assert!(endpoint(&bad, true, &none).unwrap_err().to_string().contains("only http and https"));
-    assert!(endpoint(&WorkerRef::default(), true, &none).is_err());
+    assert!(endpoint(&bad, &urls()).unwrap_err().to_string().contains("only http and https"));
+    assert!(endpoint(&WorkerRef::default(), &urls()).is_err());
 }
 
 #[test]
 fn refused_worker_urls_fail_closed_with_their_class() {
     let metadata = WorkerRef { url: Some("http://169.254.169.254/latest/meta-data/".into()), ..Default::default() };
-    let error = endpoint(&metadata, true, &AllowedCidrs::default()).unwrap_err();
+    let error = endpoint(&metadata, &urls()).unwrap_err();
     assert_eq!(error, ProbeError::RefusedAddress(AddressClass::Metadata));
     assert_eq!(error.reason(), "refused_address");
     assert_eq!(
@@ -124,7 +132,7 @@ fn refused_worker_urls_fail_closed_with_their_class() {
         "the worker's host is a refused address (cloud metadata); worker URLs reach one only where the \
          operator's --worker-url-allowed-cidrs allows it"
     );
-    assert!(endpoint(&metadata, true, &cidrs(&["169.254.169.254/32"])).is_ok());
+    assert!(endpoint(&metadata, &policy(true, cidrs(&["169.254.169.254/32"]))).is_ok());
 }
 
 /// A prober whose resolver answers from `table` (a name not in it does not resolve).
@@ -138,7 +146,7 @@ fn prober_resolving(table: &[(&str, &[&str])], allowed: AllowedCidrs) -> Prober 
         let found = table.get(&name).cloned().ok_or_else(|| io::Error::from(io::ErrorKind::NotFound));
         Box::pin(async move { found })
     });
-    Prober::with_lookup(Duration::from_secs(2), false, allowed, "test", lookup)
+    Prober::with_lookup(Duration::from_secs(2), policy(false, allowed), "test", lookup)
 }
 
 fn service_provider(port: u16) -> SandboxProvider {

@@ -17,7 +17,7 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::addresses::AllowedCidrs;
+use crate::addresses::WorkerPolicy;
 use crate::api::{
     ConfigSource, DriverDeclaration, ProviderRef, SandboxLeaseSpec, SandboxProviderSpec, SecretKeyRef, ServiceRef,
     WorkerRef, WorkloadRef,
@@ -32,9 +32,7 @@ pub use verdict::{MAX_MESSAGE, MAX_PER_KIND, MAX_WARNING_LEN, MAX_WARNINGS, Prob
 /// Operator settings that change what is admitted.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
-    pub allow_worker_urls: bool,
-    /// Refused addresses that worker URLs may reach nonetheless ([`crate::addresses`]).
-    pub worker_url_allowed_cidrs: AllowedCidrs,
+    pub workers: WorkerPolicy,
 }
 
 /// Starts the warning for a problem that the stored object already has (see [`review`]).
@@ -307,14 +305,14 @@ impl Checker {
     /// Only the host as written can be judged here (the webhook resolves nothing); the probe checks
     /// every address a name resolves to. A URL that does not parse is the CRD's to report.
     fn worker_url(&mut self, url: &Value, options: &Options) {
-        if !options.allow_worker_urls {
+        if !options.workers.allow_urls {
             self.problem(
                 WORKER_URL_PROBLEMS,
                 "spec.worker.url",
                 "worker URLs are refused because the operator runs without --allow-worker-urls: use spec.worker.service instead",
             );
         } else if let Some(url) = url.as_str().and_then(|u| url::Url::parse(u).ok())
-            && let Some(class) = options.worker_url_allowed_cidrs.refuses_host(&url)
+            && let Some(class) = options.workers.allowed_cidrs.refuses_host(&url)
         {
             let host = text::clip(url.host_str().unwrap_or_default(), 253);
             self.problem(
