@@ -17,11 +17,6 @@ DURATION=${DURATION:-10s}
 CONNECTIONS=${CONNECTIONS:-50}
 ROUNDS=${ROUNDS:-3}
 BODY=benches/provider-review.json
-# Three free ports, so a stale server elsewhere can never answer in place of the one measured.
-read -r WEBHOOK ADMIN TRIVIAL < <(python3 -c 'import socket
-socks = [socket.socket() for _ in range(3)]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(*("127.0.0.1:%d" % s.getsockname()[1] for s in socks))')
 
 command -v oha >/dev/null || cargo install oha --locked
 cargo build --release --locked --bin sandcap --example trivial-tls-server
@@ -29,12 +24,21 @@ cargo build --release --locked --bin sandcap --example trivial-tls-server
 pids=()
 tmp=$(mktemp -d)
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$tmp"' EXIT
-# No drain window: the trap's SIGTERM should stop it at once.
+# Both on port 0, the ports read back (never a free port released and bound later, which another
+# process may take meanwhile), so a stale server elsewhere can never answer in place of the one
+# measured. No drain window: the trap's SIGTERM should stop it at once.
 target/release/sandcap run --webhook-only --tls-self-signed --shutdown-drain-window 0s \
-  --webhook-addr "$WEBHOOK" --admin-addr "$ADMIN" >/dev/null &
+  --webhook-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 --listen-report "$tmp/listening" >/dev/null &
 pids+=($!)
-target/release/examples/trivial-tls-server "$TRIVIAL" 2>/dev/null &
+target/release/examples/trivial-tls-server 127.0.0.1:0 2>"$tmp/trivial.log" &
 pids+=($!)
+for _ in $(seq 100); do
+  [ -f "$tmp/listening" ] && grep -q '^trivial handler listening' "$tmp/trivial.log" && break
+  sleep 0.1
+done
+WEBHOOK=$(awk '$1 == "webhook" { print $2 }' "$tmp/listening")
+ADMIN=$(awk '$1 == "admin" { print $2 }' "$tmp/listening")
+TRIVIAL=$(sed -n 's|^trivial handler listening on https://\(.*\)/validate$|\1|p' "$tmp/trivial.log")
 for _ in $(seq 100); do
   curl -sf "http://$ADMIN/readyz" >/dev/null && curl -sfk -o /dev/null -X POST "https://$TRIVIAL/validate" && break
   sleep 0.1

@@ -11,12 +11,16 @@
 #[path = "../tests/e2e/cluster.rs"]
 #[allow(dead_code)]
 mod cluster;
+#[path = "../tests/support/ports.rs"]
+#[allow(dead_code)]
+mod ports;
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use cluster::{Binaries, Cluster, free_port, repo_root, spawn_logged};
+use cluster::{Binaries, Cluster, repo_root, spawn_logged};
 use sandcap::vocabulary::WORKER_METHODS;
 
 fn main() {
@@ -51,12 +55,20 @@ fn main() {
         .and_then(|p| p.parent())
         .expect("target/<profile>")
         .to_path_buf();
-    let worker_port = free_port();
+    // Everything on port 0, the ports read back: see tests/support/ports.rs.
     let mut worker = Command::new(profile.join("examples/reference-worker"));
-    worker.args(["--listen", &format!("127.0.0.1:{worker_port}"), "--methods", &WORKER_METHODS.join(",")]);
-    let mut worker = spawn_logged(worker, &state.join("worker.log"));
+    worker.args(["--listen", "127.0.0.1:0", "--methods", &WORKER_METHODS.join(",")]);
+    let worker_log = state.join("worker.log");
+    let _ = std::fs::remove_file(&worker_log);
+    let mut worker = spawn_logged(worker, &worker_log);
+    let worker_addr = ports::wait_for(&mut worker, "the worker's address", || {
+        let log = std::fs::read_to_string(&worker_log).ok()?;
+        log.lines().find_map(|l| l.strip_prefix("listening on ")?.parse::<SocketAddr>().ok())
+    })
+    .unwrap_or_else(|e| panic!("the reference worker: {e}"));
 
-    let (webhook_port, admin_port) = (free_port(), free_port());
+    let report = state.join("sandcap.listening");
+    let _ = std::fs::remove_file(&report);
     let (cert, key) = cluster.ca.write_serving(&state.join("tls"), &[]);
     let mut sandcap = Command::new(profile.join("sandcap"));
     sandcap
@@ -66,18 +78,16 @@ fn main() {
         .args(["--secret-namespaces", "team-a", "--pod-namespace", "sandcap-system"])
         // Registered by URL, not behind a Service: nothing to wait for when it stops.
         .arg("--shutdown-drain-window=0s")
-        .args([
-            "--webhook-addr",
-            &format!("127.0.0.1:{webhook_port}"),
-            "--admin-addr",
-            &format!("127.0.0.1:{admin_port}"),
-        ])
+        .args(["--webhook-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--listen-report"])
+        .arg(&report)
         .arg("--tls-cert")
         .arg(&cert)
         .arg("--tls-key")
         .arg(&key)
         .env("KUBECONFIG", &cluster.kubeconfig);
     let mut sandcap = spawn_logged(sandcap, &state.join("sandcap.log"));
+    let listening = ports::listening(&report, &mut sandcap).unwrap_or_else(|e| panic!("sandcap: {e}"));
+    let webhook_addr = listening.webhook.expect("a webhook listener");
 
     let webhook = serde_json::json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -90,7 +100,7 @@ fn main() {
             "failurePolicy": "Fail",
             "timeoutSeconds": 5,
             "clientConfig": {
-                "url": format!("https://127.0.0.1:{webhook_port}/validate"),
+                "url": format!("https://{webhook_addr}/validate"),
                 "caBundle": base64_encode(&cluster.ca.pem),
             },
             "rules": [{"apiGroups": ["sandcap.dev"], "apiVersions": ["v1alpha1"], "operations": ["CREATE", "UPDATE"],
@@ -104,7 +114,7 @@ fn main() {
     let provider = std::fs::read_to_string(repo_root().join("examples/provider-full.yaml")).expect("example");
     let local = provider.replace(
         "service: {namespace: sandbox-system, name: acme-worker, port: 8080, path: /rpc}",
-        &format!("url: http://127.0.0.1:{worker_port}/rpc"),
+        &format!("url: http://{worker_addr}/rpc"),
     );
     std::fs::write(state.join("provider-local.yaml"), local).expect("provider-local.yaml");
     std::fs::copy(&cluster.kubeconfig, state.join("kubeconfig")).expect("kubeconfig");

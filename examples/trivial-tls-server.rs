@@ -33,7 +33,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/validate", post(|_body: Bytes| async { ([(header::CONTENT_TYPE, "application/json")], FIXED) }));
     let listener = bind(addr).await?;
     let stop = Stop::default();
-    eprintln!("trivial handler listening on https://{addr}/validate");
+    // With port 0 the system picks one: benches/webhook-load.sh reads it here.
+    eprintln!("trivial handler listening on https://{}/validate", listener.local_addr()?);
     let limits = Limits::default();
     tokio::select! {
         () = serve_https(listener, tls::server_config(resolver), app, &limits, stop.clone()) => Ok(()),

@@ -125,6 +125,11 @@ pub struct RunArgs {
     /// apiserver calls the webhook by the last.
     #[arg(long, env = "SANDCAP_SERVICE_NAME", default_value = "sandcap-webhook")]
     pub service_name: String,
+    /// Once the ports are bound, write their addresses to FILE, a line each: `webhook ADDR` (unless
+    /// --controllers-only), then `admin ADDR`. The file appears whole. With port 0 in
+    /// --webhook-addr or --admin-addr the system picks a free port: this says which.
+    #[arg(long, env = "SANDCAP_LISTEN_REPORT", value_name = "FILE")]
+    pub listen_report: Option<PathBuf>,
 }
 
 /// Where the operator lets workers be ([`WorkerPolicy`]): `sandcap run`'s flags, which
@@ -193,6 +198,8 @@ pub enum RunError {
     ShutdownTimeout(Duration),
     #[error("{0} received again during shutdown; exiting at once")]
     SignalAgain(&'static str),
+    #[error("cannot write --listen-report {}: {source}", .path.display())]
+    ListenReport { path: PathBuf, source: std::io::Error },
 }
 
 /// Runs `sandcap run` until SIGTERM or SIGINT: the admin port always; the webhook unless
@@ -229,6 +236,11 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
     let readiness = readiness.until(stop.terminating.clone());
 
     let admin = bind(args.admin_addr).await?;
+    let webhook_listener = if args.controllers_only { None } else { Some(bind(args.webhook_addr).await?) };
+    if let Some(path) = &args.listen_report {
+        write_listen_report(path, webhook_listener.as_ref(), &admin)
+            .map_err(|source| RunError::ListenReport { path: path.clone(), source })?;
+    }
     let admin = serve_admin(admin, admin_router(Arc::new(registry), readiness.clone()), Limits::admin(), stop.clone());
     let admin = async {
         admin.await;
@@ -274,11 +286,11 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
         Ok(())
     };
     let webhook = async {
-        if args.controllers_only {
+        let Some(listener) = webhook_listener else {
             return Ok(());
-        }
+        };
         let webhook = Webhook {
-            listener: bind(args.webhook_addr).await?,
+            listener,
             certificate: cert_source(args)?,
             options: Options { workers: args.workers.policy() },
             limits: Limits::default(),
@@ -288,6 +300,25 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
     tokio::try_join!(admin, webhook, controllers, certificates)?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Written to a sibling file and renamed into place, so that a reader polling for `path` never
+/// sees half of it.
+fn write_listen_report(
+    path: &std::path::Path,
+    webhook: Option<&tokio::net::TcpListener>,
+    admin: &tokio::net::TcpListener,
+) -> std::io::Result<()> {
+    let mut report = String::new();
+    for (name, listener) in [("webhook", webhook), ("admin", Some(admin))] {
+        if let Some(listener) = listener {
+            report.push_str(&format!("{name} {}\n", listener.local_addr()?));
+        }
+    }
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    std::fs::write(&partial, report)?;
+    std::fs::rename(&partial, path)
 }
 
 /// The client of every controller and of the certificate keeper: each request it makes is counted

@@ -192,7 +192,7 @@ async fn an_answer_to_another_request_fails() {
 
 #[tokio::test]
 async fn connection_refused_fails() {
-    let port = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
+    let (_held, port) = support::ports::closed_port();
     let outcome = probe(&format!("http://127.0.0.1:{port}/rpc")).await;
     assert_eq!(failed_with(&outcome), &ProbeError::ConnectionRefused);
     assert!(failure(outcome).contains("failed: cannot connect: connection refused"));
@@ -203,10 +203,8 @@ async fn connection_refused_fails() {
 #[tokio::test]
 async fn status_names_only_the_coarse_class_and_the_log_has_the_detail() {
     let (not_found, _) = serve_once(http("404 Not Found", "", "no such page")).await;
-    let closed = format!(
-        "http://127.0.0.1:{}/rpc",
-        TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port()
-    );
+    let (_held, port) = support::ports::closed_port();
+    let closed = format!("http://127.0.0.1:{port}/rpc");
     let slow = Worker::start(&["--methods", "environmentExecute", "--delay", "10s"]);
     let declining = Worker::start(&["--methods", "environmentExecute", "--mode", "rpc-error"]);
     let cases = [
@@ -343,7 +341,7 @@ fn resolve_probes_a_worker_url_live() {
     assert_eq!(record["effectivePolicy"], "ReuseByEnvironment");
     assert!(stderr.is_empty(), "{stderr}");
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (_held, port) = support::ports::closed_port();
     let (record, stderr) = resolve_with_worker_url(&format!("http://127.0.0.1:{port}/rpc"));
     let explanations = record["explanations"].as_array().unwrap();
     assert!(explanations.iter().all(|e| e["reason"] == "WorkerNotVerified"), "{record}");

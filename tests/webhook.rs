@@ -2,6 +2,8 @@
 //! a Kubernetes Secret volume, a real HTTPS client (reqwest on rustls), raw TLS clients for the
 //! misbehaving cases, and the real binary for `sandcap run`.
 
+mod support;
+
 use std::io::{Read as _, Write as _};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -929,16 +931,14 @@ async fn shutdown_closes_connections_gracefully() {
 
 // ---- the binary -----------------------------------------------------------------------------------
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// `sandcap run --webhook-only` on loopback ports, ready to serve. Killed when dropped, so that a
-/// failing test leaves no process behind.
+/// `sandcap run --webhook-only` on loopback ports it picks, ready to serve. Killed when dropped, so
+/// that a failing test leaves no process behind.
 struct Sandcap {
     child: std::process::Child,
     webhook: u16,
     admin: u16,
+    /// Holds `listening`, the `--listen-report`.
+    dir: tempfile::TempDir,
 }
 
 impl Sandcap {
@@ -949,15 +949,20 @@ impl Sandcap {
 
     /// With the certificate flags `tls`.
     fn start_with(tls: &[&str], configure: impl FnOnce(&mut std::process::Command)) -> Sandcap {
-        let (webhook, admin) = (free_port(), free_port());
+        let dir = tempfile::tempdir().unwrap();
+        let report = dir.path().join("listening");
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_sandcap"));
         command
             .args(["run", "--webhook-only"])
             .args(tls)
-            .args(["--webhook-addr", &format!("127.0.0.1:{webhook}"), "--admin-addr", &format!("127.0.0.1:{admin}")])
+            .args(["--webhook-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--listen-report"])
+            .arg(&report)
             .env("RUST_LOG", "info");
         configure(&mut command);
-        let sandcap = Sandcap { child: command.spawn().unwrap(), webhook, admin };
+        let mut child = command.spawn().unwrap();
+        let listening = support::ports::listening(&report, &mut child).unwrap_or_else(|e| panic!("{e}"));
+        let (webhook, admin) = (listening.webhook.expect("a webhook listener").port(), listening.admin.port());
+        let sandcap = Sandcap { child, webhook, admin, dir };
         let ready = (0..200).any(|_| {
             std::thread::sleep(Duration::from_millis(50));
             http_get(admin, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
@@ -1159,8 +1164,7 @@ fn sigint_skips_the_drain_window() {
 fn a_drain_window_past_the_shutdown_timeout_is_refused() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandcap"))
         .args(["run", "--webhook-only", "--tls-self-signed", "--shutdown-timeout", "5s"])
-        .args(["--webhook-addr", &format!("127.0.0.1:{}", free_port())])
-        .args(["--admin-addr", &format!("127.0.0.1:{}", free_port())])
+        .args(["--webhook-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -1169,6 +1173,20 @@ fn a_drain_window_past_the_shutdown_timeout_is_refused() {
         stderr.contains("sandcap: --shutdown-drain-window (10s) must be shorter than --shutdown-timeout (5s)"),
         "{stderr}"
     );
+}
+
+/// Port 0 is how every harness starts sandcap: the report names the ports the system picked, whole,
+/// and they are the ones served.
+#[test]
+fn sandcap_run_reports_the_ports_it_bound() {
+    let sandcap = Sandcap::start(|command| {
+        command.stdout(std::process::Stdio::null());
+    });
+    let text = std::fs::read_to_string(sandcap.dir.path().join("listening")).unwrap();
+    assert_eq!(text, format!("webhook 127.0.0.1:{}\nadmin 127.0.0.1:{}\n", sandcap.webhook, sandcap.admin));
+    assert!(sandcap.webhook != 0 && sandcap.admin != 0 && sandcap.webhook != sandcap.admin, "{text}");
+    assert_eq!(std::fs::read_dir(sandcap.dir.path()).unwrap().count(), 1, "nothing but the report is left");
+    assert!(http_get(sandcap.admin, "/healthz").unwrap().ends_with("ok\n"));
 }
 
 /// A minimal HTTP/1.1 GET, so the polling loop needs no runtime.

@@ -13,9 +13,9 @@ use sandcap::metrics::Metrics;
 use sandcap::tls::{self, CertResolver};
 use serde_json::{Value, json};
 
-use crate::cluster::{Cluster, free_port};
+use crate::cluster::Cluster;
 
-/// Serves on a free loopback port with a serving certificate of the cluster's CA until the
+/// Serves on a loopback port it picks with a serving certificate of the cluster's CA until the
 /// returned guard is dropped; returns the port.
 pub async fn start(c: &Cluster) -> (u16, tokio_util::sync::DropGuard) {
     let (cert, key) = c.ca.serving(&[]);
@@ -33,8 +33,8 @@ pub async fn start(c: &Cluster) -> (u16, tokio_util::sync::DropGuard) {
             ([(header::CONTENT_TYPE, "application/json")], answer.to_string())
         }),
     );
-    let port = free_port();
-    let listener = bind(([127, 0, 0, 1], port).into()).await.expect("bind");
+    let listener = bind(([127, 0, 0, 1], 0).into()).await.expect("bind");
+    let port = listener.local_addr().expect("a bound address").port();
     let stop = Stop::default();
     let closing = stop.closing.clone();
     tokio::spawn(

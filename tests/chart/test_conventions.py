@@ -182,6 +182,7 @@ def test_helm_test_runs_check_from_the_charts_image() -> None:
     assert check["imagePullPolicy"] == container(objects)["imagePullPolicy"]
     assert check["args"] == [
         "check",
+        "--confirm-dry-run-only",
         "--wait",
         "2m",
         "--namespace",
@@ -237,6 +238,12 @@ def test_helm_test_account_may_do_what_check_does_and_no_more() -> None:
             },
             {"apiGroups": ["sandcap.dev"], "resources": ["sandboxproviders", "sandboxleases"], "verbs": ["list"]},
             {"apiGroups": ["sandcap.dev"], "resources": ["sandboxproviders"], "verbs": ["create"]},
+            {
+                "apiGroups": ["sandcap.dev"],
+                "resources": ["sandboxproviders"],
+                "resourceNames": ["sandcap-check-dry-run"],
+                "verbs": ["delete"],
+            },
         ],
         ("Role", NAMESPACE): [
             {

@@ -1,14 +1,16 @@
 //! A real Kubernetes control plane for the tests, envtest-style: etcd and kube-apiserver built from
-//! their Go modules by `testcluster/build.sh`, started on free loopback ports with token
-//! authentication and RBAC.
+//! their Go modules by `testcluster/build.sh`, with token authentication and RBAC. etcd listens on
+//! Unix sockets, the apiserver on a loopback address of its own (see [`apiserver_address`]): no
+//! port is picked, released and bound later, when another test's connection may have taken it.
 //!
 //! Every process is started with `PR_SET_PDEATHSIG`, from a thread that lives as long as the test
 //! process, so nothing outlives the tests even when one panics or the runner is killed; `Drop`
 //! stops them in order when a cluster goes out of scope.
 
 use std::fs;
+use std::hash::{BuildHasher, Hasher};
 use std::io::Write;
-use std::net::TcpListener;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -85,9 +87,16 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// A loopback port nobody listens on right now.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free loopback port").port()
+/// An address for an apiserver, which cannot listen on port 0 and report the port it got
+/// (`--secure-port 0` serves nothing): a random address of 127.0.0.0/8 outside 127.0.x.x, with a
+/// port free there. Releasing that port races with nothing: a connection to loopback leaves from
+/// 127.0.0.1 (the kernel's route for 127.0.0.0/8 says `src 127.0.0.1`), so no outbound connection
+/// ever holds a port of this address; only a listener on 0.0.0.0 could take it, which
+/// [`Cluster::start`] answers by trying another address.
+fn apiserver_address() -> SocketAddr {
+    let random = std::collections::hash_map::RandomState::new().build_hasher().finish().to_be_bytes();
+    let ip = Ipv4Addr::new(127, random[0].clamp(1, 254), random[1], random[2].clamp(1, 254));
+    TcpListener::bind((ip, 0)).and_then(|l| l.local_addr()).expect("a free port on a loopback address")
 }
 
 /// Spawns `command` with stdout and stderr appended to `log`. Every child is started by one
@@ -191,13 +200,16 @@ impl TestCa {
     }
 }
 
+/// kube-apiserver could not bind its address (the end of its log).
+struct AddressTaken(String);
+
 /// etcd and kube-apiserver of one minor, running until dropped.
 pub struct Cluster {
     pub bin: Binaries,
     pub dir: PathBuf,
-    pub port: u16,
+    /// Where the apiserver listens (see [`apiserver_address`]).
+    pub addr: SocketAddr,
     pub ca: TestCa,
-    etcd_port: u16,
     etcd: Mutex<Option<Child>>,
     apiserver: Mutex<Option<Child>>,
     /// The admin kubeconfig (`system:masters`), for kubectl and for clients.
@@ -213,63 +225,78 @@ impl Cluster {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("pki")).expect("cluster dir");
         let ca = TestCa::new("sandcap e2e cluster CA");
-        ca.write_serving(&dir.join("pki"), &[]);
         fs::write(dir.join("pki/ca.crt"), &ca.pem).expect("ca");
         let sa_key = KeyPair::generate().expect("service account key");
         fs::write(dir.join("pki/sa.key"), sa_key.serialize_pem()).expect("sa key");
         fs::write(dir.join("pki/sa.pub"), sa_key.public_key_pem()).expect("sa pub");
         fs::write(dir.join("tokens.csv"), format!("{ADMIN_TOKEN},admin,admin,system:masters\n")).expect("tokens");
         fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY).expect("audit policy");
-        let (port, etcd_port) = (free_port(), free_port());
         let kubeconfig = dir.join("admin.kubeconfig");
         let proxy = Proxy::start(&dir.join("proxy.sock"));
         fs::write(dir.join("egress.yaml"), EGRESS.replace("SOCKET", &dir.join("proxy.sock").display().to_string()))
             .expect("egress config");
-        fs::write(&kubeconfig, kubeconfig_yaml(port, &ca.pem, ADMIN_TOKEN)).expect("kubeconfig");
-        let cluster = Cluster {
+        let mut cluster = Cluster {
             bin,
             dir,
-            port,
+            addr: apiserver_address(),
             ca,
-            etcd_port,
             etcd: Mutex::new(None),
             apiserver: Mutex::new(None),
             kubeconfig,
             proxy,
         };
         cluster.start_etcd();
-        cluster.start_apiserver();
+        for attempt in 1.. {
+            cluster.ca.write_serving(&cluster.dir.join("pki"), &[cluster.addr.ip().to_string()]);
+            fs::write(&cluster.kubeconfig, kubeconfig_yaml(cluster.addr, &cluster.ca.pem, ADMIN_TOKEN))
+                .expect("kubeconfig");
+            match cluster.try_start_apiserver() {
+                Ok(()) => break,
+                Err(AddressTaken(_)) if attempt < 5 => cluster.addr = apiserver_address(),
+                Err(AddressTaken(log)) => panic!("kube-apiserver found its address taken 5 times:\n{log}"),
+            }
+        }
         cluster
     }
 
     fn start_etcd(&self) {
-        let peer = free_port();
-        let client_url = format!("http://127.0.0.1:{}", self.etcd_port);
-        let peer_url = format!("http://127.0.0.1:{peer}");
+        // etcd wants `host:port` even in a Unix URL, and makes `unix://etcd:2379` the socket file
+        // `etcd:2379` of its working directory.
+        let (client_url, peer_url) = ("unix://etcd:2379", "unix://etcd:2380");
         let mut command = Command::new(self.bin.path("etcd"));
         command
+            .current_dir(&self.dir)
             .args(["--name", "e2e", "--data-dir"])
             .arg(self.dir.join("etcd"))
-            .args(["--listen-client-urls", &client_url, "--advertise-client-urls", &client_url])
-            .args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url])
+            .args(["--listen-client-urls", client_url, "--advertise-client-urls", client_url])
+            .args(["--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url])
             .args(["--initial-cluster", &format!("e2e={peer_url}")])
             // A test cluster loses nothing worth an fsync; etcd's own default is far slower.
-            .args(["--unsafe-no-fsync", "--listen-metrics-urls", &format!("http://127.0.0.1:{}", free_port())]);
+            .arg("--unsafe-no-fsync");
         let child = spawn_logged(command, &self.dir.join("etcd.log"));
         *self.etcd.lock().unwrap() = Some(child);
     }
 
-    /// Starts kube-apiserver over the same etcd (also after [`Cluster::stop_apiserver`]).
+    /// Starts kube-apiserver over the same etcd (also after [`Cluster::stop_apiserver`]), on the
+    /// same address.
     pub fn start_apiserver(&self) {
+        if let Err(AddressTaken(log)) = self.try_start_apiserver() {
+            panic!("kube-apiserver found {} taken:\n{log}", self.addr);
+        }
+    }
+
+    fn try_start_apiserver(&self) -> Result<(), AddressTaken> {
         let pki = self.dir.join("pki");
         let arg = |name: &str| pki.join(name).into_os_string();
+        let ip = self.addr.ip().to_string();
         let mut command = Command::new(self.bin.path("kube-apiserver"));
         command
-            .args(["--etcd-servers", &format!("http://127.0.0.1:{}", self.etcd_port)])
-            .args(["--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1"])
+            // etcd's client takes `unix://` and an absolute path.
+            .args(["--etcd-servers", &format!("unix://{}", self.dir.join("etcd:2379").display())])
+            .args(["--bind-address", &ip, "--advertise-address", &ip])
             // The `kubernetes` Service's endpoints may not be loopback, and nothing here needs them.
             .args(["--endpoint-reconciler-type", "none"])
-            .args(["--secure-port", &self.port.to_string()])
+            .args(["--secure-port", &self.addr.port().to_string()])
             .arg("--tls-cert-file")
             .arg(arg("tls.crt"))
             .arg("--tls-private-key-file")
@@ -295,9 +322,20 @@ impl Cluster {
             .args(["--audit-log-format", "json", "--audit-log-mode", "blocking"])
             .args(["--cert-dir"])
             .arg(self.dir.join("apiserver-certs"));
-        let child = spawn_logged(command, &self.dir.join("apiserver.log"));
+        let log = self.dir.join("apiserver.log");
+        let logged_before = fs::metadata(&log).map_or(0, |m| m.len() as usize);
+        let child = spawn_logged(command, &log);
         *self.apiserver.lock().unwrap() = Some(child);
-        self.wait_ready();
+        self.wait_ready().map_err(|status| {
+            let text = fs::read_to_string(&log).unwrap_or_default();
+            let this_run = text.get(logged_before..).unwrap_or_default();
+            assert!(
+                this_run.contains("address already in use"),
+                "kube-apiserver exited with {status}:\n{}",
+                tail(&log, 40)
+            );
+            AddressTaken(tail(&log, 5))
+        })
     }
 
     /// Stops kube-apiserver (etcd keeps running), as an outage would.
@@ -307,9 +345,10 @@ impl Cluster {
         }
     }
 
-    fn wait_ready(&self) {
+    /// Waits for `/readyz`; the exit status if the apiserver exits first.
+    fn wait_ready(&self) -> Result<(), std::process::ExitStatus> {
         let deadline = Instant::now() + STARTUP;
-        let url = format!("https://127.0.0.1:{}/readyz", self.port);
+        let url = format!("https://{}/readyz", self.addr);
         // Its own thread and runtime: this is called from plain threads and from async tests alike.
         let ready = || {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
@@ -321,11 +360,11 @@ impl Cluster {
         };
         loop {
             if std::thread::scope(|s| s.spawn(ready).join().unwrap_or(false)) {
-                return;
+                return Ok(());
             }
             let exited = self.apiserver.lock().unwrap().as_mut().and_then(|child| child.try_wait().ok().flatten());
             if let Some(status) = exited {
-                panic!("kube-apiserver exited with {status}:\n{}", tail(&self.dir.join("apiserver.log"), 40));
+                return Err(status);
             }
             assert!(
                 Instant::now() < deadline,
@@ -358,7 +397,7 @@ impl Cluster {
             .expect("token status")
             .token;
         let path = self.dir.join(format!("{namespace}-{name}.kubeconfig"));
-        fs::write(&path, kubeconfig_yaml(self.port, &self.ca.pem, &token)).expect("kubeconfig");
+        fs::write(&path, kubeconfig_yaml(self.addr, &self.ca.pem, &token)).expect("kubeconfig");
         path
     }
 
@@ -407,10 +446,10 @@ pub async fn client_from(kubeconfig: &Path) -> Client {
     Client::try_from(config).expect("client")
 }
 
-fn kubeconfig_yaml(port: u16, ca_pem: &str, token: &str) -> String {
+fn kubeconfig_yaml(addr: SocketAddr, ca_pem: &str, token: &str) -> String {
     use base64::Engine;
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority-data: {ca}\nusers:\n- name: e2e\n  user:\n    token: {token}\ncontexts:\n- name: e2e\n  context: {{cluster: e2e, user: e2e}}\ncurrent-context: e2e\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: https://{addr}\n    certificate-authority-data: {ca}\nusers:\n- name: e2e\n  user:\n    token: {token}\ncontexts:\n- name: e2e\n  context: {{cluster: e2e, user: e2e}}\ncurrent-context: e2e\n"
     )
 }

@@ -265,4 +265,7 @@ pub async fn the_helm_test_may_do_what_check_does_and_no_more(c: Arc<Cluster>) {
     assert!(denial.contains("sandcap-check-dry-run-only"), "{denial}");
     let stored = c.kubectl(&["get", "sbp", "e2e-helm-test"]);
     assert!(!stored.status.success(), "nothing was created as {user}");
+    // It may delete the check's own provider (one created before the policy held), no other.
+    authorized(&["delete", "sbp", "sandcap-check-dry-run"]);
+    refused(&["delete", "sbp", "e2e-helm-test"], "", "forbidden");
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::cluster::{self, Cluster, free_port, repo_root, spawn_logged};
+use crate::cluster::{self, Cluster, repo_root, spawn_logged};
 
 pub const NAMESPACE: &str = "sandcap-system";
 
@@ -251,15 +251,17 @@ pub struct Sandcap {
 
 impl Sandcap {
     /// Starts `sandcap run` with the chart's environment for pod `name`, the given kubeconfig,
-    /// loopback addresses, and `overrides` (replacing or adding variables) on top.
+    /// loopback addresses, and `overrides` (replacing or adding variables) on top; returns once it
+    /// listens.
     pub fn start(cluster: &Cluster, install: &Install, name: &str, overrides: &[(&str, &str)]) -> Sandcap {
-        let (webhook_port, admin_port) = (free_port(), free_port());
+        let report = cluster.dir.join(format!("{name}.listening"));
         let tls = cluster.dir.join(format!("{name}-tls"));
         let (cert, key) = cluster.ca.write_serving(&tls, &install.service_names());
         let mut env = install.env(name);
         let loopback = [
-            ("SANDCAP_WEBHOOK_ADDR", format!("127.0.0.1:{webhook_port}")),
-            ("SANDCAP_ADMIN_ADDR", format!("127.0.0.1:{admin_port}")),
+            ("SANDCAP_WEBHOOK_ADDR", "127.0.0.1:0".to_string()),
+            ("SANDCAP_ADMIN_ADDR", "127.0.0.1:0".to_string()),
+            ("SANDCAP_LISTEN_REPORT", report.display().to_string()),
             ("SANDCAP_TLS_CERT", cert.display().to_string()),
             ("SANDCAP_TLS_KEY", key.display().to_string()),
             // The Secret would be mounted by the kubelet; here the webhook serves the test CA's pair.
@@ -276,12 +278,17 @@ impl Sandcap {
         }
         let log = cluster.dir.join(format!("{name}.log"));
         let _ = std::fs::remove_file(&log);
+        let _ = std::fs::remove_file(&report);
         // SANDCAP_E2E_SANDCAP runs another build (an older commit, to see a test fail first).
         let binary = std::env::var_os("SANDCAP_E2E_SANDCAP").unwrap_or_else(|| env!("CARGO_BIN_EXE_sandcap").into());
         let mut command = Command::new(binary);
         command.arg("run").env_clear().envs(env).env("KUBECONFIG", &install.kubeconfig).env("RUST_LOG", "info");
-        let child = spawn_logged(command, &log);
-        Sandcap { child, name: name.to_string(), webhook_port, admin_port, log }
+        let mut child = spawn_logged(command, &log);
+        let listening = crate::support::ports::listening(&report, &mut child)
+            .unwrap_or_else(|e| panic!("{name}: {e}:\n{}", cluster::tail(&log, 30)));
+        // 0 without a webhook (SANDCAP_CONTROLLERS_ONLY).
+        let webhook_port = listening.webhook.map_or(0, |addr| addr.port());
+        Sandcap { child, name: name.to_string(), webhook_port, admin_port: listening.admin.port(), log }
     }
 
     pub fn log_text(&self) -> String {

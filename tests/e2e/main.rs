@@ -16,6 +16,7 @@ mod cluster;
 mod controllers;
 mod conventions;
 mod crds;
+mod hardening;
 mod install;
 mod plugin;
 mod rollover;
@@ -51,6 +52,8 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         audit::objects_stored_without_the_webhook_are_audited,
         certs::self_managed_certificates_with_the_charts_rbac,
         certs::only_the_ca_bundle_is_sandcaps_to_change,
+        hardening::only_sandcaps_own_secret_lease_and_events,
+        hardening::the_charts_pods_pass_the_restricted_pod_security_standard,
         plugin::check_passes_and_names_each_failure,
         plugin::explain_and_check_by_service_with_the_documented_rbac,
         conventions::the_built_in_roles_cover_sandcaps_resources,

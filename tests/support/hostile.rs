@@ -2,7 +2,6 @@
 //! against the real binary (tests/budgets.rs), the benchmark that prints what each class costs
 //! (benches/hostile.rs) and the end-to-end suite (a hostile provider stored without the webhook).
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -129,29 +128,33 @@ pub fn honest_review() -> Vec<u8> {
     review(&provider_with_schema("honest", schema))
 }
 
-/// `sandcap run --webhook-only --tls-self-signed` on free loopback ports; killed on drop.
+/// `sandcap run --webhook-only --tls-self-signed` on loopback ports it picks; killed on drop.
 pub struct Sandcap {
     child: Child,
     pub webhook: String,
     pub admin: String,
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 impl Sandcap {
     pub async fn start() -> Sandcap {
         sandcap::tls::install_default_provider();
-        let (webhook, admin) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
-        let child = Command::new(env!("CARGO_BIN_EXE_sandcap"))
-            .args(["run", "--webhook-only", "--tls-self-signed", "--webhook-addr", &webhook, "--admin-addr", &admin])
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let report = dir.path().join("listening");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sandcap"))
+            .args(["run", "--webhook-only", "--tls-self-signed"])
+            .args(["--webhook-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--listen-report"])
+            .arg(&report)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("sandcap starts");
-        let sandcap =
-            Sandcap { child, webhook: format!("https://{webhook}/validate"), admin: format!("http://{admin}") };
+        let listening = super::ports::listening(&report, &mut child).unwrap_or_else(|e| panic!("{e}"));
+        let webhook = listening.webhook.expect("a webhook listener");
+        let sandcap = Sandcap {
+            child,
+            webhook: format!("https://{webhook}/validate"),
+            admin: format!("http://{}", listening.admin),
+        };
         for _ in 0..200 {
             if reqwest::get(format!("{}/readyz", sandcap.admin)).await.is_ok_and(|r| r.status() == 200) {
                 return sandcap;

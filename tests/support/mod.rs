@@ -1,6 +1,7 @@
 //! The one support module of the tests and the benchmarks: the reference worker as a real
 //! process and JSON objects for a live cluster (here), typed objects and manifests for the tests
-//! of the pure core ([`fixtures`]), hostile input ([`hostile`]).
+//! of the pure core ([`fixtures`]), hostile input ([`hostile`]), the ports of a process started on
+//! port 0 ([`ports`]).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
@@ -11,6 +12,7 @@ use serde_json::{Value, json};
 
 pub mod fixtures;
 pub mod hostile;
+pub mod ports;
 
 /// Runs `command` with `stdin` piped in from a thread of its own, so that a child that exits or
 /// closes its stdin early never blocks the caller, and waits for its output.

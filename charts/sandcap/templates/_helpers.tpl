@@ -87,3 +87,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- fail (printf "shutdown.timeoutSeconds (%d) must be at least shutdown.drainWindowSeconds (%d) + 15: sandcap's stop takes the drain window, then up to 15 s for the reviews in flight" (int $s.timeoutSeconds) (int $s.drainWindowSeconds)) }}
 {{- end }}
 {{- end }}
+
+{{/* The node selector of every pod: the image is built for Linux only. A user's selector is merged
+in (and wins on kubernetes.io/os). */}}
+{{- define "sandcap.nodeSelector" -}}
+{{- toYaml (merge (deepCopy .Values.nodeSelector) (dict "kubernetes.io/os" "linux")) }}
+{{- end }}
+
