@@ -88,7 +88,7 @@ def exported_metrics() -> dict[str, set[str]]:
 
 def label_values() -> dict[str, set[str]]:
     """The values a label can take, where the rules match on them."""
-    admission = (REPO / "src" / "admission.rs").read_text()
+    admission = (REPO / "core" / "src" / "admission.rs").read_text()
     decisions = re.search(r"pub enum Decision \(as_str, parse\) \{(.*?)\}", admission, re.S)
     assert decisions
     return {"verdict": set(re.findall(r'= "(\w+)"', decisions.group(1)))}

@@ -86,7 +86,7 @@ def source(path: str) -> str:
 
 def field_manager() -> str:
     """The reporting controller kube's Recorder writes for sandcap (src/controller/context.rs)."""
-    match = re.search(r'pub const FIELD_MANAGER: &str = "([^"]+)";', source("src/vocabulary.rs"))
+    match = re.search(r'pub const FIELD_MANAGER: &str = "([^"]+)";', source("core/src/vocabulary.rs"))
     assert match and 'Reporter { controller: FIELD_MANAGER.into()' in source("src/controller/context.rs")
     return match.group(1)
 
