@@ -160,6 +160,28 @@ words! {
 }
 
 words! {
+    /// A condition's status, as Kubernetes spells it; a condition in another status was not
+    /// written by sandcap.
+    pub enum ConditionStatus (as_str, parse) {
+        True = "True",
+        False = "False",
+        Unknown = "Unknown",
+    }
+}
+
+impl ConditionStatus {
+    /// The status of a condition that is either met or not.
+    pub fn met(met: bool) -> ConditionStatus {
+        if met { ConditionStatus::True } else { ConditionStatus::False }
+    }
+
+    /// Whether `status`, as written in a condition, is this one.
+    pub fn is(self, status: &str) -> bool {
+        self.as_str() == status
+    }
+}
+
+words! {
     /// The types of the conditions sandcap writes (docs/contract.md, "Status"): `Resolved`,
     /// `ConfigResolved` and `PluginIdentity` on a lease; `WorkerVerified`, `Ready` and
     /// `ConfigSchemasCompiled` on a provider; `Valid` on both.

@@ -31,7 +31,7 @@ use super::status::Conditions;
 use crate::judge::{Judgment, Options, Server, judge};
 use crate::metrics::{KindLabels, Metrics};
 use crate::text;
-use crate::vocabulary::{ConditionReason as Why, ConditionType as Type, Kind};
+use crate::vocabulary::{ConditionReason as Why, ConditionStatus, ConditionType as Type, Kind};
 
 /// The message of an object that conforms.
 const CONFORMS: &str = "the CRD and the webhook would admit it today";
@@ -194,9 +194,9 @@ pub fn condition(finding: &Finding, conditions: &Conditions) -> Condition {
 /// rules (first seen breaking them included), Normal when it conforms again. An object first
 /// seen conforming has nothing to report.
 pub fn turned(previous: &[Condition], valid: &Condition) -> Option<Event> {
-    let before = previous.iter().find(|c| c.type_ == Type::Valid.as_str()).map(|c| c.status.as_str());
-    let conforms = valid.status == "True";
-    let turned = if conforms { before == Some("False") } else { before != Some("False") };
+    let broke_before = previous.iter().any(|c| c.type_ == Type::Valid.as_str() && ConditionStatus::False.is(&c.status));
+    let conforms = ConditionStatus::True.is(&valid.status);
+    let turned = if conforms { broke_before } else { !broke_before };
     turned.then(|| Event {
         type_: if conforms { EventType::Normal } else { EventType::Warning },
         reason: valid.reason.clone(),

@@ -18,7 +18,7 @@ use kube::Resource;
 use serde::Deserialize;
 
 use crate::api::{SandboxLease, SandboxLeaseSpec, SandboxLeaseStatus};
-use crate::vocabulary::ConditionType;
+use crate::vocabulary::{ConditionStatus, ConditionType};
 
 /// A lease as the cache holds it: derefs to the trimmed [`SandboxLease`], whose status holds the
 /// pin alone (what the identity check reads).
@@ -41,13 +41,9 @@ struct Published {
 #[derive(Clone, Debug, PartialEq)]
 struct Since {
     type_: ConditionType,
-    status: &'static str,
+    status: ConditionStatus,
     at: Time,
 }
-
-/// The statuses sandcap writes; a condition in another one was not written by sandcap, and no
-/// condition sandcap computes keeps its time.
-const STATUSES: [&str; 3] = ["True", "False", "Unknown"];
 
 /// A lease as the watch delivers it, as far as the cache reads it: the decoder skips labels,
 /// annotations, managed fields and the rest of the metadata without allocating them (they would
@@ -95,7 +91,8 @@ impl From<Wire> for CachedLease {
                 .iter()
                 .filter_map(|c| {
                     let type_ = ConditionType::parse(&c.type_)?;
-                    let status = STATUSES.into_iter().find(|s| *s == c.status)?;
+                    // A condition in another status is not sandcap's: none it computes keeps its time.
+                    let status = ConditionStatus::parse(&c.status)?;
                     Some(Since { type_, status, at: c.last_transition_time.clone() })
                 })
                 .collect(),
@@ -134,7 +131,7 @@ impl CachedLease {
             .iter()
             .map(|s| Condition {
                 type_: s.type_.as_str().into(),
-                status: s.status.into(),
+                status: s.status.as_str().into(),
                 last_transition_time: s.at.clone(),
                 reason: String::new(),
                 message: String::new(),

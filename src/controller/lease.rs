@@ -20,7 +20,7 @@ use super::status::{Conditions, apply_status, now};
 use crate::api::{SandboxLease, SandboxLeaseStatus, SandboxProvider};
 use crate::config_schema;
 use crate::contract::{self, Capability, LeaseResolution, Reason, Refusals, Verified};
-use crate::vocabulary::{ConditionReason as Why, ConditionType as Type};
+use crate::vocabulary::{ConditionReason as Why, ConditionStatus, ConditionType as Type};
 
 /// The watches re-trigger a lease whenever something it reads changes; this periodic pass over
 /// every lease is a safety net only, and costs no request when nothing changed.
@@ -105,12 +105,14 @@ pub fn lease_status(lease: &CachedLease, r: &LeaseResolution, now: &Time) -> San
     let config = match &r.config {
         Some(Ok(())) => {
             let message = format!("config and {} configFrom entries resolved and valid", lease.spec.config_from.len());
-            conditions.set_tri(Type::ConfigResolved, "True", Why::ConfigResolved, message)
+            conditions.set_tri(Type::ConfigResolved, ConditionStatus::True, Why::ConfigResolved, message)
         }
-        Some(Err(why)) => conditions.set_tri(Type::ConfigResolved, "False", why.reason(), why.to_string()),
+        Some(Err(why)) => {
+            conditions.set_tri(Type::ConfigResolved, ConditionStatus::False, why.reason(), why.to_string())
+        }
         None => {
             let message = "config is resolved once the plugin identity check passes".to_string();
-            conditions.set_tri(Type::ConfigResolved, "Unknown", Why::PluginIdentityFailed, message)
+            conditions.set_tri(Type::ConfigResolved, ConditionStatus::Unknown, Why::PluginIdentityFailed, message)
         }
     };
     let caps = &r.resolution.capabilities;

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::error::Error;
-use crate::vocabulary::{ConditionReason, ConditionType, FIELD_MANAGER, Kind};
+use crate::vocabulary::{ConditionReason, ConditionStatus, ConditionType, FIELD_MANAGER, Kind};
 
 /// The `kind` label of the controller metrics.
 pub fn kind_label<K: Resource<DynamicType = ()>>() -> &'static str {
@@ -44,21 +44,26 @@ pub struct Conditions<'a> {
 }
 
 impl Conditions<'_> {
-    pub fn set(&self, type_: ConditionType, status: bool, reason: ConditionReason, message: String) -> Condition {
-        self.set_tri(type_, if status { "True" } else { "False" }, reason, message)
+    pub fn set(&self, type_: ConditionType, met: bool, reason: ConditionReason, message: String) -> Condition {
+        self.set_tri(type_, ConditionStatus::met(met), reason, message)
     }
 
-    /// `status` is `True`, `False` or `Unknown`.
-    pub fn set_tri(&self, type_: ConditionType, status: &str, reason: ConditionReason, message: String) -> Condition {
+    pub fn set_tri(
+        &self,
+        type_: ConditionType,
+        status: ConditionStatus,
+        reason: ConditionReason,
+        message: String,
+    ) -> Condition {
         let type_ = type_.as_str();
         let last_transition_time = self
             .previous
             .iter()
-            .find(|c| c.type_ == type_ && c.status == status)
+            .find(|c| c.type_ == type_ && status.is(&c.status))
             .map_or_else(|| self.now.clone(), |c| c.last_transition_time.clone());
         Condition {
             type_: type_.into(),
-            status: status.into(),
+            status: status.as_str().into(),
             reason: reason.to_string(),
             message,
             observed_generation: self.generation,

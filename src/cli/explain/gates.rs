@@ -6,13 +6,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use super::report::{Gate, GateReport};
 use crate::api::{DriverDeclaration, ProbeResult, SandboxLease, WorkerStatus};
 use crate::contract::{Narrowing, Verified};
-use crate::vocabulary::{Capability, ConditionType, LeasePolicy};
+use crate::vocabulary::{Capability, ConditionStatus, ConditionType, LeasePolicy};
 
 /// What today's rules say of an object, as its published `Valid` condition does: its problems
 /// when it is False (what sandcap concluded, with the operator's own settings).
 pub fn refusal(conditions: &[Condition]) -> Option<String> {
     let valid = conditions.iter().find(|c| c.type_ == ConditionType::Valid.as_str())?;
-    (valid.status == "False").then(|| valid.message.clone())
+    ConditionStatus::False.is(&valid.status).then(|| valid.message.clone())
 }
 
 /// The gate of an object's validity (`LeaseValid` or `ProviderValid`).
@@ -106,7 +106,7 @@ pub fn narrowings(cap: Capability, lease: &SandboxLease, n: &Narrowing, config: 
         gates.push(match config {
             Some(c) => GateReport::new(
                 Gate::Config,
-                c.status != "False",
+                !ConditionStatus::False.is(&c.status),
                 format!("ConfigResolved {} ({}): {}", c.status, c.reason, c.message),
             ),
             None => GateReport::new(Gate::Config, true, "the config is not resolved yet"),

@@ -7,7 +7,7 @@ use super::report::{CapabilityReport, DeclarationReport, Gate, GateReport, Provi
 use super::secret::SecretReport;
 use crate::api::{Pinned, SandboxLease, SandboxProvider, WorkerStatus};
 use crate::contract::{self, Declared, Narrowing, Refusals, Verified};
-use crate::vocabulary::{Capability, ConditionType, Kind, LeasePolicy};
+use crate::vocabulary::{Capability, ConditionStatus, ConditionType, Kind, LeasePolicy};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::Serialize;
 
@@ -54,7 +54,7 @@ pub fn lease_report(facts: &LeaseFacts) -> LeaseReport {
         let key = &lease.spec.provider_ref.driver_key;
         provider.and_then(|p| p.spec.environment_drivers.iter().find(|d| d.driver_key == *key))
     });
-    let config_failure = config.filter(|c| c.status == "False").map(|c| c.message.clone());
+    let config_failure = config.filter(|c| ConditionStatus::False.is(&c.status)).map(|c| c.message.clone());
     let narrowing = Narrowing {
         refusals: refusals.clone(),
         identity_failure: identity.as_ref().err().map(ToString::to_string),
