@@ -1,0 +1,93 @@
+//! A lease's exact-plugin identity: the pin it takes, and why it fails against the provider as it
+//! is now (or a driver that is no sandbox provider at all).
+
+use crate::api::{DriverDeclaration, Pinned, SandboxLease, SandboxProvider};
+use crate::vocabulary::ConditionReason;
+
+/// Why a driver's capabilities are never read, if they are not: it is not `kind: sandbox_provider`.
+pub fn driver_kind_failure(driver: &DriverDeclaration) -> Option<IdentityFailure> {
+    (!driver.is_sandbox_provider()).then(|| IdentityFailure::NotSandboxProvider {
+        driver: driver.driver_key.clone(),
+        kind: driver.kind.map_or_else(|| "(omitted)".into(), |k| k.to_string()),
+    })
+}
+
+/// Why a lease's exact-plugin identity check failed. The message is the condition's; the variant
+/// names the `PluginIdentity` condition's reason ([`IdentityFailure::reason`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IdentityFailure {
+    #[error("provider {name} does not exist (yet); the lease is not pinned")]
+    ProviderNotFound { name: String },
+    #[error("pinned provider {name} (uid {uid}) no longer exists")]
+    PinnedProviderGone { name: String, uid: String },
+    #[error("provider {name} was re-created: pinned uid {pinned}, found uid {found}")]
+    ProviderRecreated { name: String, pinned: String, found: String },
+    #[error("provider {name} now has pluginKey {found}, pinned {pinned}")]
+    PluginKeyChanged { name: String, pinned: String, found: String },
+    #[error("lease pinned driver {pinned} but now asks for {wanted}")]
+    DriverChanged { pinned: String, wanted: String },
+    #[error("provider {name} does not declare driver {driver}")]
+    DriverNotDeclared { name: String, driver: String },
+    #[error("driver {driver} is declared with kind {kind}, not sandbox_provider; its capabilities are never read")]
+    NotSandboxProvider { driver: String, kind: String },
+}
+
+impl IdentityFailure {
+    /// The reason of the `PluginIdentity` condition: the variant's name.
+    pub fn reason(&self) -> ConditionReason {
+        match self {
+            IdentityFailure::ProviderNotFound { .. } => ConditionReason::ProviderNotFound,
+            IdentityFailure::PinnedProviderGone { .. } => ConditionReason::PinnedProviderGone,
+            IdentityFailure::ProviderRecreated { .. } => ConditionReason::ProviderRecreated,
+            IdentityFailure::PluginKeyChanged { .. } => ConditionReason::PluginKeyChanged,
+            IdentityFailure::DriverChanged { .. } => ConditionReason::DriverChanged,
+            IdentityFailure::DriverNotDeclared { .. } => ConditionReason::DriverNotDeclared,
+            IdentityFailure::NotSandboxProvider { .. } => ConditionReason::NotSandboxProvider,
+        }
+    }
+}
+
+/// The identity a lease pins on its first resolution.
+pub fn pin_for(provider: &SandboxProvider, driver_key: &str) -> Option<Pinned> {
+    Some(Pinned {
+        provider_uid: provider.metadata.uid.clone()?,
+        plugin_key: provider.spec.plugin_key.clone(),
+        driver_key: driver_key.to_string(),
+    })
+}
+
+/// Checks the exact-plugin identity of a lease against the provider as it is now.
+/// Returns the driver on success, or the reason every capability must be off.
+pub fn check_identity<'p>(
+    lease: &SandboxLease,
+    provider: Option<&'p SandboxProvider>,
+) -> Result<&'p DriverDeclaration, IdentityFailure> {
+    let wanted = &lease.spec.provider_ref;
+    let name = || wanted.name.clone();
+    let pinned = lease.status.as_ref().and_then(|s| s.pinned.as_ref());
+    let Some(provider) = provider else {
+        return Err(match pinned {
+            Some(p) => IdentityFailure::PinnedProviderGone { name: name(), uid: p.provider_uid.clone() },
+            None => IdentityFailure::ProviderNotFound { name: name() },
+        });
+    };
+    if let Some(p) = pinned {
+        let uid = provider.metadata.uid.as_deref().unwrap_or("");
+        if p.provider_uid != uid {
+            let found = if uid.is_empty() { "(none)" } else { uid }.to_string();
+            return Err(IdentityFailure::ProviderRecreated { name: name(), pinned: p.provider_uid.clone(), found });
+        }
+        if p.plugin_key != provider.spec.plugin_key {
+            let (pinned, found) = (p.plugin_key.clone(), provider.spec.plugin_key.clone());
+            return Err(IdentityFailure::PluginKeyChanged { name: name(), pinned, found });
+        }
+        if p.driver_key != wanted.driver_key {
+            let (pinned, wanted) = (p.driver_key.clone(), wanted.driver_key.clone());
+            return Err(IdentityFailure::DriverChanged { pinned, wanted });
+        }
+    }
+    let Some(driver) = provider.spec.environment_drivers.iter().find(|d| d.driver_key == wanted.driver_key) else {
+        return Err(IdentityFailure::DriverNotDeclared { name: name(), driver: wanted.driver_key.clone() });
+    };
+    driver_kind_failure(driver).map_or(Ok(driver), Err)
+}

@@ -1,0 +1,86 @@
+//! One lease resolved against its provider: identity, config, narrowing, then the gates.
+
+use super::config::{ConfigFailure, SecretLookup, resolve_config};
+use super::identity::{IdentityFailure, check_identity, pin_for};
+use super::resolution::{Declared, Narrowing, Refusals, Resolution, effective_policy, resolve};
+use super::verified::Verified;
+use crate::api::{Pinned, SandboxLease, SandboxProvider, SecretKeyRef};
+use crate::vocabulary::LeasePolicy;
+
+/// Why a lease is Job-backed, if it is. The CRD admits `backend` only in lowercase; a stored
+/// lease from before that rule is Job-backed in any case and with any surrounding space (and
+/// grants nothing anyway, as today's rules refuse it).
+pub fn job_backend(lease: &SandboxLease) -> Option<String> {
+    if let Some(backend) = lease.spec.backend.as_deref().filter(|b| b.trim().eq_ignore_ascii_case("job")) {
+        return Some(format!("the lease is Job-backed (spec.backend: {backend:?})"));
+    }
+    lease
+        .spec
+        .workload_ref
+        .as_ref()
+        .filter(|w| w.is_batch_job())
+        .map(|w| format!("the lease is Job-backed (spec.workloadRef is batch/v1 Job {})", w.name))
+}
+
+/// Everything the lease controller and `sandcap resolve --lease` decide for one lease.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LeaseResolution {
+    pub driver_key: String,
+    pub effective_policy: LeasePolicy,
+    pub resolution: Resolution,
+    /// Set when the identity check passed and the lease had not been pinned yet.
+    pub pin: Option<Pinned>,
+    pub identity: Result<(), IdentityFailure>,
+    /// `None` when config was not resolved because the identity check failed.
+    pub config: Option<Result<(), ConfigFailure>>,
+}
+
+/// Resolves a lease against its provider (if it exists), the provider's verified methods and
+/// what today's rules refuse of the two.
+pub fn resolve_lease(
+    lease: &SandboxLease,
+    provider: Option<&SandboxProvider>,
+    verified: &Verified,
+    refusals: &Refusals,
+    secret: impl Fn(&SecretKeyRef) -> SecretLookup,
+) -> LeaseResolution {
+    let driver_key = lease.spec.provider_ref.driver_key.clone();
+    let driver = match check_identity(lease, provider) {
+        Ok(driver) => driver,
+        Err(why) => {
+            let narrowing = Narrowing {
+                refusals: refusals.clone(),
+                identity_failure: Some(why.to_string()),
+                ..Narrowing::default()
+            };
+            return LeaseResolution {
+                driver_key,
+                effective_policy: LeasePolicy::Ephemeral,
+                resolution: resolve(verified, &Declared::default(), &narrowing),
+                pin: None,
+                identity: Err(why),
+                config: None,
+            };
+        }
+    };
+    let provider = provider.expect("the identity check passed, so the provider exists");
+    let config = resolve_config(lease, driver, secret).map(|_| ());
+    let narrowing = Narrowing {
+        refusals: refusals.clone(),
+        identity_failure: None,
+        policy: Some(lease.spec.policy()),
+        job_backend: job_backend(lease),
+        native_file_sync_unsupported: lease.spec.native_file_sync_unsupported.unwrap_or(false),
+        config_failure: config.clone().err().map(|f| f.to_string()),
+    };
+    let resolution = resolve(verified, &Declared::from_driver(driver), &narrowing);
+    let already_pinned = lease.status.as_ref().is_some_and(|s| s.pinned.is_some());
+    LeaseResolution {
+        driver_key,
+        effective_policy: effective_policy(&resolution),
+        resolution,
+        pin: if already_pinned { None } else { pin_for(provider, &lease.spec.provider_ref.driver_key) },
+        identity: Ok(()),
+        config: Some(config),
+    }
+}

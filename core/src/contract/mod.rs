@@ -1,0 +1,25 @@
+//! The capability contract: `effective = verified ∩ declared ∩ narrowing` (docs/contract.md,
+//! "Capabilities").
+//!
+//! Pure functions only. The webhook, the controllers and `sandcap resolve` all call these, so there
+//! is exactly one place where a capability is granted or removed. By concern: what the worker
+//! verified (`verified.rs`), the gates (`resolution.rs`), a lease's plugin identity
+//! (`identity.rs`) and config (`config.rs`), and one lease resolved from all of them (`lease.rs`).
+
+mod config;
+mod identity;
+mod lease;
+mod resolution;
+mod verified;
+
+pub use crate::vocabulary::{
+    Capability, LeasePolicy, METHOD_DESTROY_LEASE, METHOD_EXECUTE, METHOD_RELEASE_LEASE, METHOD_RESUME_LEASE,
+    METHOD_SYNC_IN, METHOD_SYNC_OUT, REMOVED_KEYS, Reason,
+};
+pub use config::{ConfigFailure, SecretLookup, resolve_config};
+pub use identity::{IdentityFailure, check_identity, driver_kind_failure, pin_for};
+pub use lease::{LeaseResolution, job_backend, resolve_lease};
+pub use resolution::{
+    Declared, MAX_REFUSAL_IN_EXPLANATION, Narrowing, Refusals, Resolution, effective_policy, resolve, resolve_driver,
+};
+pub use verified::{Verified, verified_from_status, verified_from_worker};

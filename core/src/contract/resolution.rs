@@ -1,0 +1,203 @@
+//! The gates: `effective = verified ∩ declared ∩ narrowing`, each capability explained by the first
+//! gate that removes it, at provider level and at lease level.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::identity::driver_kind_failure;
+use super::verified::Verified;
+use crate::api::{Capabilities, DriverDeclaration, Explanation};
+use crate::text;
+use crate::vocabulary::{Capability, LeasePolicy, METHOD_SYNC_IN, METHOD_SYNC_OUT, Reason};
+
+/// A driver's declaration as the host reads it: per key `Some(bool)` or omitted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Declared([Option<bool>; 6]);
+
+impl Declared {
+    /// Folds the legacy `supportsReusableLeases` in when the nested key is absent.
+    pub fn from_driver(driver: &DriverDeclaration) -> Self {
+        let mut declared = Declared::default();
+        if let Some(nested) = &driver.sandbox_capabilities {
+            for cap in Capability::ALL {
+                declared.0[cap as usize] = nested.get(cap);
+            }
+        }
+        if declared.get(Capability::ReusableLeases).is_none() {
+            declared.0[Capability::ReusableLeases as usize] = driver.supports_reusable_leases;
+        }
+        declared
+    }
+
+    pub fn get(&self, cap: Capability) -> Option<bool> {
+        self.0[cap as usize]
+    }
+
+    /// Whether the declaration allows the capability (before the worker is asked).
+    pub fn allows(&self, cap: Capability) -> bool {
+        self.get(cap).unwrap_or(!cap.opt_in())
+    }
+
+    /// The present keys, as `status.drivers[].declared` shows them.
+    pub fn present(&self) -> BTreeMap<String, bool> {
+        Capability::ALL.into_iter().filter_map(|c| self.get(c).map(|v| (c.key().to_string(), v))).collect()
+    }
+}
+
+/// What today's rules (the CRD's and the webhook's, [`crate::judge`]) refuse of the objects a
+/// resolution reads: each refused object's problems, as its `Valid` condition states them. A
+/// refused object grants nothing (docs/contract.md, "Fail closed"); the caller judges, this module
+/// only obeys.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Refusals {
+    pub lease: Option<String>,
+    pub provider: Option<String>,
+}
+
+/// How much of a refusal's problems each explanation repeats: the `Valid` condition has them all.
+pub const MAX_REFUSAL_IN_EXPLANATION: usize = 1024;
+
+impl Refusals {
+    /// The refusal of a provider alone (provider-level resolution, or a lease that today's rules admit).
+    pub fn provider(problems: Option<String>) -> Refusals {
+        Refusals { lease: None, provider: problems }
+    }
+}
+
+/// Everything about one lease that can only remove capabilities. Each failure carries the message
+/// the explanation shows (never a secret value).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Narrowing {
+    pub refusals: Refusals,
+    pub identity_failure: Option<String>,
+    /// The lease's requested policy; `None` at provider level (nothing narrowed).
+    pub policy: Option<LeasePolicy>,
+    pub job_backend: Option<String>,
+    pub native_file_sync_unsupported: bool,
+    pub config_failure: Option<String>,
+}
+
+/// One driver's resolved capabilities with an explanation for each.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Resolution {
+    pub capabilities: Capabilities,
+    pub explanations: Vec<Explanation>,
+}
+
+impl Resolution {
+    pub fn is_granted(&self, cap: Capability) -> bool {
+        self.capabilities.get(cap)
+    }
+}
+
+/// Resolves every capability through the gates in the order docs/contract.md ("Status") lists them.
+pub fn resolve(verified: &Verified, declared: &Declared, narrowing: &Narrowing) -> Resolution {
+    let mut capabilities = Capabilities::default();
+    let explanations = Capability::ALL
+        .into_iter()
+        .map(|cap| {
+            let (reason, message) = first_gate(cap, verified, declared, narrowing);
+            let granted = reason == Reason::Granted;
+            capabilities.set(cap, granted);
+            Explanation { capability: cap, granted, reason, message }
+        })
+        .collect();
+    Resolution { capabilities, explanations }
+}
+
+fn first_gate(cap: Capability, verified: &Verified, declared: &Declared, narrowing: &Narrowing) -> (Reason, String) {
+    if let Some(problems) = &narrowing.refusals.lease {
+        return (Reason::LeaseNotValid, refused("the lease", problems));
+    }
+    if let Some(why) = &narrowing.identity_failure {
+        return (Reason::PluginIdentityFailed, why.clone());
+    }
+    if let Some(problems) = &narrowing.refusals.provider {
+        return (Reason::ProviderNotValid, refused("the provider", problems));
+    }
+    if let Some(why) = verified.why_nothing() {
+        return (Reason::WorkerNotVerified, why.to_string());
+    }
+    let missing: Vec<&str> = cap.required_methods().iter().copied().filter(|m| !verified.has(m)).collect();
+    if !missing.is_empty() {
+        let message = if cap.is_sync() && missing.len() == 1 {
+            let present = if missing[0] == METHOD_SYNC_IN { METHOD_SYNC_OUT } else { METHOD_SYNC_IN };
+            format!(
+                "the worker advertises {present} but not {}; the host uses the sync methods only as a pair",
+                missing[0]
+            )
+        } else {
+            format!("the worker does not advertise {}", missing.join(", "))
+        };
+        return (Reason::MissingWorkerMethods, message);
+    }
+    match declared.get(cap) {
+        Some(false) => {
+            return (Reason::DeclaredFalse, format!("the driver declares {cap}: false"));
+        }
+        None if cap.opt_in() => {
+            return (Reason::NotOptedIn, format!("{cap} is opt-in and the driver does not declare it true"));
+        }
+        _ => {}
+    }
+    if cap == Capability::ReusableLeases
+        && let Some(policy) = narrowing.policy
+        && policy != LeasePolicy::ReuseByEnvironment
+    {
+        return (
+            Reason::NarrowedByLeasePolicy,
+            format!("the lease policy is {}, not ReuseByEnvironment", policy.as_str()),
+        );
+    }
+    if cap.is_sync() {
+        if let Some(why) = &narrowing.job_backend {
+            return (Reason::NarrowedByJobBackend, why.clone());
+        }
+        if narrowing.native_file_sync_unsupported {
+            return (
+                Reason::NarrowedByNativeFileSyncUnsupported,
+                "the lease sets nativeFileSyncUnsupported: true".into(),
+            );
+        }
+    }
+    if matches!(cap, Capability::PersistentProcessSessions | Capability::IncrementalSessionOutput)
+        && let Some(why) = &narrowing.config_failure
+    {
+        return (Reason::NarrowedByConfigResolution, why.clone());
+    }
+    let message = if declared.get(cap) == Some(true) {
+        format!("declared true and the worker verified {}", cap.required_methods().join(", "))
+    } else {
+        format!("the driver defers to the worker, which verified {}", cap.required_methods().join(", "))
+    };
+    (Reason::Granted, message)
+}
+
+/// The explanation of a refusal: whose, and its first problems.
+fn refused(whose: &str, problems: &str) -> String {
+    let message = format!("{whose} breaks today's rules, so nothing is granted (see its Valid condition): {problems}");
+    text::clip(&message, MAX_REFUSAL_IN_EXPLANATION)
+}
+
+/// Provider-level resolution of one driver: verified ∩ declared. A driver that is not
+/// `kind: sandbox_provider` is never read as a sandbox provider, and a provider that today's
+/// rules refuse (`refused`, its problems) is not trusted: either way nothing is granted.
+pub fn resolve_driver(verified: &Verified, driver: &DriverDeclaration, refused: Option<&str>) -> Resolution {
+    let identity_failure = driver_kind_failure(driver).map(|f| f.to_string());
+    let refusals = Refusals::provider(refused.map(str::to_string));
+    let narrowing = Narrowing { refusals, identity_failure, ..Narrowing::default() };
+    resolve(verified, &Declared::from_driver(driver), &narrowing)
+}
+
+/// The policy a lease actually gets: reuse exactly when its resolution grants reusableLeases
+/// (which the lease's own policy already narrows). Over a provider-level resolution: the best
+/// policy any lease of that driver could get.
+pub fn effective_policy(resolution: &Resolution) -> LeasePolicy {
+    if resolution.is_granted(Capability::ReusableLeases) {
+        LeasePolicy::ReuseByEnvironment
+    } else {
+        LeasePolicy::Ephemeral
+    }
+}
