@@ -26,7 +26,8 @@ import yaml
 from cloudcoil.models.cert_manager import v1 as cert_manager
 from cloudcoil.models.prometheus_operator import v1 as prometheus_operator
 
-CHART = pathlib.Path(__file__).resolve().parents[2] / "charts" / "sandcap"
+REPO = pathlib.Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "sandcap"
 KUBE_VERSION = "1.35"
 # The oldest Kubernetes sandcap supports and the newest schemas kubernetes-validate ships: the chart
 # must fit both.

@@ -18,9 +18,8 @@ import subprocess
 import pytest
 import yaml
 
-from test_chart import CHART, render
+from test_chart import REPO, CHART, render
 
-REPO = CHART.parents[1]
 
 
 def checkov() -> pathlib.Path:

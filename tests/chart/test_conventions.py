@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from test_chart import (
+    REPO,
     CHART,
     KUBE_VERSION_RANGE,
     NAMESPACE,
@@ -31,7 +32,6 @@ from test_chart import (
     validate_object,
 )
 
-REPO = CHART.parents[1]
 README = (REPO / "README.md").read_text()
 
 HOST_NETWORK = {"hostNetwork": True, "webhook": {"port": 10260}, "admin": {"port": 10261}}

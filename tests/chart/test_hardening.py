@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from test_chart import (
+    REPO,
     CHART,
     NAMESPACE,
     env,
@@ -26,7 +27,6 @@ from test_chart import (
     render,
 )
 
-REPO = CHART.parents[1]
 README = (REPO / "README.md").read_text()
 
 SCENARIOS: dict[str, dict[str, Any]] = {
