@@ -7,7 +7,7 @@
 //! and which module may use which, are in docs/architecture.md.
 
 pub use sandcap_core::{
-    addresses, admission, api, config_schema, contract, decode, judge, schema, text, validation, vocabulary,
+    addresses, admission, api, config_schema, contract, decode, judge, schema, text, validation, versions, vocabulary,
 };
 
 pub mod admin;

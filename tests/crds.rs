@@ -1,12 +1,15 @@
 //! `crds/` (what admins `kubectl apply`) and `charts/sandcap/files/crds/` (what the chart's
 //! `templates/crds.yaml` renders, adding only labels and the keep policy: tests/chart checks that)
-//! must both hold exactly what `sandcap crds` prints, or a cluster would run with a schema the
-//! binary does not expect. Regenerate both with `SANDCAP_UPDATE_CRDS=1 cargo test --test crds`.
+//! must both hold exactly what `sandcap crds --contract VERSION` prints for every contract version
+//! (the default's at the top, the others' in a folder named after the version), or a cluster would
+//! run with a schema the binary does not expect. Regenerate both with
+//! `SANDCAP_UPDATE_CRDS=1 cargo test --test crds`.
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
 
+use sandcap::versions::ContractVersion;
 use serde_json::Value;
 
 const CRD_DIRS: [&str; 2] = ["crds", "charts/sandcap/files/crds"];
@@ -25,11 +28,11 @@ fn yaml_files(dir: &Path) -> BTreeSet<String> {
 fn crd_directories_match_sandcap_crds() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let update = std::env::var("SANDCAP_UPDATE_CRDS").is_ok_and(|v| v == "1");
-    let generated = sandcap::cli::crds();
-    let expected: BTreeSet<String> = generated.iter().map(|(file, _)| file.clone()).collect();
     let mut stale = Vec::new();
-
-    for dir in CRD_DIRS.map(|d| root.join(d)) {
+    let dirs = ContractVersion::ALL.into_iter().flat_map(|v| CRD_DIRS.map(|d| (v, root.join(d).join(sandcap::cli::crd_dir(v)))));
+    for (version, dir) in dirs {
+        let generated = sandcap::cli::crds(version);
+        let expected: BTreeSet<String> = generated.iter().map(|(file, _)| file.clone()).collect();
         if update {
             fs::create_dir_all(&dir).unwrap();
         }
@@ -41,7 +44,7 @@ fn crd_directories_match_sandcap_crds() {
             if update {
                 fs::write(&path, yaml).unwrap();
             } else {
-                stale.push(format!("{} differs from `sandcap crds`", path.display()));
+                stale.push(format!("{} differs from `sandcap crds --contract {version}`", path.display()));
             }
         }
         // A CRD that was renamed or dropped must not linger: the chart and `kubectl apply -f`
@@ -92,7 +95,7 @@ fn unbounded(node: &Value, path: &str, found: &mut Vec<String>) {
 #[test]
 fn every_spec_node_is_bounded() {
     let mut found = Vec::new();
-    for (file, yaml) in sandcap::cli::crds() {
+    for (file, yaml) in ContractVersion::ALL.into_iter().flat_map(sandcap::cli::crds) {
         let crd: Value = serde_saphyr::from_str(&yaml).unwrap();
         let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
         assert!(spec.is_object(), "{file} has a spec schema");

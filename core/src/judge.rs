@@ -32,7 +32,7 @@ pub enum Judgment {
 /// Judges `object` as a create: the CRD first, then, if it admits the object, the webhook with
 /// the operator's `options`. `server` chooses the apiserver's message forms.
 pub fn judge(object: &Value, options: &Options, server: Server) -> Judgment {
-    match schema::check(object, None, server) {
+    match schema::check(object, None, server, options.contract) {
         Err(rejection) => Judgment::Refused(rejection),
         Ok(()) => Judgment::Reviewed(validation::review(object, None, options)),
     }

@@ -19,4 +19,5 @@ pub mod judge;
 pub mod schema;
 pub mod text;
 pub mod validation;
+pub mod versions;
 pub mod vocabulary;

@@ -58,13 +58,8 @@ pub const METHOD_DESTROY_LEASE: &str = "environmentDestroyLease";
 pub const METHOD_SYNC_IN: &str = "environmentSyncIn";
 pub const METHOD_SYNC_OUT: &str = "environmentSyncOut";
 pub const METHOD_EXECUTE: &str = "environmentExecute";
-
-/// Every worker method some capability needs, in the order [`Capability::ALL`] first needs them.
-pub const WORKER_METHODS: [&str; 6] =
-    [METHOD_RESUME_LEASE, METHOD_RELEASE_LEASE, METHOD_DESTROY_LEASE, METHOD_SYNC_IN, METHOD_SYNC_OUT, METHOD_EXECUTE];
-
-/// Capability keys that were once part of the contract; the CRD names them when it rejects them.
-pub const REMOVED_KEYS: [&str; 2] = ["concurrentSyncAndExec", "concurrentSyncOperations"];
+pub const METHOD_DUPLEX_CHANNEL_OPEN: &str = "duplexChannelOpen";
+pub const METHOD_RUNNER_INGRESS_ENDPOINT: &str = "environmentRunnerIngressEndpoint";
 
 words! {
     /// The two kinds sandcap defines (and reviews, and reconciles).
@@ -75,7 +70,8 @@ words! {
 }
 
 words! {
-    /// The six capability keys.
+    /// Every capability key of some contract version ([`crate::versions`] says which version has
+    /// which, and what each needs).
     pub enum Capability (key, from_key) {
         ReusableLeases = "reusableLeases",
         NativeSyncIn = "nativeSyncIn",
@@ -83,30 +79,13 @@ words! {
         PersistentProcessSessions = "persistentProcessSessions",
         IndependentControlCommands = "independentControlCommands",
         IncrementalSessionOutput = "incrementalSessionOutput",
+        ConcurrentSyncOperations = "concurrentSyncOperations",
+        DuplexCommandStream = "duplexCommandStream",
+        RunnerWebSocketIngress = "runnerWebSocketIngress",
     }
 }
 
 impl Capability {
-    /// Every one of these methods must be verified by the worker.
-    pub fn required_methods(self) -> &'static [&'static str] {
-        match self {
-            Capability::ReusableLeases => &[METHOD_RESUME_LEASE, METHOD_RELEASE_LEASE, METHOD_DESTROY_LEASE],
-            Capability::NativeSyncIn | Capability::NativeSyncOut => &[METHOD_SYNC_IN, METHOD_SYNC_OUT],
-            Capability::PersistentProcessSessions
-            | Capability::IndependentControlCommands
-            | Capability::IncrementalSessionOutput => &[METHOD_EXECUTE],
-        }
-    }
-
-    /// Opt-in keys are off unless the declaration says `true`; the others follow the worker.
-    pub fn opt_in(self) -> bool {
-        matches!(self, Capability::ReusableLeases | Capability::IncrementalSessionOutput)
-    }
-
-    pub fn is_sync(self) -> bool {
-        matches!(self, Capability::NativeSyncIn | Capability::NativeSyncOut)
-    }
-
     /// What the key means to an admin, for `kubectl explain`.
     pub fn meaning(self) -> &'static str {
         match self {
@@ -116,6 +95,24 @@ impl Capability {
             Capability::PersistentProcessSessions => "processes survive between executions",
             Capability::IndependentControlCommands => "control commands run alongside an execution",
             Capability::IncrementalSessionOutput => "output streams while a session runs (opt-in)",
+            Capability::ConcurrentSyncOperations => "sync operations may run concurrently (opt-in)",
+            Capability::DuplexCommandStream => "a command's input and output share one duplex channel (opt-in)",
+            Capability::RunnerWebSocketIngress => "the runner accepts WebSocket connections at its own endpoint (opt-in)",
+        }
+    }
+
+    /// The printer column that shows the key.
+    pub fn column(self) -> &'static str {
+        match self {
+            Capability::ReusableLeases => "Reuse",
+            Capability::NativeSyncIn => "SyncIn",
+            Capability::NativeSyncOut => "SyncOut",
+            Capability::PersistentProcessSessions => "Sessions",
+            Capability::IndependentControlCommands => "Control",
+            Capability::IncrementalSessionOutput => "Output",
+            Capability::ConcurrentSyncOperations => "ConcurrentSync",
+            Capability::DuplexCommandStream => "Duplex",
+            Capability::RunnerWebSocketIngress => "Ingress",
         }
     }
 }
@@ -269,21 +266,5 @@ words! {
         Admission = "admission",
         Leader = "leader",
         Controllers = "controllers",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn worker_methods_are_those_the_capabilities_need() {
-        let mut needed: Vec<&str> = Vec::new();
-        for method in Capability::ALL.iter().flat_map(|c| c.required_methods()) {
-            if !needed.contains(method) {
-                needed.push(method);
-            }
-        }
-        assert_eq!(needed, WORKER_METHODS);
     }
 }

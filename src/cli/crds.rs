@@ -1,14 +1,32 @@
-//! `sandcap crds`: the CustomResourceDefinitions, generated from the types in [`crate::api`].
+//! `sandcap crds`: the CustomResourceDefinitions of one contract version, generated from the types
+//! in [`crate::api`] and the version's table ([`crate::versions`]).
 
-use kube::CustomResourceExt;
 use serde_json::Value;
 
-use crate::api::{SandboxLease, SandboxProvider};
+use crate::run::contract_version;
+use crate::versions::ContractVersion;
+use crate::vocabulary::Kind;
 
-/// Both CRDs as one multi-document YAML stream, one file each in `crds/` (named so that
-/// `cat crds/*.yaml` gives back exactly this stream).
-pub fn crds() -> [(String, String); 2] {
-    crd_values().map(|(name, crd)| {
+#[derive(Debug, clap::Args)]
+pub struct CrdsArgs {
+    /// The contract version whose CRDs to print (docs/contract.md, "Contract versions").
+    #[arg(long = "contract", default_value = "v1", value_parser = contract_version)]
+    pub contract: ContractVersion,
+}
+
+/// Where the CRDs of `version` are kept, under `crds/` and the chart's `files/crds/`: the
+/// default version's at the top, so that `kubectl apply -f crds/` installs it.
+pub fn crd_dir(version: ContractVersion) -> &'static str {
+    match version {
+        ContractVersion::V1 => "",
+        ContractVersion::V2 => "v2",
+    }
+}
+
+/// Both CRDs of `version`, one file each (named so that `cat crds/*.yaml` gives back exactly what
+/// `sandcap crds` prints).
+pub fn crds(version: ContractVersion) -> [(String, String); 2] {
+    crd_values(version).map(|(name, crd)| {
         (
             format!("{name}.yaml"),
             format!("---\n{}", serde_saphyr::to_string_with_options(&crd, crd_yaml_options()).expect("CRDs serialize")),
@@ -16,11 +34,11 @@ pub fn crds() -> [(String, String); 2] {
     })
 }
 
-/// Both CRDs by name, as JSON exactly as `crds/` holds them.
-pub fn crd_values() -> [(String, Value); 2] {
-    [SandboxLease::crd(), SandboxProvider::crd()].map(|crd| {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        let mut crd = serde_json::to_value(&crd).expect("CRDs serialize");
+/// Both CRDs of `version` by name, as JSON exactly as `crds/` holds them.
+pub fn crd_values(version: ContractVersion) -> [(String, Value); 2] {
+    [Kind::SandboxLease, Kind::SandboxProvider].map(|kind| {
+        let mut crd = crate::api::crd(kind, version);
+        let name = crd["metadata"]["name"].as_str().unwrap_or_default().to_string();
         unwrap_descriptions(&mut crd);
         (name, crd)
     })
@@ -46,6 +64,6 @@ fn unwrap_descriptions(node: &mut Value) {
     }
 }
 
-pub fn crds_yaml() -> String {
-    crds().into_iter().map(|(_, yaml)| yaml).collect()
+pub fn crds_yaml(version: ContractVersion) -> String {
+    crds(version).into_iter().map(|(_, yaml)| yaml).collect()
 }

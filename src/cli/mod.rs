@@ -20,7 +20,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub use check::CheckArgs;
 pub use cluster::ClusterArgs;
-pub use crds::{crd_values, crds, crds_yaml};
+pub use crds::{CrdsArgs, crd_dir, crd_values, crds, crds_yaml};
 pub use error::CliError;
 pub use explain::{ExplainArgs, Explained, Format};
 pub use manifests::{MAX_ENTRIES, MAX_INPUT, MAX_TOTAL, load_objects};
@@ -54,8 +54,8 @@ pub enum Tool {
     Validate(ValidateArgs),
     /// Print the capability resolution the controller would write.
     Resolve(ResolveArgs),
-    /// Print the CustomResourceDefinitions (the YAML that crds/ holds).
-    Crds,
+    /// Print the CustomResourceDefinitions of a contract version (the YAML that crds/ holds).
+    Crds(CrdsArgs),
     /// Explain, from the live cluster, why each capability of a lease or provider is on or off,
     /// and what to change.
     Explain(Box<ExplainArgs>),
@@ -83,8 +83,8 @@ pub fn run(command: Tool, out: &mut dyn Write) -> Result<i32, CliError> {
     let code = match command {
         Tool::Validate(args) => validate::validate(&args, out)?,
         Tool::Resolve(args) => resolve::resolve(&args, out)?,
-        Tool::Crds => {
-            out.write_all(crds_yaml().as_bytes())?;
+        Tool::Crds(args) => {
+            out.write_all(crds_yaml(args.contract).as_bytes())?;
             0
         }
         Tool::Explain(args) => explain::explain(&args, out)?,

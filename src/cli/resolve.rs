@@ -17,7 +17,7 @@ use crate::api::{Capabilities, Explanation, LeasePolicy, SandboxLease, SandboxPr
 use crate::contract::{self, Refusals, SecretLookup, Verified};
 use crate::judge::judge;
 use crate::probe::{self, ProbeOutcome, Prober};
-use crate::run::WorkerPolicyArgs;
+use crate::run::RulesArgs;
 use crate::schema;
 use crate::validation::{self, Options};
 use crate::vocabulary::Kind;
@@ -58,7 +58,7 @@ pub struct ResolveArgs {
     pub output: TableOutput,
     /// What today's rules refuse grants nothing; they are judged as by this operator.
     #[command(flatten)]
-    pub workers: WorkerPolicyArgs,
+    pub rules: RulesArgs,
 }
 
 /// One driver's resolution, in the JSON shape docs/contract.md ("Command line") gives.
@@ -75,7 +75,7 @@ pub(super) fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, Cl
     let inputs = std::iter::once(&args.provider).chain(&args.lease).chain(&args.secrets);
     Manifests::stdin_at_most_once(inputs.map(PathBuf::as_path))?;
     let mut manifests = Manifests::new(args.recursive);
-    let options = Options { workers: args.workers.policy() };
+    let options = args.rules.options();
     let (provider, provider_refused): (SandboxProvider, _) =
         load_one(&mut manifests, &args.provider, Kind::SandboxProvider, &options)?;
     let verified = match (&args.worker_methods, &args.worker_url) {
@@ -99,7 +99,7 @@ pub(super) fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, Cl
             // The lease names its provider: a file for another provider means that provider is absent.
             let provider = (provider.metadata.name == Some(lease.spec.provider_ref.name.clone())).then_some(&provider);
             let refusals = Refusals { lease: lease_refused, provider: provider_refused };
-            let r = contract::resolve_lease(&lease, provider, &verified, &refusals, |r| secrets.lookup(r));
+            let r = contract::resolve_lease(options.contract.contract(), &lease, provider, &verified, &refusals, |r| secrets.lookup(r));
             vec![ResolveRecord {
                 driver_key: r.driver_key,
                 effective_policy: r.effective_policy,
@@ -124,7 +124,7 @@ pub(super) fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, Cl
             drivers
                 .into_iter()
                 .map(|d| {
-                    let r = contract::resolve_driver(&verified, d, provider_refused.as_deref());
+                    let r = contract::resolve_driver(options.contract.contract(), &verified, d, provider_refused.as_deref());
                     let policy = contract::effective_policy(&r);
                     ResolveRecord {
                         driver_key: d.driver_key.clone(),

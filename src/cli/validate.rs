@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use super::error::CliError;
 use super::manifests::{Loaded, Manifests};
-use crate::judge::{Options, judge};
-use crate::run::WorkerPolicyArgs;
+use crate::judge::judge;
+use crate::run::RulesArgs;
 use crate::schema;
 use crate::validation;
 use crate::vocabulary::Kind;
@@ -37,7 +37,7 @@ pub struct ValidateArgs {
     pub output: Output,
     /// Judge as an operator started with these would.
     #[command(flatten)]
-    pub workers: WorkerPolicyArgs,
+    pub rules: RulesArgs,
     /// Write the apiserver's messages as this Kubernetes minor does: 1.35 or 1.37, the oldest and
     /// the newest minor tested (they write the same forms).
     #[arg(long, default_value = "1.37", value_parser = parse_server)]
@@ -62,7 +62,7 @@ struct ValidateRecord {
 }
 
 pub(super) fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
-    let options = Options { workers: args.workers.policy() };
+    let options = args.rules.options();
     let mut records = Vec::new();
     let mut manifests = Manifests::new(args.recursive);
     let mut loaded = Vec::new();

@@ -31,6 +31,7 @@ use super::status::Conditions;
 use crate::judge::{Judgment, Options, Server, judge};
 use crate::metrics::{KindLabels, Metrics};
 use crate::text;
+use crate::versions::ContractVersion;
 use crate::vocabulary::{ConditionReason as Why, ConditionStatus, ConditionType as Type, Kind};
 
 /// The message of an object that conforms.
@@ -75,6 +76,7 @@ pub struct Audits {
     judges: [Sender<Job>; 2],
     judged: Mutex<HashMap<String, Judged>>,
     nonconforming: Family<KindLabels, Gauge>,
+    contract: ContractVersion,
 }
 
 struct Judged {
@@ -94,9 +96,15 @@ impl Audits {
     /// start at 0, so that the series exist before anything breaks a rule.
     pub fn new(options: Options, metrics: &Metrics) -> Audits {
         let judges = Kind::ALL.map(|kind| judge_on_a_thread(kind, options.clone()));
-        let audits = Audits { judges, judged: Mutex::default(), nonconforming: metrics.nonconforming.clone() };
+        let nonconforming = metrics.nonconforming.clone();
+        let audits = Audits { judges, judged: Mutex::default(), nonconforming, contract: options.contract };
         audits.clear();
         audits
+    }
+
+    /// The contract version it judges by, which the reconciles resolve under too.
+    pub fn contract(&self) -> ContractVersion {
+        self.contract
     }
 
     /// The finding of `obj`'s current generation, whose spec is `spec`: judged on first sight of

@@ -17,6 +17,7 @@ use super::error::Error;
 use super::status::kind_label;
 use crate::metrics::{FailureLabels, KindLabels, Metrics};
 use crate::probe::Prober;
+use crate::versions::ContractVersion;
 use crate::vocabulary::FIELD_MANAGER;
 
 /// No reconcile may take longer (a probe has its own, shorter timeout): one that does fails and is
@@ -34,6 +35,8 @@ pub struct Context {
     pub recorder: Recorder,
     pub metrics: Metrics,
     pub probe_interval: Duration,
+    /// The contract version both reconciles resolve under.
+    pub contract: ContractVersion,
     /// Failed reconciles in a row, by uid; an object's entry goes when it is deleted.
     failures: Arc<Mutex<HashMap<String, u32>>>,
     pub audits: Arc<Audits>,
@@ -77,6 +80,7 @@ impl Context {
             prober,
             metrics,
             probe_interval,
+            contract: per_object.audits.contract(),
             failures: per_object.failures,
             audits: per_object.audits,
         }

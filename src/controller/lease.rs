@@ -19,7 +19,7 @@ use super::error::Error;
 use super::status::{Conditions, apply_status, now};
 use crate::api::{SandboxLease, SandboxLeaseStatus, SandboxProvider};
 use crate::config_schema;
-use crate::contract::{self, Capability, LeaseResolution, Reason, Refusals, Verified};
+use crate::contract::{self, Contract, LeaseResolution, Reason, Refusals, Verified};
 use crate::vocabulary::{ConditionReason as Why, ConditionStatus, ConditionType as Type};
 
 /// The watches re-trigger a lease whenever something it reads changes; this periodic pass over
@@ -41,7 +41,7 @@ pub async fn reconcile_lease(lease: Arc<CachedLease>, ctx: Arc<Context>) -> Resu
     // Checking the config compiles the driver's configSchema unless it is cached: CPU work
     // (bounded by the compile budget), off the async workers. A cached one is checked here, spared
     // the hand-over of the worker's other tasks to another thread.
-    let resolve = || resolve(&lease, provider.as_deref(), &refusals, &ctx.caches.secrets);
+    let resolve = || resolve(ctx.contract.contract(), &lease, provider.as_deref(), &refusals, &ctx.caches.secrets);
     let resolution =
         if compiles_nothing(&lease, provider.as_deref()) { resolve() } else { tokio::task::block_in_place(resolve) };
     let now = now();
@@ -71,6 +71,7 @@ fn compiles_nothing(lease: &SandboxLease, provider: Option<&SandboxProvider>) ->
 /// The lease against its provider's published status (if the provider exists), what today's
 /// rules refuse of the two, and the cached `configFrom` Secrets of its namespace.
 fn resolve(
+    contract: &Contract,
     lease: &SandboxLease,
     provider: Option<&SandboxProvider>,
     refusals: &Refusals,
@@ -78,7 +79,7 @@ fn resolve(
 ) -> LeaseResolution {
     let namespace = lease.namespace().unwrap_or_default();
     let verified = provider.map_or_else(Verified::nothing, contract::verified_from_status);
-    contract::resolve_lease(lease, provider, &verified, refusals, |r| secrets.lookup(&namespace, r))
+    contract::resolve_lease(contract, lease, provider, &verified, refusals, |r| secrets.lookup(&namespace, r))
 }
 
 /// The status a lease should have after this resolution: pure, everything it reads is passed in.
@@ -116,7 +117,8 @@ pub fn lease_status(lease: &CachedLease, r: &LeaseResolution, now: &Time) -> San
         }
     };
     let caps = &r.resolution.capabilities;
-    let granted: Vec<&str> = Capability::ALL.into_iter().filter(|c| caps.get(*c)).map(Capability::key).collect();
+    let keys = r.contract.contract().keys.len();
+    let granted: Vec<&str> = caps.entries().filter(|(_, on)| *on).map(|(c, _)| c.key()).collect();
     let refused = r
         .resolution
         .explanations
@@ -137,7 +139,7 @@ pub fn lease_status(lease: &CachedLease, r: &LeaseResolution, now: &Time) -> San
         }
         (Ok(()), None) => {
             let list = if granted.is_empty() { "none".to_string() } else { granted.join(", ") };
-            let message = format!("{} of {} capabilities granted: {list}", granted.len(), Capability::ALL.len());
+            let message = format!("{} of {keys} capabilities granted: {list}", granted.len());
             conditions.set(Type::Resolved, true, Why::Resolved, message)
         }
         (Err(_), _) => {
@@ -150,6 +152,7 @@ pub fn lease_status(lease: &CachedLease, r: &LeaseResolution, now: &Time) -> San
         conditions: vec![resolved, config, identity],
         pinned,
         effective_policy: Some(r.effective_policy),
+        contract: Some(r.contract),
         capabilities: r.resolution.capabilities,
         explanations: r.resolution.explanations.clone(),
     }
@@ -169,7 +172,7 @@ mod tests {
     /// cache) at `now`.
     fn status_at(lease: &SandboxLease, provider: Option<&SandboxProvider>, now: &Time) -> SandboxLeaseStatus {
         let lease = CachedLease::from(lease.clone());
-        lease_status(&lease, &resolve(&lease, provider, &Refusals::default(), &SecretCache::default()), now)
+        lease_status(&lease, &resolve(&V1, &lease, provider, &Refusals::default(), &SecretCache::default()), now)
     }
 
     fn condition<'s>(status: &'s SandboxLeaseStatus, type_: &str) -> &'s Condition {
@@ -250,7 +253,7 @@ mod tests {
             (Refusals { lease: refusal("spec.bakend"), provider: None }, "LeaseNotValid"),
             (Refusals { lease: None, provider: refusal("spec.environmentDrivers[0].x") }, "ProviderNotValid"),
         ] {
-            let status = lease_status(&l, &resolve(&l, Some(&p), &refusals, &SecretCache::default()), &time(T0));
+            let status = lease_status(&l, &resolve(&V1, &l, Some(&p), &refusals, &SecretCache::default()), &time(T0));
             assert_eq!(verdict(&status, "Resolved"), ("False", reason));
             assert!(status.explanations.iter().all(|e| !e.granted && e.reason.as_str() == reason), "{status:?}");
             assert_eq!(status.effective_policy, Some(contract::LeasePolicy::Ephemeral));

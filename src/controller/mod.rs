@@ -49,7 +49,6 @@ use provider::reconcile_provider;
 #[cfg(test)]
 pub(crate) use {lease::lease_status, provider::provider_status};
 
-use crate::addresses::WorkerPolicy;
 use crate::judge::Options;
 use crate::metrics::Metrics;
 use crate::probe::Prober;
@@ -64,7 +63,9 @@ const LEASE_CONCURRENCY: usize = 32;
 pub struct ControllerOptions {
     pub probe_interval: Duration,
     pub probe_timeout: Duration,
-    pub workers: WorkerPolicy,
+    /// The rules this process's webhook runs with: the audit judges with them, the probe obeys
+    /// the worker policy and the reconciles resolve under the contract version.
+    pub rules: Options,
     pub leader_elect: bool,
     pub lease_name: String,
     pub lease_namespace: String,
@@ -111,10 +112,8 @@ async fn controllers(
     metrics: Metrics,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    let prober = Prober::new(options.probe_timeout, options.workers.clone(), &options.identity);
-    // The audit judges with the settings this process's webhook runs with.
-    let settings = Options { workers: options.workers.clone() };
-    let per_object = PerObject::new(Audits::new(settings, &metrics));
+    let prober = Prober::new(options.probe_timeout, options.rules.workers.clone(), &options.identity);
+    let per_object = PerObject::new(Audits::new(options.rules.clone(), &metrics));
     let forget = {
         let per_object = per_object.clone();
         move |uid: &str| per_object.forget(uid)

@@ -20,7 +20,7 @@ use super::error::Error;
 use super::status::{Conditions, apply_status, now};
 use crate::api::{DriverStatus, ProbeResult, SandboxProvider, SandboxProviderStatus, WorkerStatus};
 use crate::config_schema::{self, Deadline, SchemaError};
-use crate::contract::{self, Capability, Declared};
+use crate::contract::{self, Contract, Declared};
 use crate::metrics::ProbeLabels;
 use crate::probe::{ProbeOutcome, Prober};
 use crate::text;
@@ -62,7 +62,7 @@ pub async fn reconcile_provider(provider: Arc<SandboxProvider>, ctx: Arc<Context
     // async workers, so that it delays no other reconcile, watch or probe. Schemas compiled before
     // are checked here: each hand-over to another thread would leave that thread holding memory.
     let schemas = provider.spec.environment_drivers.iter().filter_map(|d| d.config_schema.as_ref());
-    let status = || provider_status(provider, worker, refusal.as_deref(), &now);
+    let status = || provider_status(ctx.contract.contract(), provider, worker, refusal.as_deref(), &now);
     let mut desired =
         if schemas.clone().all(config_schema::is_cached) { status() } else { tokio::task::block_in_place(status) };
     let previous = provider.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
@@ -116,6 +116,7 @@ fn worker_status(provider: &SandboxProvider, outcome: ProbeOutcome, now: &Time) 
 /// The status the provider should have with this worker status and, when today's rules refuse
 /// the provider, their problems (`refused`): pure, everything it reads is passed in.
 pub fn provider_status(
+    contract: &Contract,
     provider: &SandboxProvider,
     worker: WorkerStatus,
     refused: Option<&str>,
@@ -129,11 +130,11 @@ pub fn provider_status(
         .environment_drivers
         .iter()
         .map(|driver| {
-            let resolution = contract::resolve_driver(&verified, driver, refused);
+            let resolution = contract::resolve_driver(contract, &verified, driver, refused);
             DriverStatus {
                 driver_key: driver.driver_key.clone(),
                 kind: driver.kind,
-                declared: Declared::from_driver(driver).present(),
+                declared: Declared::from_driver(contract, driver).present(),
                 capabilities: resolution.capabilities,
                 explanations: resolution.explanations,
             }
@@ -156,8 +157,8 @@ pub fn provider_status(
         let granted: Vec<String> = drivers
             .iter()
             .map(|d| {
-                let on = Capability::ALL.iter().filter(|c| d.capabilities.get(**c)).count();
-                format!("{} {on}/{}", d.driver_key, Capability::ALL.len())
+                let on = d.capabilities.entries().filter(|(_, on)| *on).count();
+                format!("{} {on}/{}", d.driver_key, contract.keys.len())
             })
             .collect();
         conditions.set(
@@ -174,6 +175,7 @@ pub fn provider_status(
         observed_generation: generation,
         conditions: vec![worker_verified, ready, schemas],
         worker: Some(worker),
+        contract: Some(contract.version),
         drivers,
     }
 }
@@ -319,7 +321,7 @@ mod tests {
                 row("ConfigSchemasCompiled", "True", "Compiled")
             ]
         );
-        let status = provider_status(&p, worker, None, &time(T0));
+        let status = provider_status(&V1, &p, worker, None, &time(T0));
         assert_eq!(condition(&status, "WorkerVerified").message, "cannot connect");
         assert!(status.drivers[0].explanations.iter().all(|e| !e.granted));
     }
@@ -349,7 +351,7 @@ mod tests {
             let worker = worker_status(&p, failed(error.clone()), &time(T0));
             let said = format!("probe of http://10.0.0.7:6379/ failed: {class}; sandcap's log has the detail");
             assert_eq!(worker.message, said, "{error:?}");
-            let status = provider_status(&p, worker, None, &time(T0));
+            let status = provider_status(&V1, &p, worker, None, &time(T0));
             assert_eq!(condition(&status, "WorkerVerified").message, said);
         }
     }
@@ -371,7 +373,7 @@ mod tests {
         // reusableLeases is opt-in: granted only where declared.
         let p = provider("p").driver("kubernetes").declares(&["reusableLeases"]).driver("shell");
         let p = p.probed_ok(&methods).build();
-        let status = provider_status(&p, published_worker(&p), None, &time(T0));
+        let status = provider_status(&V1, &p, published_worker(&p), None, &time(T0));
         let rows = verdicts(&p, published_worker(&p));
         assert_eq!(
             rows[..2],
@@ -387,11 +389,11 @@ mod tests {
     fn conditions_keep_their_transition_time_while_their_status_stays() {
         let p = provider("p").driver("k").probed_ok(&["environmentExecute"]).build();
         let mut published = p.clone();
-        published.status = Some(provider_status(&p, published_worker(&p), None, &time(T0)));
-        let again = provider_status(&published, published_worker(&p), None, &later(T0, 600));
+        published.status = Some(provider_status(&V1, &p, published_worker(&p), None, &time(T0)));
+        let again = provider_status(&V1, &published, published_worker(&p), None, &later(T0, 600));
         assert_eq!(Some(&again), published.status.as_ref(), "nothing to write");
         let failed = provider("p").driver("k").probe_failed("timed out").build();
-        let turned = provider_status(&published, published_worker(&failed), None, &later(T0, 600));
+        let turned = provider_status(&V1, &published, published_worker(&failed), None, &later(T0, 600));
         assert_eq!(condition(&turned, "WorkerVerified").last_transition_time, later(T0, 600));
         assert_eq!(condition(&turned, "ConfigSchemasCompiled").last_transition_time, time(T0));
     }
@@ -401,7 +403,7 @@ mod tests {
         let schemas = |schema| {
             let p = provider("p").driver("fine").config_schema(json!({"type": "object"})).driver("bad");
             let p = p.config_schema(schema).probed_ok(&["environmentExecute"]).build();
-            provider_status(&p, published_worker(&p), None, &time(T0))
+            provider_status(&V1, &p, published_worker(&p), None, &time(T0))
         };
         let over = schemas(json!({"properties": {"a": {"pattern": "\\w{50000}"}}}));
         let over = condition(&over, "ConfigSchemasCompiled");

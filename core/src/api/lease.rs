@@ -11,7 +11,9 @@ use serde_json::Value;
 use crate::vocabulary::LeasePolicy;
 use crate::vocabulary::{Capability, Reason};
 
+use super::capabilities::{Capabilities, key_placeholder};
 use super::rules::*;
+use crate::versions::ContractVersion;
 
 /// One run's lease on a provider's driver.
 #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
@@ -31,12 +33,6 @@ use super::rules::*;
     printcolumn = r#"{"name":"Effective Policy","type":"string","jsonPath":".status.effectivePolicy","description":"the policy the lease gets"}"#,
     printcolumn = r#"{"name":"Resolved","type":"string","jsonPath":".status.conditions[?(@.type==\"Resolved\")].status"}"#,
     printcolumn = r#"{"name":"Valid","type":"string","jsonPath":".status.conditions[?(@.type==\"Valid\")].status","description":"whether the CRD and the webhook would admit the object today"}"#,
-    printcolumn = r#"{"name":"Reuse","type":"boolean","jsonPath":".status.capabilities.reusableLeases"}"#,
-    printcolumn = r#"{"name":"SyncIn","type":"boolean","jsonPath":".status.capabilities.nativeSyncIn"}"#,
-    printcolumn = r#"{"name":"SyncOut","type":"boolean","jsonPath":".status.capabilities.nativeSyncOut"}"#,
-    printcolumn = r#"{"name":"Sessions","type":"boolean","jsonPath":".status.capabilities.persistentProcessSessions"}"#,
-    printcolumn = r#"{"name":"Control","type":"boolean","jsonPath":".status.capabilities.independentControlCommands"}"#,
-    printcolumn = r#"{"name":"Output","type":"boolean","jsonPath":".status.capabilities.incrementalSessionOutput"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     selectable = ".spec.providerRef.name",
     selectable = ".spec.providerRef.driverKey"
@@ -168,31 +164,12 @@ pub struct SecretKeyRef {
     pub extra: BTreeMap<String, Value>,
 }
 
-/// All six capabilities, each on or off.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct Capabilities {
-    /// Leases may be resumed, released and destroyed (reuse by environment).
-    pub reusable_leases: bool,
-    /// The plugin syncs files into the sandbox itself.
-    pub native_sync_in: bool,
-    /// The plugin syncs files out of the sandbox itself.
-    pub native_sync_out: bool,
-    /// Processes survive between executions.
-    pub persistent_process_sessions: bool,
-    /// Control commands run alongside an execution.
-    pub independent_control_commands: bool,
-    /// Output streams while a session runs.
-    pub incremental_session_output: bool,
-}
-
-by_capability!(Capabilities, bool);
-
 /// Why one capability is on or off: `reason` is the first gate that removed it, or `Granted`.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Explanation {
     /// The capability key.
+    #[schemars(schema_with = "key_placeholder")]
     pub capability: Capability,
     /// Whether the capability is effective.
     pub granted: bool,
@@ -221,7 +198,10 @@ pub struct SandboxLeaseStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "policy_schema")]
     pub effective_policy: Option<LeasePolicy>,
-    /// The six capabilities after this lease's narrowing.
+    /// The contract version that resolved it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract: Option<ContractVersion>,
+    /// The capabilities of that contract after this lease's narrowing.
     #[serde(default)]
     pub capabilities: Capabilities,
     /// Why each capability is on or off.

@@ -8,43 +8,15 @@
 //! the webhook rejects them ([`crate::validation`]) and `sandcap validate` evaluates the CRD itself
 //! ([`crate::schema`]).
 
-/// `get` and `set` by [`Capability`](crate::vocabulary::Capability) for a struct with one field
-/// of type `$value` per capability, named as the capability's key: the one place that maps keys
-/// to fields.
-macro_rules! by_capability {
-    ($type:ty, $value:ty) => {
-        impl $type {
-            pub fn get(&self, cap: Capability) -> $value {
-                match cap {
-                    Capability::ReusableLeases => self.reusable_leases,
-                    Capability::NativeSyncIn => self.native_sync_in,
-                    Capability::NativeSyncOut => self.native_sync_out,
-                    Capability::PersistentProcessSessions => self.persistent_process_sessions,
-                    Capability::IndependentControlCommands => self.independent_control_commands,
-                    Capability::IncrementalSessionOutput => self.incremental_session_output,
-                }
-            }
-
-            pub fn set(&mut self, cap: Capability, value: $value) {
-                let slot = match cap {
-                    Capability::ReusableLeases => &mut self.reusable_leases,
-                    Capability::NativeSyncIn => &mut self.native_sync_in,
-                    Capability::NativeSyncOut => &mut self.native_sync_out,
-                    Capability::PersistentProcessSessions => &mut self.persistent_process_sessions,
-                    Capability::IndependentControlCommands => &mut self.independent_control_commands,
-                    Capability::IncrementalSessionOutput => &mut self.incremental_session_output,
-                };
-                *slot = value;
-            }
-        }
-    };
-}
-
+mod capabilities;
+mod crd;
 mod lease;
 mod provider;
 mod rules;
 
 pub use crate::vocabulary::LeasePolicy;
+pub use capabilities::{Capabilities, DeclaredCapabilities};
+pub use crd::{crd, crd_schema};
 pub use lease::*;
 pub use provider::*;
 pub use rules::{is_dns_label, is_dns_subdomain};

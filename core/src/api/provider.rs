@@ -8,14 +8,16 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::vocabulary::{Capability, DriverKind};
+use crate::vocabulary::DriverKind;
 
-use super::lease::{Capabilities, Explanation};
+use super::capabilities::{Capabilities, DeclaredCapabilities, declared_placeholder};
+use super::lease::Explanation;
+use crate::versions::ContractVersion;
 use super::rules::*;
 
 /// A sandbox-provider plugin: its driver declarations and where its live worker answers
-/// `initialize`. The controller probes the worker and writes, per driver, which of the six
-/// capabilities are verified, declared and effective into `status`.
+/// `initialize`. The controller probes the worker and writes, per driver, which of the
+/// contract's capabilities are verified, declared and effective into `status`.
 #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[kube(
     group = "sandcap.dev",
@@ -31,12 +33,6 @@ use super::rules::*;
     printcolumn = r#"{"name":"Worker","type":"string","jsonPath":".status.worker.probe"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Valid","type":"string","jsonPath":".status.conditions[?(@.type==\"Valid\")].status","description":"whether the CRD and the webhook would admit the object today"}"#,
-    printcolumn = r#"{"name":"Reuse","type":"boolean","jsonPath":".status.drivers[0].capabilities.reusableLeases","description":"first driver"}"#,
-    printcolumn = r#"{"name":"SyncIn","type":"boolean","jsonPath":".status.drivers[0].capabilities.nativeSyncIn","description":"first driver"}"#,
-    printcolumn = r#"{"name":"SyncOut","type":"boolean","jsonPath":".status.drivers[0].capabilities.nativeSyncOut","description":"first driver"}"#,
-    printcolumn = r#"{"name":"Sessions","type":"boolean","priority":1,"jsonPath":".status.drivers[0].capabilities.persistentProcessSessions","description":"first driver"}"#,
-    printcolumn = r#"{"name":"Control","type":"boolean","priority":1,"jsonPath":".status.drivers[0].capabilities.independentControlCommands","description":"first driver"}"#,
-    printcolumn = r#"{"name":"Output","type":"boolean","priority":1,"jsonPath":".status.drivers[0].capabilities.incrementalSessionOutput","description":"first driver"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -177,7 +173,7 @@ pub struct DriverDeclaration {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub supports_reusable_leases: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "capabilities_schema")]
+    #[schemars(schema_with = "declared_placeholder")]
     pub sandbox_capabilities: Option<DeclaredCapabilities>,
     #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(skip)]
@@ -189,31 +185,6 @@ impl DriverDeclaration {
         self.kind == Some(DriverKind::SandboxProvider)
     }
 }
-
-/// The six capability keys a driver may declare. Omitted = defer to the worker, except the opt-in
-/// keys `reusableLeases` and `incrementalSessionOutput`. Its schema is a map of booleans
-/// ([`capabilities_schema`]) rather than these fields, so that a typo'd or removed key reaches
-/// the CRD's rules instead of being pruned.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct DeclaredCapabilities {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reusable_leases: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub native_sync_in: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub native_sync_out: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub persistent_process_sessions: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub independent_control_commands: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub incremental_session_output: Option<bool>,
-    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub extra: BTreeMap<String, Value>,
-}
-
-by_capability!(DeclaredCapabilities, Option<bool>);
 
 // ---------------------------------------------------------------------------------------------
 // Status
@@ -233,6 +204,9 @@ pub struct SandboxProviderStatus {
     /// The last probe of the worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<WorkerStatus>,
+    /// The contract version that resolved the drivers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract: Option<ContractVersion>,
     /// One entry per declared driver: verified ∩ declared, before any lease narrows it.
     #[serde(default)]
     pub drivers: Vec<DriverStatus>,
@@ -279,7 +253,7 @@ pub struct DriverStatus {
     /// The keys the declaration sets (legacy flag folded in).
     #[serde(default)]
     pub declared: BTreeMap<String, bool>,
-    /// The six capabilities at provider level.
+    /// The capabilities of the contract at provider level.
     pub capabilities: Capabilities,
     /// Why each capability is on or off.
     #[serde(default)]

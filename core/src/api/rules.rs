@@ -5,10 +5,9 @@ use std::sync::LazyLock;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use regex::Regex;
 use schemars::{Schema, SchemaGenerator, json_schema};
-use serde_json::Value;
 
 use crate::vocabulary::LeasePolicy;
-use crate::vocabulary::{Capability, DriverKind, REMOVED_KEYS};
+use crate::vocabulary::DriverKind;
 
 // The apiserver enforces these (the CRD carries them); `sandcap validate` evaluates the same CRD.
 // In `spec`, every string has a maxLength (or an enum), every list a maxItems and every object a
@@ -47,7 +46,7 @@ pub fn is_dns_subdomain(s: &str) -> bool {
 }
 /// A Secret data key.
 pub(super) const SECRET_KEY_PATTERN: &str = "^[-._a-zA-Z0-9]+$";
-/// Most drivers one provider declares, capability keys one driver sets (the six plus room for
+/// Most drivers one provider declares, capability keys one driver sets (the nine of contract v2 plus room for
 /// the typos the CRD must still see to reject), and `configFrom` entries one lease merges.
 pub(super) const MAX_DRIVERS: u32 = 64;
 pub(super) const MAX_CAPABILITY_KEYS: u32 = 16;
@@ -105,78 +104,6 @@ pub(super) fn policy_schema(_: &mut SchemaGenerator) -> Schema {
         "enum": LeasePolicy::ALL.map(LeasePolicy::as_str),
         "default": LeasePolicy::default().as_str(),
     })
-}
-
-/// A map of booleans rather than an object with six properties: the apiserver's CEL sees a map's
-/// keys, but not the unknown fields of an object, and a typo'd or removed key must reach the
-/// rules (not be pruned) to be rejected. The values are nullable for the same reason: the
-/// apiserver prunes a null it may not keep, and `reusableLeases: null` pruned would hand the
-/// decision to the legacy field unseen; kept, the webhook refuses it.
-pub(super) fn capabilities_schema(_: &mut SchemaGenerator) -> Schema {
-    let keys: Vec<&str> = Capability::ALL.map(Capability::key).into();
-    let known = |keys: &[&str]| keys.iter().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", ");
-    let mut rules: Vec<Value> = REMOVED_KEYS
-        .iter()
-        .map(|key| {
-            serde_json::json!({
-                "rule": format!("!('{key}' in self)"),
-                "message": format!("{key} was removed from the contract (concurrency is no longer declared): delete it"),
-            })
-        })
-        .collect();
-    let all: Vec<&str> = keys.iter().chain(&REMOVED_KEYS).copied().collect();
-    let listed = format!("the keys are {}", keys.join(", "));
-    rules.push(serde_json::json!({
-        "rule": format!("self.all(k, k in [{}])", known(&all)),
-        "messageExpression": unknown_keys_message(&known(&all), &listed),
-        "message": format!("unknown capability key: {listed}"),
-    }));
-    let meanings: Vec<String> = Capability::ALL.iter().map(|c| format!("{}: {}", c.key(), c.meaning())).collect();
-    json_schema!({
-        "description": format!(
-            "Capabilities the driver declares, each true or false; omitted defers to the worker, except the opt-in keys. Read only for kind sandbox_provider. Keys: {}.",
-            meanings.join("; ")
-        ),
-        "type": "object",
-        "additionalProperties": {"type": "boolean", "nullable": true},
-        "maxProperties": MAX_CAPABILITY_KEYS,
-        "x-kubernetes-validations": rules,
-    })
-}
-
-/// How many unknown capability keys the message names (the rest are counted), and the characters
-/// of each it shows: an admin sees the typo at once, and the message stays short however long or
-/// many the keys are.
-const NAMED_KEYS: u32 = 3;
-const NAMED_KEY_CHARS: u32 = 64;
-
-/// The CEL `messageExpression` that names the unknown keys: `unknown capability key "reuseableLeases":
-/// <listed>`, or `keys "a", "b", "c" and 2 more: <listed>`, each key cut to [`NAMED_KEY_CHARS`]
-/// characters and quoted (`strings.quote`, so a newline cannot push the message back to the fixed
-/// one). The apiserver iterates a map in random order, so the n-th key is the one with n unknown
-/// keys below it (byte order). The rule does without `sort()`, which a CRD's new rules may use only
-/// from 1.35 on (CEL's lists library v3 came in 1.34, and an apiserver compiles new rules for the
-/// minor before its own). `join()` and `string(int)` are avoided: the apiserver's cost estimate
-/// cannot bound the strings they build from a map's keys, and refuses the CRD.
-fn unknown_keys_message(known: &str, listed: &str) -> String {
-    let unknown = |var: &str| format!("!({var} in [{known}])");
-    let count = format!("self.filter(k, {}).size()", unknown("k"));
-    let nth = |n: u32| {
-        format!(
-            "self.filter(k, {} && self.filter(j, {} && j < k).size() == {n}).map(k, strings.quote(k.size() > {NAMED_KEY_CHARS} ? k.substring(0, {NAMED_KEY_CHARS}) + '...' : k))[0]",
-            unknown("k"),
-            unknown("j"),
-        )
-    };
-    let mut parts = vec![format!("({count} == 1 ? 'unknown capability key ' : 'unknown capability keys ')"), nth(0)];
-    parts.extend((1..NAMED_KEYS).map(|n| format!("({count} > {n} ? ', ' + {} : '')", nth(n))));
-    let more: Vec<String> = (0..=MAX_CAPABILITY_KEYS - NAMED_KEYS).map(|n| format!("'{n}'")).collect();
-    parts.push(format!(
-        "({count} > {NAMED_KEYS} ? ' and ' + [{}][{count} - {NAMED_KEYS}] + ' more' : '')",
-        more.join(", ")
-    ));
-    parts.push(format!("': {listed}'"));
-    parts.join(" + ")
 }
 
 /// `metav1.Condition` list keyed by `type`, so server-side apply merges conditions per type.

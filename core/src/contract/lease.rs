@@ -5,6 +5,7 @@ use super::identity::{IdentityFailure, check_identity, pin_for};
 use super::resolution::{Declared, Narrowing, Refusals, Resolution, effective_policy, resolve};
 use super::verified::Verified;
 use crate::api::{Pinned, SandboxLease, SandboxProvider, SecretKeyRef};
+use crate::versions::{Contract, ContractVersion};
 use crate::vocabulary::LeasePolicy;
 
 /// Why a lease is Job-backed, if it is. The CRD admits `backend` only in lowercase; a stored
@@ -28,6 +29,8 @@ pub struct LeaseResolution {
     pub driver_key: String,
     pub effective_policy: LeasePolicy,
     pub resolution: Resolution,
+    /// The contract version it was resolved under.
+    pub contract: ContractVersion,
     /// Set when the identity check passed and the lease had not been pinned yet.
     pub pin: Option<Pinned>,
     pub identity: Result<(), IdentityFailure>,
@@ -35,9 +38,10 @@ pub struct LeaseResolution {
     pub config: Option<Result<(), ConfigFailure>>,
 }
 
-/// Resolves a lease against its provider (if it exists), the provider's verified methods and
+/// Resolves a lease under `contract` against its provider (if it exists), the provider's verified methods and
 /// what today's rules refuse of the two.
 pub fn resolve_lease(
+    contract: &Contract,
     lease: &SandboxLease,
     provider: Option<&SandboxProvider>,
     verified: &Verified,
@@ -56,7 +60,8 @@ pub fn resolve_lease(
             return LeaseResolution {
                 driver_key,
                 effective_policy: LeasePolicy::Ephemeral,
-                resolution: resolve(verified, &Declared::default(), &narrowing),
+                resolution: resolve(contract, verified, &Declared::default(), &narrowing),
+                contract: contract.version,
                 pin: None,
                 identity: Err(why),
                 config: None,
@@ -73,12 +78,13 @@ pub fn resolve_lease(
         native_file_sync_unsupported: lease.spec.native_file_sync_unsupported.unwrap_or(false),
         config_failure: config.clone().err().map(|f| f.to_string()),
     };
-    let resolution = resolve(verified, &Declared::from_driver(driver), &narrowing);
+    let resolution = resolve(contract, verified, &Declared::from_driver(contract, driver), &narrowing);
     let already_pinned = lease.status.as_ref().is_some_and(|s| s.pinned.is_some());
     LeaseResolution {
         driver_key,
         effective_policy: effective_policy(&resolution),
         resolution,
+        contract: contract.version,
         pin: if already_pinned { None } else { pin_for(provider, &lease.spec.provider_ref.driver_key) },
         identity: Ok(()),
         config: Some(config),

@@ -9,18 +9,20 @@ use super::identity::driver_kind_failure;
 use super::verified::Verified;
 use crate::api::{Capabilities, DriverDeclaration, Explanation};
 use crate::text;
-use crate::vocabulary::{Capability, LeasePolicy, METHOD_SYNC_IN, METHOD_SYNC_OUT, Reason};
+use crate::versions::{Contract, KeyRule, NarrowedBy, SYNC_PAIR};
+use crate::vocabulary::{Capability, LeasePolicy, Reason};
 
-/// A driver's declaration as the host reads it: per key `Some(bool)` or omitted.
+/// A driver's declaration as the host reads it: per key of the contract `Some(bool)` or omitted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Declared([Option<bool>; 6]);
+pub struct Declared([Option<bool>; Capability::ALL.len()]);
 
 impl Declared {
-    /// Folds the legacy `supportsReusableLeases` in when the nested key is absent.
-    pub fn from_driver(driver: &DriverDeclaration) -> Self {
+    /// The contract's keys only (another version's are never read), with the legacy
+    /// `supportsReusableLeases` folded in when the nested key is absent.
+    pub fn from_driver(contract: &Contract, driver: &DriverDeclaration) -> Self {
         let mut declared = Declared::default();
         if let Some(nested) = &driver.sandbox_capabilities {
-            for cap in Capability::ALL {
+            for cap in contract.capabilities() {
                 declared.0[cap as usize] = nested.get(cap);
             }
         }
@@ -34,9 +36,9 @@ impl Declared {
         self.0[cap as usize]
     }
 
-    /// Whether the declaration allows the capability (before the worker is asked).
-    pub fn allows(&self, cap: Capability) -> bool {
-        self.get(cap).unwrap_or(!cap.opt_in())
+    /// Whether the declaration allows the key (before the worker is asked).
+    pub fn allows(&self, rule: &KeyRule) -> bool {
+        self.get(rule.capability).unwrap_or(!rule.opt_in)
     }
 
     /// The present keys, as `status.drivers[].declared` shows them.
@@ -92,22 +94,25 @@ impl Resolution {
     }
 }
 
-/// Resolves every capability through the gates in the order docs/contract.md ("Status") lists them.
-pub fn resolve(verified: &Verified, declared: &Declared, narrowing: &Narrowing) -> Resolution {
+/// Resolves every key of `contract` through the gates in the order docs/contract.md ("Status")
+/// lists them.
+pub fn resolve(contract: &Contract, verified: &Verified, declared: &Declared, narrowing: &Narrowing) -> Resolution {
     let mut capabilities = Capabilities::default();
-    let explanations = Capability::ALL
-        .into_iter()
-        .map(|cap| {
-            let (reason, message) = first_gate(cap, verified, declared, narrowing);
+    let explanations = contract
+        .keys
+        .iter()
+        .map(|rule| {
+            let (reason, message) = first_gate(rule, verified, declared, narrowing);
             let granted = reason == Reason::Granted;
-            capabilities.set(cap, granted);
-            Explanation { capability: cap, granted, reason, message }
+            capabilities.set(rule.capability, granted);
+            Explanation { capability: rule.capability, granted, reason, message }
         })
         .collect();
     Resolution { capabilities, explanations }
 }
 
-fn first_gate(cap: Capability, verified: &Verified, declared: &Declared, narrowing: &Narrowing) -> (Reason, String) {
+fn first_gate(rule: &KeyRule, verified: &Verified, declared: &Declared, narrowing: &Narrowing) -> (Reason, String) {
+    let cap = rule.capability;
     if let Some(problems) = &narrowing.refusals.lease {
         return (Reason::LeaseNotValid, refused("the lease", problems));
     }
@@ -120,16 +125,14 @@ fn first_gate(cap: Capability, verified: &Verified, declared: &Declared, narrowi
     if let Some(why) = verified.why_nothing() {
         return (Reason::WorkerNotVerified, why.to_string());
     }
-    let missing: Vec<&str> = cap.required_methods().iter().copied().filter(|m| !verified.has(m)).collect();
+    let missing: Vec<&str> = rule.methods.iter().copied().filter(|m| !verified.has(m)).collect();
     if !missing.is_empty() {
-        let message = if cap.is_sync() && missing.len() == 1 {
-            let present = if missing[0] == METHOD_SYNC_IN { METHOD_SYNC_OUT } else { METHOD_SYNC_IN };
-            format!(
-                "the worker advertises {present} but not {}; the host uses the sync methods only as a pair",
-                missing[0]
-            )
-        } else {
-            format!("the worker does not advertise {}", missing.join(", "))
+        let message = match (rule.methods, missing.as_slice()) {
+            ([a, b], [absent]) if rule.methods == SYNC_PAIR => {
+                let present = if absent == a { b } else { a };
+                format!("the worker advertises {present} but not {absent}; the host uses the sync methods only as a pair")
+            }
+            _ => format!("the worker does not advertise {}", missing.join(", ")),
         };
         return (Reason::MissingWorkerMethods, message);
     }
@@ -137,42 +140,40 @@ fn first_gate(cap: Capability, verified: &Verified, declared: &Declared, narrowi
         Some(false) => {
             return (Reason::DeclaredFalse, format!("the driver declares {cap}: false"));
         }
-        None if cap.opt_in() => {
+        None if rule.opt_in => {
             return (Reason::NotOptedIn, format!("{cap} is opt-in and the driver does not declare it true"));
         }
         _ => {}
     }
-    if cap == Capability::ReusableLeases
-        && let Some(policy) = narrowing.policy
-        && policy != LeasePolicy::ReuseByEnvironment
-    {
-        return (
-            Reason::NarrowedByLeasePolicy,
-            format!("the lease policy is {}, not ReuseByEnvironment", policy.as_str()),
-        );
-    }
-    if cap.is_sync() {
-        if let Some(why) = &narrowing.job_backend {
-            return (Reason::NarrowedByJobBackend, why.clone());
+    for narrowed_by in NarrowedBy::ALL.into_iter().filter(|n| rule.narrowed_by(*n)) {
+        if let Some(message) = narrowing.removes(narrowed_by) {
+            return (narrowed_by.reason(), message);
         }
-        if narrowing.native_file_sync_unsupported {
-            return (
-                Reason::NarrowedByNativeFileSyncUnsupported,
-                "the lease sets nativeFileSyncUnsupported: true".into(),
-            );
-        }
-    }
-    if matches!(cap, Capability::PersistentProcessSessions | Capability::IncrementalSessionOutput)
-        && let Some(why) = &narrowing.config_failure
-    {
-        return (Reason::NarrowedByConfigResolution, why.clone());
     }
     let message = if declared.get(cap) == Some(true) {
-        format!("declared true and the worker verified {}", cap.required_methods().join(", "))
+        format!("declared true and the worker verified {}", rule.methods.join(", "))
     } else {
-        format!("the driver defers to the worker, which verified {}", cap.required_methods().join(", "))
+        format!("the driver defers to the worker, which verified {}", rule.methods.join(", "))
     };
     (Reason::Granted, message)
+}
+
+impl Narrowing {
+    /// The message of the explanation when this lease's `narrowed_by` applies; `None` when it
+    /// does not.
+    fn removes(&self, narrowed_by: NarrowedBy) -> Option<String> {
+        match narrowed_by {
+            NarrowedBy::LeasePolicy => self
+                .policy
+                .filter(|p| *p != LeasePolicy::ReuseByEnvironment)
+                .map(|p| format!("the lease policy is {}, not ReuseByEnvironment", p.as_str())),
+            NarrowedBy::JobBackend => self.job_backend.clone(),
+            NarrowedBy::NativeFileSyncUnsupported => {
+                self.native_file_sync_unsupported.then(|| "the lease sets nativeFileSyncUnsupported: true".into())
+            }
+            NarrowedBy::ConfigResolution => self.config_failure.clone(),
+        }
+    }
 }
 
 /// The explanation of a refusal: whose, and its first problems.
@@ -181,14 +182,19 @@ fn refused(whose: &str, problems: &str) -> String {
     text::clip(&message, MAX_REFUSAL_IN_EXPLANATION)
 }
 
-/// Provider-level resolution of one driver: verified ∩ declared. A driver that is not
+/// Provider-level resolution of one driver under `contract`: verified ∩ declared. A driver that is not
 /// `kind: sandbox_provider` is never read as a sandbox provider, and a provider that today's
 /// rules refuse (`refused`, its problems) is not trusted: either way nothing is granted.
-pub fn resolve_driver(verified: &Verified, driver: &DriverDeclaration, refused: Option<&str>) -> Resolution {
+pub fn resolve_driver(
+    contract: &Contract,
+    verified: &Verified,
+    driver: &DriverDeclaration,
+    refused: Option<&str>,
+) -> Resolution {
     let identity_failure = driver_kind_failure(driver).map(|f| f.to_string());
     let refusals = Refusals::provider(refused.map(str::to_string));
     let narrowing = Narrowing { refusals, identity_failure, ..Narrowing::default() };
-    resolve(verified, &Declared::from_driver(driver), &narrowing)
+    resolve(contract, verified, &Declared::from_driver(contract, driver), &narrowing)
 }
 
 /// The policy a lease actually gets: reuse exactly when its resolution grants reusableLeases

@@ -41,10 +41,10 @@ mod walk;
 use serde_json::Value;
 
 use crate::api::{API_VERSION, GROUP, is_dns_subdomain};
+use crate::versions::ContractVersion;
 use crate::vocabulary::Kind;
 
 use crds::CRDS;
-pub use crds::crd_schema;
 pub use messages::Server;
 use messages::{go_quote, go_value};
 use rules::Cel;
@@ -73,7 +73,8 @@ impl Rejection {
 /// Judges `object` as the apiserver would before any webhook sees it. `old` is the stored object
 /// on UPDATE (the transition rules: immutable fields). `server` names the minor whose message
 /// forms to write; the minors sandcap supports all write the same ones (see [`Server`]).
-pub fn check(object: &Value, old: Option<&Value>, server: Server) -> Result<(), Rejection> {
+/// `version` chooses the CRD: the one the chart installs for that contract version.
+pub fn check(object: &Value, old: Option<&Value>, server: Server, version: ContractVersion) -> Result<(), Rejection> {
     // Irrefutable while every variant writes the same forms: a variant that writes others is to
     // be told apart below, as older minors' once were.
     let (Server::V1_35 | Server::V1_37) = server;
@@ -91,7 +92,7 @@ pub fn check(object: &Value, old: Option<&Value>, server: Server) -> Result<(), 
     }
     let mut errors = metadata_errors(object);
     CRDS.with(|crds| {
-        let crd = &crds.kinds[kind as usize];
+        let crd = &crds.kinds[version as usize][kind as usize];
         let mut walk = Walk { crds, errors: &mut errors, blocking: false };
         let spec = object.get("spec").filter(|s| !s.is_null());
         let spec_schema = &crd.schema["properties"]["spec"];

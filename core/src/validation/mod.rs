@@ -24,15 +24,17 @@ use crate::api::{
 };
 use crate::config_schema::{self, Deadline};
 pub use crate::decode::Shape;
-use crate::schema;
 use crate::text;
-use crate::vocabulary::{Capability, DriverKind, Kind, REMOVED_KEYS};
+use crate::versions::ContractVersion;
+use crate::vocabulary::{Capability, DriverKind, Kind};
 pub use verdict::{MAX_MESSAGE, MAX_PER_KIND, MAX_WARNING_LEN, MAX_WARNINGS, Problem, Verdict, truncate_warning};
 
 /// Operator settings that change what is admitted.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
     pub workers: WorkerPolicy,
+    /// The contract version the cluster enforces: its CRD is layer 1 ([`crate::judge`]).
+    pub contract: ContractVersion,
 }
 
 /// Starts the warning for a problem that the stored object already has (see [`review`]).
@@ -164,7 +166,7 @@ struct Known {
 impl Known {
     /// The fields of `T`, in declaration order.
     fn of<T: DeserializeOwned + Serialize>(kind: Kind, pointer: &'static str) -> Known {
-        let crd = schema::crd_schema(kind);
+        let crd = crate::api::crd_schema(kind, ContractVersion::default());
         let schema = crd.pointer(pointer).expect("the CRD describes the object");
         let value: T = serde_json::from_value(sample(schema)).expect("the schema's sample fits its type");
         let json = serde_json::to_string(&value).expect("serializes");
@@ -260,7 +262,8 @@ impl Checker {
                 self.verdict.omit(UNKNOWN_FIELDS);
                 continue;
             }
-            let hint = if Capability::from_key(key).is_some() || REMOVED_KEYS.contains(&key.as_str()) {
+            let removed = |v: ContractVersion| v.contract().removed.iter().any(|r| r.key == key);
+            let hint = if Capability::from_key(key).is_some() || ContractVersion::ALL.into_iter().any(removed) {
                 format!(" (capability keys belong under {path}.sandboxCapabilities)")
             } else {
                 String::new()
@@ -418,7 +421,7 @@ mod tests {
             &f.secret_key_ref,
         ];
         for known in all {
-            let crd = schema::crd_schema(known.kind);
+            let crd = crate::api::crd_schema(known.kind, ContractVersion::default());
             let properties = crd.pointer(known.pointer).and_then(|s| s["properties"].as_object()).expect("properties");
             let mut fields = known.fields.clone();
             fields.sort();

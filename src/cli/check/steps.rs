@@ -35,7 +35,7 @@ const NAMED: usize = 5;
 pub async fn crds(client: &Client, args: &CheckArgs) -> Line {
     let api = Api::<CustomResourceDefinition>::all(client.clone());
     let mut names = Vec::new();
-    for (name, generated) in crd_values() {
+    for (name, generated) in crd_values(args.contract) {
         let live = match bounded(args.cluster.request_timeout, &format!("reading CRD {name}"), api.get_opt(&name)).await
         {
             Ok(Some(live)) => live,
@@ -45,13 +45,19 @@ pub async fn crds(client: &Client, args: &CheckArgs) -> Line {
         let live = serde_json::to_value(&live.spec).expect("a CRD serializes");
         if let Some(at) = verdicts::crd_drift(&generated["spec"], &live) {
             return Line::fail(format!(
-                "CRD {name} is not this sandcap's ({}): {at}; its rules are stale, {APPLY_CRDS}",
-                env!("CARGO_PKG_VERSION")
+                "CRD {name} is not this sandcap's ({}, contract {}): {at}; its rules are stale, {APPLY_CRDS}",
+                env!("CARGO_PKG_VERSION"),
+                args.contract
             ));
         }
         names.push(name);
     }
-    Line::ok(format!("CRDs {} are this sandcap's ({})", names.join(" and "), env!("CARGO_PKG_VERSION")))
+    Line::ok(format!(
+        "CRDs {} are this sandcap's ({}, contract {})",
+        names.join(" and "),
+        env!("CARGO_PKG_VERSION"),
+        args.contract
+    ))
 }
 
 const APPLY_CRDS: &str = "apply this version's: helm upgrade with crds.install on, or kubectl apply --server-side -f crds/ (or sandcap crds)";

@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::secret::SecretReport;
 use crate::api::DriverDeclaration;
-use crate::contract::{IdentityFailure, Refusals, Verified};
+use crate::contract::{IdentityFailure, KeyRule, Refusals, Verified};
 use crate::controller::cache::CONFIG_SOURCE_LABEL;
 use crate::vocabulary::{Capability, ConditionReason, Reason};
 
@@ -29,8 +29,8 @@ pub struct FixContext<'a> {
 }
 
 /// What to change so that the gate behind `reason` lets `cap` through; `None` when it is granted.
-pub fn fix(cap: Capability, reason: Reason, ctx: &FixContext) -> Option<String> {
-    let (provider, driver, key) = (ctx.provider, ctx.driver, cap.key());
+pub fn fix(rule: &KeyRule, reason: Reason, ctx: &FixContext) -> Option<String> {
+    let (provider, driver, key) = (ctx.provider, ctx.driver, rule.capability.key());
     let lease = ctx.lease.map_or_else(String::new, |(ns, name)| format!(" {ns}/{name}"));
     Some(match reason {
         Reason::Granted => return None,
@@ -51,13 +51,13 @@ pub fn fix(cap: Capability, reason: Reason, ctx: &FixContext) -> Option<String> 
             ctx.worker.unwrap_or("none yet")
         ),
         Reason::MissingWorkerMethods => {
-            let missing: Vec<&str> = cap.required_methods().iter().copied().filter(|m| !ctx.verified.has(m)).collect();
+            let missing: Vec<&str> = rule.methods.iter().copied().filter(|m| !ctx.verified.has(m)).collect();
             format!(
                 "the worker of provider {provider} must list {} in initialize's supportedMethods",
                 missing.join(", ")
             )
         }
-        Reason::DeclaredFalse => declared_false(cap, ctx),
+        Reason::DeclaredFalse => declared_false(rule, ctx),
         Reason::NotOptedIn => format!("set sandboxCapabilities.{key}: true on driver {driver} of provider {provider}"),
         Reason::NarrowedByLeasePolicy => {
             format!("set spec.policy: ReuseByEnvironment and spec.environment on lease{lease}")
@@ -74,14 +74,15 @@ pub fn fix(cap: Capability, reason: Reason, ctx: &FixContext) -> Option<String> 
 
 /// Which field says false decides the fix: the legacy `supportsReusableLeases` when the nested
 /// key is absent; an opt-in key stays off when removed, so only `true` turns it on.
-fn declared_false(cap: Capability, ctx: &FixContext) -> String {
+fn declared_false(rule: &KeyRule, ctx: &FixContext) -> String {
+    let cap = rule.capability;
     let (provider, driver, key) = (ctx.provider, ctx.driver, cap.key());
     let nested_absent =
         ctx.declaration.is_some_and(|d| d.sandbox_capabilities.as_ref().and_then(|n| n.get(cap)).is_none());
     let on = format!("on driver {driver} of provider {provider}");
     if cap == Capability::ReusableLeases && nested_absent {
         format!("set sandboxCapabilities.{key}: true (it wins over the legacy supportsReusableLeases: false) {on}")
-    } else if cap.opt_in() {
+    } else if rule.opt_in {
         format!("set sandboxCapabilities.{key}: true {on} ({key} is opt-in: removing it leaves it off)")
     } else {
         format!("set sandboxCapabilities.{key}: true, or remove it to follow the worker, {on}")

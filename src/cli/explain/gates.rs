@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::report::{Gate, GateReport};
 use crate::api::{DriverDeclaration, ProbeResult, SandboxLease, WorkerStatus};
-use crate::contract::{Narrowing, Verified};
+use crate::contract::{KeyRule, NarrowedBy, Narrowing, Verified};
 use crate::vocabulary::{Capability, ConditionStatus, ConditionType, LeasePolicy};
 
 /// What today's rules say of an object, as its published `Valid` condition does: its problems
@@ -23,8 +23,8 @@ pub fn validity(gate: Gate, refusal: Option<&str>) -> GateReport {
     }
 }
 
-pub fn worker(cap: Capability, verified: &Verified, worker: Option<&WorkerStatus>) -> GateReport {
-    let needs = cap.required_methods();
+pub fn worker(rule: &KeyRule, verified: &Verified, worker: Option<&WorkerStatus>) -> GateReport {
+    let needs = rule.methods;
     if let Some(why) = verified.why_nothing() {
         let detail = match worker {
             None => "no probe yet: the worker verified nothing".to_string(),
@@ -53,7 +53,8 @@ pub fn probe_summary(worker: &WorkerStatus) -> String {
     format!("probe {:?}{at}: {}", worker.probe, worker.message)
 }
 
-pub fn declaration(cap: Capability, driver: &DriverDeclaration) -> GateReport {
+pub fn declaration(rule: &KeyRule, driver: &DriverDeclaration) -> GateReport {
+    let cap = rule.capability;
     let nested = driver.sandbox_capabilities.as_ref().and_then(|n| n.get(cap));
     let legacy = driver.supports_reusable_leases.filter(|_| cap == Capability::ReusableLeases);
     let key = cap.key();
@@ -71,46 +72,43 @@ pub fn declaration(cap: Capability, driver: &DriverDeclaration) -> GateReport {
     match value {
         Some(true) => GateReport::new(Gate::Declaration, true, format!("declared true ({source}){kind}")),
         Some(false) => GateReport::new(Gate::Declaration, false, format!("declared false ({source}){kind}")),
-        None if cap.opt_in() => {
+        None if rule.opt_in => {
             GateReport::new(Gate::Declaration, false, format!("not declared, and {key} is opt-in{kind}"))
         }
         None => GateReport::new(Gate::Declaration, true, format!("not declared: follows the worker{kind}")),
     }
 }
 
-/// The lease's own narrowings that apply to `cap`.
-pub fn narrowings(cap: Capability, lease: &SandboxLease, n: &Narrowing, config: Option<&Condition>) -> Vec<GateReport> {
-    let mut gates = Vec::new();
-    if cap == Capability::ReusableLeases {
-        let policy = lease.spec.policy();
-        let reuse = policy == LeasePolicy::ReuseByEnvironment;
-        let detail = if reuse {
-            "the lease policy is ReuseByEnvironment".to_string()
-        } else {
-            format!("the lease policy is {policy}, not ReuseByEnvironment")
-        };
-        gates.push(GateReport::new(Gate::Policy, reuse, detail));
-    }
-    if cap.is_sync() {
-        gates.push(match &n.job_backend {
+/// The lease's own narrowings that apply to the key, in the order the gates apply them.
+pub fn narrowings(rule: &KeyRule, lease: &SandboxLease, n: &Narrowing, config: Option<&Condition>) -> Vec<GateReport> {
+    let gate = |narrowed_by| match narrowed_by {
+        NarrowedBy::LeasePolicy => {
+            let policy = lease.spec.policy();
+            let reuse = policy == LeasePolicy::ReuseByEnvironment;
+            let detail = if reuse {
+                "the lease policy is ReuseByEnvironment".to_string()
+            } else {
+                format!("the lease policy is {policy}, not ReuseByEnvironment")
+            };
+            GateReport::new(Gate::Policy, reuse, detail)
+        }
+        NarrowedBy::JobBackend => match &n.job_backend {
             Some(why) => GateReport::new(Gate::JobBackend, false, why.clone()),
             None => GateReport::new(Gate::JobBackend, true, "the lease is not Job-backed"),
-        });
-        gates.push(if n.native_file_sync_unsupported {
+        },
+        NarrowedBy::NativeFileSyncUnsupported => if n.native_file_sync_unsupported {
             GateReport::new(Gate::NativeFileSync, false, "the lease sets nativeFileSyncUnsupported: true")
         } else {
             GateReport::new(Gate::NativeFileSync, true, "the lease does not set nativeFileSyncUnsupported")
-        });
-    }
-    if matches!(cap, Capability::PersistentProcessSessions | Capability::IncrementalSessionOutput) {
-        gates.push(match config {
+        },
+        NarrowedBy::ConfigResolution => match config {
             Some(c) => GateReport::new(
                 Gate::Config,
                 !ConditionStatus::False.is(&c.status),
                 format!("ConfigResolved {} ({}): {}", c.status, c.reason, c.message),
             ),
             None => GateReport::new(Gate::Config, true, "the config is not resolved yet"),
-        });
-    }
-    gates
+        },
+    };
+    NarrowedBy::ALL.into_iter().filter(|n| rule.narrowed_by(*n)).map(gate).collect()
 }

@@ -7,7 +7,7 @@ use super::report::{CapabilityReport, DeclarationReport, Gate, GateReport, Provi
 use super::secret::SecretReport;
 use crate::api::{Pinned, SandboxLease, SandboxProvider, WorkerStatus};
 use crate::contract::{self, Declared, Narrowing, Refusals, Verified};
-use crate::vocabulary::{Capability, ConditionStatus, ConditionType, Kind, LeasePolicy};
+use crate::vocabulary::{ConditionStatus, ConditionType, Kind, LeasePolicy};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::Serialize;
 
@@ -63,8 +63,10 @@ pub fn lease_report(facts: &LeaseFacts) -> LeaseReport {
         native_file_sync_unsupported: lease.spec.native_file_sync_unsupported.unwrap_or(false),
         config_failure,
     };
-    let declared = driver.filter(|_| identity.is_ok()).map(Declared::from_driver).unwrap_or_default();
-    let now = contract::resolve(&verified, &declared, &narrowing);
+    // Explained under the contract that resolved it (the one the cluster runs).
+    let contract = status.and_then(|s| s.contract).unwrap_or_default().contract();
+    let declared = driver.filter(|_| identity.is_ok()).map(|d| Declared::from_driver(contract, d)).unwrap_or_default();
+    let now = contract::resolve(contract, &verified, &declared, &narrowing);
     let identity_gate = match &identity {
         Err(why) => GateReport::new(Gate::Identity, false, why.to_string()),
         Ok(_) => GateReport::new(Gate::Identity, true, identity_detail(lease, provider)),
@@ -81,19 +83,20 @@ pub fn lease_report(facts: &LeaseFacts) -> LeaseReport {
         config,
         secrets: &facts.secrets,
     };
-    let capabilities = Capability::ALL
-        .into_iter()
-        .map(|cap| {
+    let capabilities = contract
+        .keys
+        .iter()
+        .map(|rule| {
             let mut gates = vec![gates::validity(Gate::LeaseValid, refusals.lease.as_deref()), identity_gate.clone()];
             if provider.is_some() {
                 gates.push(gates::validity(Gate::ProviderValid, refusals.provider.as_deref()));
-                gates.push(gates::worker(cap, &verified, worker));
+                gates.push(gates::worker(rule, &verified, worker));
             }
             if let Some(driver) = driver {
-                gates.push(gates::declaration(cap, driver));
+                gates.push(gates::declaration(rule, driver));
             }
-            gates.extend(gates::narrowings(cap, lease, &narrowing, config));
-            capability(cap, status.map(|s| s.explanations.as_slice()), &now, gates, &context)
+            gates.extend(gates::narrowings(rule, lease, &narrowing, config));
+            capability(rule, status.map(|s| s.explanations.as_slice()), &now, gates, &context)
         })
         .collect::<Vec<_>>();
     let notes = status_notes(status.map(|s| s.observed_generation), lease.metadata.generation, "lease", &capabilities);

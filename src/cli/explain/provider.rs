@@ -9,7 +9,7 @@ use super::gates;
 use super::report::{CapabilityReport, DeclarationReport, Gate, GateReport, capability, status_notes};
 use crate::api::{SandboxProvider, WorkerStatus};
 use crate::contract::{self, Refusals};
-use crate::vocabulary::{Capability, Kind};
+use crate::vocabulary::Kind;
 
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -42,12 +42,14 @@ pub fn provider_report(provider: &SandboxProvider) -> ProviderReport {
     let verified = contract::verified_from_status(provider);
     let refusals = Refusals::provider(status.and_then(|s| gates::refusal(&s.conditions)));
     let name = provider.metadata.name.clone().unwrap_or_default();
+    // Explained under the contract that resolved it (the one the cluster runs).
+    let contract = status.and_then(|s| s.contract).unwrap_or_default().contract();
     let drivers: Vec<DriverReport> = provider
         .spec
         .environment_drivers
         .iter()
         .map(|driver| {
-            let now = contract::resolve_driver(&verified, driver, refusals.provider.as_deref());
+            let now = contract::resolve_driver(contract, &verified, driver, refusals.provider.as_deref());
             let identity = contract::driver_kind_failure(driver);
             let context = FixContext {
                 provider: &name,
@@ -64,9 +66,10 @@ pub fn provider_report(provider: &SandboxProvider) -> ProviderReport {
             let explanations = status
                 .and_then(|s| s.drivers.iter().find(|d| d.driver_key == driver.driver_key))
                 .map(|d| &d.explanations);
-            let capabilities = Capability::ALL
-                .into_iter()
-                .map(|cap| {
+            let capabilities = contract
+                .keys
+                .iter()
+                .map(|rule| {
                     let kind = match &identity {
                         Some(why) => GateReport::new(Gate::Identity, false, why.to_string()),
                         None => GateReport::new(Gate::Identity, true, "the driver is kind sandbox_provider"),
@@ -74,10 +77,10 @@ pub fn provider_report(provider: &SandboxProvider) -> ProviderReport {
                     let gates = vec![
                         kind,
                         gates::validity(Gate::ProviderValid, refusals.provider.as_deref()),
-                        gates::worker(cap, &verified, worker),
-                        gates::declaration(cap, driver),
+                        gates::worker(rule, &verified, worker),
+                        gates::declaration(rule, driver),
                     ];
-                    capability(cap, explanations.map(Vec::as_slice), &now, gates, &context)
+                    capability(rule, explanations.map(Vec::as_slice), &now, gates, &context)
                 })
                 .collect();
             DriverReport { declaration: DeclarationReport::of(driver), capabilities }

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::fix::{FixContext, fix};
 use crate::api::{DriverDeclaration, Explanation};
-use crate::contract;
+use crate::contract::{self, KeyRule};
 pub use crate::vocabulary::Gate;
 use crate::vocabulary::{Capability, DriverKind, Reason};
 
@@ -67,7 +67,8 @@ impl DeclarationReport {
                 .filter_map(|c| nested.get(c).map(|v| (c.key().to_string(), v)))
                 .collect(),
             supports_reusable_leases: driver.supports_reusable_leases,
-            legacy_decides: nested.reusable_leases.is_none() && driver.supports_reusable_leases.is_some(),
+            legacy_decides: nested.get(Capability::ReusableLeases).is_none()
+                && driver.supports_reusable_leases.is_some(),
         }
     }
 }
@@ -83,12 +84,13 @@ pub struct ProviderLink {
 }
 
 pub(super) fn capability(
-    cap: Capability,
+    rule: &KeyRule,
     status: Option<&[Explanation]>,
     now: &contract::Resolution,
     gates: Vec<GateReport>,
     context: &FixContext,
 ) -> CapabilityReport {
+    let cap = rule.capability;
     let reason_now = now.explanations.iter().find(|e| e.capability == cap).map_or(Reason::Granted, |e| e.reason);
     let said = status.and_then(|s| s.iter().find(|e| e.capability == cap));
     CapabilityReport {
@@ -98,7 +100,7 @@ pub(super) fn capability(
         message: said.map(|e| e.message.clone()),
         reason_now,
         gates,
-        fix: fix(cap, reason_now, context),
+        fix: fix(rule, reason_now, context),
     }
 }
 

@@ -1,6 +1,8 @@
 //! `sandcap run`: its flags, and the wiring of the admin port, the webhook, the controllers and
 //! the certificate keeper under the phases of one graceful stop, with signals and the shutdown
-//! deadline.
+//! deadline. The flags that choose the rules (`rules.rs`) are `validate`'s and `resolve`'s too.
+
+mod rules;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,10 +11,8 @@ use std::time::Duration;
 
 use axum::http::header;
 use clap::ArgAction;
-use ipnet::IpNet;
 use prometheus_client::registry::Registry;
 
-use crate::addresses::{AllowedCidrs, WorkerPolicy};
 use crate::admin::{Readiness, admin_router, serve_admin};
 use crate::certs::{self, CertOptions};
 use crate::controller::{self, ControllerOptions, SecretScope};
@@ -20,8 +20,8 @@ use crate::listener::{BindError, Limits, Stop, bind};
 use crate::metrics::{ApiLabels, Metrics};
 use crate::telemetry::{LogFormat, init_tracing};
 use crate::tls::{CertFiles, CertLoadError, CertSource};
-use crate::validation::Options;
 use crate::webhook::{Webhook, serve_webhook};
+pub use rules::{RulesArgs, WorkerPolicyArgs, contract_version};
 
 // Defaults that `explain` and `check` share with `sandcap run`, so they find what it uses.
 pub const LEADER_ELECTION_NAME: &str = "sandcap-controller";
@@ -62,7 +62,7 @@ pub struct RunArgs {
     #[arg(long, env = "SANDCAP_CONTROLLERS_ONLY")]
     pub controllers_only: bool,
     #[command(flatten)]
-    pub workers: WorkerPolicyArgs,
+    pub rules: RulesArgs,
     /// How often every provider's worker is probed again.
     #[arg(long, env = "SANDCAP_PROBE_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
     pub probe_interval: Duration,
@@ -130,29 +130,6 @@ pub struct RunArgs {
     /// --webhook-addr or --admin-addr the system picks a free port: this says which.
     #[arg(long, env = "SANDCAP_LISTEN_REPORT", value_name = "FILE")]
     pub listen_report: Option<PathBuf>,
-}
-
-/// Where the operator lets workers be ([`WorkerPolicy`]): `sandcap run`'s flags, which
-/// `validate` and `resolve` take too, so that they judge as that operator would.
-#[derive(Clone, Debug, Default, clap::Args)]
-pub struct WorkerPolicyArgs {
-    /// Accept and probe `spec.worker.url` in providers.
-    #[arg(long, env = "SANDCAP_ALLOW_WORKER_URLS")]
-    pub allow_worker_urls: bool,
-    /// Loopback, link-local, cloud metadata and unspecified addresses (and the IPv6 forms that
-    /// carry them) that workers may reach nonetheless, as CIDRs, comma-separated (e.g.
-    /// `127.0.0.0/8,::1/128` for a worker beside sandcap). Every other address is allowed.
-    #[arg(long, env = "SANDCAP_WORKER_URL_ALLOWED_CIDRS", value_delimiter = ',', value_name = "CIDRS")]
-    pub worker_url_allowed_cidrs: Vec<IpNet>,
-}
-
-impl WorkerPolicyArgs {
-    pub fn policy(&self) -> WorkerPolicy {
-        WorkerPolicy {
-            allow_urls: self.allow_worker_urls,
-            allowed_cidrs: AllowedCidrs::new(self.worker_url_allowed_cidrs.iter().copied()),
-        }
-    }
 }
 
 impl RunArgs {
@@ -255,7 +232,7 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
                 let options = ControllerOptions {
                     probe_interval: args.probe_interval,
                     probe_timeout: args.probe_timeout,
-                    workers: args.workers.policy(),
+                    rules: args.rules.options(),
                     leader_elect: args.leader_elect,
                     lease_name: args.leader_election_name.clone(),
                     lease_namespace: args.leader_election_namespace().to_string(),
@@ -292,7 +269,7 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
         let webhook = Webhook {
             listener,
             certificate: cert_source(args)?,
-            options: Options { workers: args.workers.policy() },
+            options: args.rules.options(),
             limits: Limits::default(),
         };
         Ok(serve_webhook(webhook, metrics.clone(), readiness, stop.clone()).await?)

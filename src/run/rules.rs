@@ -1,0 +1,57 @@
+//! The flags that choose the rules: the contract version and where workers may be. `run` takes
+//! them, and so do `validate`, `resolve` and `plan`, so that they judge as that operator would.
+
+use ipnet::IpNet;
+
+use crate::addresses::{AllowedCidrs, WorkerPolicy};
+use crate::validation::Options;
+use crate::versions::ContractVersion;
+
+/// The contract version and the worker policy: everything that changes what is admitted and
+/// resolved.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct RulesArgs {
+    /// The contract version the cluster enforces (docs/contract.md, "Contract versions"): v1, the
+    /// six keys, or v2, the nine of the host's current contract. The chart's `contract.version`
+    /// installs the matching CRDs.
+    #[arg(long = "contract", env = "SANDCAP_CONTRACT", default_value = "v1", value_parser = contract_version)]
+    pub contract: ContractVersion,
+    #[command(flatten)]
+    pub workers: WorkerPolicyArgs,
+}
+
+impl RulesArgs {
+    pub fn options(&self) -> Options {
+        Options { workers: self.workers.policy(), contract: self.contract }
+    }
+}
+
+/// Parses a contract version as the flag and the chart spell it.
+pub fn contract_version(text: &str) -> Result<ContractVersion, String> {
+    ContractVersion::parse(text).ok_or_else(|| {
+        let known: Vec<&str> = ContractVersion::ALL.iter().map(|v| v.as_str()).collect();
+        format!("unknown contract version {text:?}: the versions are {}", known.join(", "))
+    })
+}
+
+/// Where the operator lets workers be ([`WorkerPolicy`]).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct WorkerPolicyArgs {
+    /// Accept and probe `spec.worker.url` in providers.
+    #[arg(long, env = "SANDCAP_ALLOW_WORKER_URLS")]
+    pub allow_worker_urls: bool,
+    /// Loopback, link-local, cloud metadata and unspecified addresses (and the IPv6 forms that
+    /// carry them) that workers may reach nonetheless, as CIDRs, comma-separated (e.g.
+    /// `127.0.0.0/8,::1/128` for a worker beside sandcap). Every other address is allowed.
+    #[arg(long, env = "SANDCAP_WORKER_URL_ALLOWED_CIDRS", value_delimiter = ',', value_name = "CIDRS")]
+    pub worker_url_allowed_cidrs: Vec<IpNet>,
+}
+
+impl WorkerPolicyArgs {
+    pub fn policy(&self) -> WorkerPolicy {
+        WorkerPolicy {
+            allow_urls: self.allow_worker_urls,
+            allowed_cidrs: AllowedCidrs::new(self.worker_url_allowed_cidrs.iter().copied()),
+        }
+    }
+}
