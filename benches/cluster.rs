@@ -43,7 +43,8 @@ use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use sandcap::api::API_VERSION;
-use sandcap::vocabulary::{Capability, ConditionType, Kind, LeasePolicy, Reason, WORKER_METHODS};
+use sandcap::versions::V1;
+use sandcap::vocabulary::{ConditionType, Kind, LeasePolicy, Reason};
 use serde_json::{Value, json};
 
 use cluster::Cluster;
@@ -220,8 +221,8 @@ fn typical_status() -> Value {
         "status": {
             "observedGeneration": 1,
             "effectivePolicy": LeasePolicy::Ephemeral,
-            "capabilities": Capability::ALL.iter().map(|c| (c.to_string(), json!(false))).collect::<serde_json::Map<_, _>>(),
-            "explanations": Capability::ALL.iter().map(|c| json!({"capability": c, "granted": false, "reason": Reason::NarrowedByLeasePolicy, "message": "the lease policy is Ephemeral, not ReuseByEnvironment"})).collect::<Vec<_>>(),
+            "capabilities": V1.capabilities().map(|c| (c.to_string(), json!(false))).collect::<serde_json::Map<_, _>>(),
+            "explanations": V1.capabilities().map(|c| json!({"capability": c, "granted": false, "reason": Reason::NarrowedByLeasePolicy, "message": "the lease policy is Ephemeral, not ReuseByEnvironment"})).collect::<Vec<_>>(),
             "conditions": lease_conditions.map(condition),
         }
     })
@@ -250,7 +251,7 @@ async fn resolved(admin: &Client, selector: &str, capability: &str, reason: &str
 
 async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client) {
     let count = providers();
-    let worker = Worker::with_methods(&WORKER_METHODS);
+    let worker = Worker::with_methods(&V1.worker_methods());
     let mut objects: Vec<Value> = (0..count).map(|p| provider(&format!("p-{p}"), &worker.url, all_true())).collect();
     objects.push(secret(NS, "creds", "config.json", r#"{"apiToken": "s3cr3t-token-value"}"#, true));
     let from = json!({"configFrom": [{"secretKeyRef": {"name": "creds", "key": "config.json"}}]});

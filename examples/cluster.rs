@@ -21,7 +21,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use cluster::{Binaries, Cluster, repo_root, spawn_logged};
-use sandcap::vocabulary::WORKER_METHODS;
+use sandcap::versions::V1;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -57,7 +57,7 @@ fn main() {
         .to_path_buf();
     // Everything on port 0, the ports read back: see tests/support/ports.rs.
     let mut worker = Command::new(profile.join("examples/reference-worker"));
-    worker.args(["--listen", "127.0.0.1:0", "--methods", &WORKER_METHODS.join(",")]);
+    worker.args(["--listen", "127.0.0.1:0", "--methods", &V1.worker_methods().join(",")]);
     let worker_log = state.join("worker.log");
     let _ = std::fs::remove_file(&worker_log);
     let mut worker = spawn_logged(worker, &worker_log);

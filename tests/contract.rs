@@ -1,12 +1,15 @@
 //! One table-driven test per rule of docs/contract.md, "Capabilities" (and the reason order of
-//! "Status").
+//! "Status"), for every key of every contract version: the tests resolve under v2, whose keys are
+//! v1's six with the same rules (tests/properties.rs checks that the six resolve alike in both)
+//! and three more.
 
 mod support;
 
-use sandcap::api::{LeasePolicy, Pinned, SandboxLeaseStatus};
+use sandcap::api::{DriverDeclaration, LeasePolicy, Pinned, SandboxLease, SandboxLeaseStatus, SandboxProvider};
 use sandcap::contract::{
-    self, Capability, Declared, Narrowing, Reason, Refusals, Verified, resolve, resolve_driver, resolve_lease,
+    self, Capability, Declared, LeaseResolution, Narrowing, Reason, Refusals, Resolution, SecretLookup, Verified,
 };
+use sandcap::versions::{ContractVersion, V1, V2};
 use sandcap::vocabulary::DriverKind;
 use serde_json::json;
 use support::fixtures::*;
@@ -21,6 +24,28 @@ fn message(r: &contract::Resolution, cap: Capability) -> String {
     r.explanations.iter().find(|e| e.capability == cap).unwrap().message.clone()
 }
 
+fn resolve(verified: &Verified, declared: &Declared, narrowing: &Narrowing) -> Resolution {
+    contract::resolve(&V2, verified, declared, narrowing)
+}
+
+fn resolve_driver(verified: &Verified, driver: &DriverDeclaration, refused: Option<&str>) -> Resolution {
+    contract::resolve_driver(&V2, verified, driver, refused)
+}
+
+fn resolve_lease(
+    lease: &SandboxLease,
+    provider: Option<&SandboxProvider>,
+    verified: &Verified,
+    refusals: &Refusals,
+    secret: impl Fn(&sandcap::api::SecretKeyRef) -> SecretLookup,
+) -> LeaseResolution {
+    contract::resolve_lease(&V2, lease, provider, verified, refusals, secret)
+}
+
+fn declared(driver: &DriverDeclaration) -> Declared {
+    Declared::from_driver(&V2, driver)
+}
+
 fn full_driver() -> sandcap::api::DriverDeclaration {
     let mut d = driver("kubernetes");
     d.sandbox_capabilities = Some(all_declared_true());
@@ -28,33 +53,50 @@ fn full_driver() -> sandcap::api::DriverDeclaration {
 }
 
 #[test]
-fn exactly_six_keys_in_contract_order() {
-    let keys: Vec<_> = Capability::ALL.iter().map(|c| c.key()).collect();
-    assert_eq!(
-        keys,
-        [
-            "reusableLeases",
-            "nativeSyncIn",
-            "nativeSyncOut",
-            "persistentProcessSessions",
-            "independentControlCommands",
-            "incrementalSessionOutput"
-        ]
-    );
-    let r = resolve_driver(&all_verified(), &full_driver(), None);
-    assert_eq!(r.explanations.len(), 6);
-    assert!(r.explanations.iter().zip(Capability::ALL).all(|(e, c)| e.capability == c));
+fn each_version_has_its_keys_in_contract_order() {
+    let six = [
+        "reusableLeases",
+        "nativeSyncIn",
+        "nativeSyncOut",
+        "persistentProcessSessions",
+        "independentControlCommands",
+        "incrementalSessionOutput",
+    ];
+    let nine: Vec<&str> = six
+        .iter()
+        .copied()
+        .chain(["concurrentSyncOperations", "duplexCommandStream", "runnerWebSocketIngress"])
+        .collect();
+    for (version, keys) in [(ContractVersion::V1, six.to_vec()), (ContractVersion::V2, nine)] {
+        let contract = version.contract();
+        assert_eq!(contract.capabilities().map(Capability::key).collect::<Vec<_>>(), keys, "{version}");
+        let r = contract::resolve_driver(contract, &all_verified(), &full_driver(), None);
+        assert_eq!(r.explanations.iter().map(|e| e.capability.key()).collect::<Vec<_>>(), keys, "{version}");
+        let written = serde_json::to_value(r.capabilities).unwrap();
+        assert_eq!(written.as_object().unwrap().len(), keys.len(), "status has exactly the version's keys");
+    }
+}
+
+#[test]
+fn a_version_never_reads_a_key_it_does_not_have() {
+    let d = with_caps(driver("k"), &[(DuplexCommandStream, true), (RunnerWebSocketIngress, true)]);
+    assert!(Declared::from_driver(&V1, &d).present().is_empty());
+    let r = contract::resolve_driver(&V1, &all_verified(), &d, None);
+    assert!(!r.is_granted(DuplexCommandStream) && r.explanations.iter().all(|e| V1.has(e.capability)));
 }
 
 #[test]
 fn each_capability_needs_every_one_of_its_methods() {
-    let table: [(Capability, &[&str]); 6] = [
+    let table: [(Capability, &[&str]); 9] = [
         (ReusableLeases, &["environmentResumeLease", "environmentReleaseLease", "environmentDestroyLease"]),
         (NativeSyncIn, &["environmentSyncIn", "environmentSyncOut"]),
         (NativeSyncOut, &["environmentSyncIn", "environmentSyncOut"]),
         (PersistentProcessSessions, &["environmentExecute"]),
         (IndependentControlCommands, &["environmentExecute"]),
         (IncrementalSessionOutput, &["environmentExecute"]),
+        (ConcurrentSyncOperations, &["environmentSyncIn", "environmentSyncOut"]),
+        (DuplexCommandStream, &["duplexChannelOpen"]),
+        (RunnerWebSocketIngress, &["environmentRunnerIngressEndpoint"]),
     ];
     for (cap, methods) in table {
         assert!(resolve_driver(&all_verified(), &full_driver(), None).is_granted(cap), "{cap} with every method");
@@ -68,7 +110,7 @@ fn each_capability_needs_every_one_of_its_methods() {
 }
 
 #[test]
-fn omitted_keys_follow_the_worker_except_the_two_opt_in_keys() {
+fn omitted_keys_follow_the_worker_except_the_opt_in_keys() {
     let d = driver("kubernetes"); // no sandboxCapabilities at all
     let r = resolve_driver(&all_verified(), &d, None);
     for (cap, granted, why) in [
@@ -78,6 +120,9 @@ fn omitted_keys_follow_the_worker_except_the_two_opt_in_keys() {
         (PersistentProcessSessions, true, Reason::Granted),
         (IndependentControlCommands, true, Reason::Granted),
         (IncrementalSessionOutput, false, Reason::NotOptedIn),
+        (ConcurrentSyncOperations, false, Reason::NotOptedIn),
+        (DuplexCommandStream, false, Reason::NotOptedIn),
+        (RunnerWebSocketIngress, false, Reason::NotOptedIn),
     ] {
         assert_eq!(r.is_granted(cap), granted, "{cap}");
         assert_eq!(reason(&r, cap), why, "{cap}");
@@ -145,7 +190,7 @@ fn legacy_reusable_flag_is_read_when_nested_key_is_absent_and_nested_wins() {
         if let Some(n) = nested {
             d = with_caps(d, &[(ReusableLeases, n)]);
         }
-        assert_eq!(Declared::from_driver(&d).get(ReusableLeases), nested.or(legacy), "{legacy:?}/{nested:?}");
+        assert_eq!(declared(&d).get(ReusableLeases), nested.or(legacy), "{legacy:?}/{nested:?}");
         assert_eq!(
             resolve_driver(&all_verified(), &d, None).is_granted(ReusableLeases),
             granted,
@@ -158,7 +203,7 @@ fn legacy_reusable_flag_is_read_when_nested_key_is_absent_and_nested_wins() {
 fn declared_shows_only_present_keys_with_the_legacy_flag_folded_in() {
     let mut d = with_caps(driver("k"), &[(NativeSyncIn, true)]);
     d.supports_reusable_leases = Some(true);
-    let present = Declared::from_driver(&d).present();
+    let present = declared(&d).present();
     assert_eq!(serde_json::to_value(present).unwrap(), json!({"nativeSyncIn": true, "reusableLeases": true}));
 }
 
@@ -178,7 +223,7 @@ fn narrowing() -> Narrowing {
 
 #[test]
 fn each_narrowing_removes_exactly_its_capabilities() {
-    let declared = Declared::from_driver(&full_driver());
+    let declared = declared(&full_driver());
     let table: Vec<(Narrowing, Vec<(Capability, Reason)>)> = vec![
         (
             Narrowing { policy: Some(LeasePolicy::Ephemeral), ..narrowing() },
@@ -186,13 +231,18 @@ fn each_narrowing_removes_exactly_its_capabilities() {
         ),
         (
             Narrowing { job_backend: Some("job".into()), ..narrowing() },
-            vec![(NativeSyncIn, Reason::NarrowedByJobBackend), (NativeSyncOut, Reason::NarrowedByJobBackend)],
+            vec![
+                (NativeSyncIn, Reason::NarrowedByJobBackend),
+                (NativeSyncOut, Reason::NarrowedByJobBackend),
+                (ConcurrentSyncOperations, Reason::NarrowedByJobBackend),
+            ],
         ),
         (
             Narrowing { native_file_sync_unsupported: true, ..narrowing() },
             vec![
                 (NativeSyncIn, Reason::NarrowedByNativeFileSyncUnsupported),
                 (NativeSyncOut, Reason::NarrowedByNativeFileSyncUnsupported),
+                (ConcurrentSyncOperations, Reason::NarrowedByNativeFileSyncUnsupported),
             ],
         ),
         (
@@ -200,6 +250,7 @@ fn each_narrowing_removes_exactly_its_capabilities() {
             vec![
                 (PersistentProcessSessions, Reason::NarrowedByConfigResolution),
                 (IncrementalSessionOutput, Reason::NarrowedByConfigResolution),
+                (DuplexCommandStream, Reason::NarrowedByConfigResolution),
             ],
         ),
         (
@@ -223,8 +274,7 @@ fn each_narrowing_removes_exactly_its_capabilities() {
 
 #[test]
 fn reasons_are_the_first_gate_in_contract_order() {
-    let false_reuse =
-        Declared::from_driver(&with_caps(full_driver(), &[(ReusableLeases, false), (NativeSyncIn, false)]));
+    let false_reuse = declared(&with_caps(full_driver(), &[(ReusableLeases, false), (NativeSyncIn, false)]));
     let everything = Narrowing {
         refusals: Refusals::default(),
         identity_failure: None,
@@ -253,15 +303,18 @@ fn reasons_are_the_first_gate_in_contract_order() {
     assert_eq!(reason(&r, ReusableLeases), Reason::DeclaredFalse);
     assert_eq!(reason(&r, NativeSyncIn), Reason::DeclaredFalse);
     // NotOptedIn beats the lease policy and config narrowing.
-    let r = resolve(&all_verified(), &Declared::from_driver(&driver("k")), &everything);
+    let r = resolve(&all_verified(), &declared(&driver("k")), &everything);
     assert_eq!(reason(&r, ReusableLeases), Reason::NotOptedIn);
     assert_eq!(reason(&r, IncrementalSessionOutput), Reason::NotOptedIn);
     // Job backend beats nativeFileSyncUnsupported.
-    let r = resolve(&all_verified(), &Declared::from_driver(&full_driver()), &everything);
+    let r = resolve(&all_verified(), &declared(&full_driver()), &everything);
     assert_eq!(reason(&r, NativeSyncOut), Reason::NarrowedByJobBackend);
     assert_eq!(reason(&r, ReusableLeases), Reason::NarrowedByLeasePolicy);
     assert_eq!(reason(&r, PersistentProcessSessions), Reason::NarrowedByConfigResolution);
     assert_eq!(reason(&r, IndependentControlCommands), Reason::Granted);
+    assert_eq!(reason(&r, ConcurrentSyncOperations), Reason::NarrowedByJobBackend);
+    assert_eq!(reason(&r, DuplexCommandStream), Reason::NarrowedByConfigResolution);
+    assert_eq!(reason(&r, RunnerWebSocketIngress), Reason::Granted, "no narrowing removes it");
 }
 
 // ---- lease level --------------------------------------------------------------------------

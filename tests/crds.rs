@@ -29,7 +29,9 @@ fn crd_directories_match_sandcap_crds() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let update = std::env::var("SANDCAP_UPDATE_CRDS").is_ok_and(|v| v == "1");
     let mut stale = Vec::new();
-    let dirs = ContractVersion::ALL.into_iter().flat_map(|v| CRD_DIRS.map(|d| (v, root.join(d).join(sandcap::cli::crd_dir(v)))));
+    let dirs = ContractVersion::ALL
+        .into_iter()
+        .flat_map(|v| CRD_DIRS.map(|d| (v, root.join(d).join(sandcap::cli::crd_dir(v)))));
     for (version, dir) in dirs {
         let generated = sandcap::cli::crds(version);
         let expected: BTreeSet<String> = generated.iter().map(|(file, _)| file.clone()).collect();

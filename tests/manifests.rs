@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 mod support;
 
 use sandcap::cli::MAX_INPUT;
-use sandcap::vocabulary::WORKER_METHODS;
+use sandcap::versions::V1;
 
 fn sandcap(args: &[&str], stdin: &[u8]) -> Output {
     // A refused input closes stdin early: the writer must not block the test.
@@ -63,7 +63,7 @@ fn a_directory_gives_its_manifests_in_order_and_its_subdirectories_only_with_r()
 
 #[test]
 fn resolve_reads_any_one_file_from_stdin_and_secrets_from_a_directory() {
-    let methods = WORKER_METHODS.join(",");
+    let methods = V1.worker_methods().join(",");
     let secrets = tempfile::tempdir().unwrap();
     std::fs::write(secrets.path().join("creds.yaml"), example("secrets/acme-credentials.yaml")).unwrap();
     let secret_dir = secrets.path().display().to_string();

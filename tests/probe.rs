@@ -8,7 +8,7 @@ use std::time::Duration;
 use sandcap::addresses::{AddressClass, AllowedCidrs, WorkerPolicy};
 use sandcap::api::{SandboxProvider, SandboxProviderSpec};
 use sandcap::probe::{FailureClass, MAX_ANSWER_BYTES, ProbeError, ProbeOutcome, Prober, parse_worker_url};
-use sandcap::vocabulary::WORKER_METHODS;
+use sandcap::versions::V1;
 use serde_json::Value;
 use support::{Worker, all_true, provider};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -143,7 +143,7 @@ async fn a_tls_failure_is_named_without_the_peers_words() {
 
 #[tokio::test]
 async fn a_host_name_resolving_to_loopback_is_refused_unless_allowed() {
-    let worker = Worker::with_methods(&WORKER_METHODS);
+    let worker = Worker::with_methods(&V1.worker_methods());
     // `localhost` is not checked by name here: only the addresses it resolves to are.
     let by_name = worker.url.replace("127.0.0.1", "localhost");
     let refused = probe_allowing(&by_name, Duration::from_secs(5), AllowedCidrs::default()).await;
@@ -295,14 +295,14 @@ async fn http_errors_fail_and_redirects_are_not_followed() {
     let (url, _) = serve_once(http("503 Service Unavailable", "", "busy")).await;
     assert!(failure(probe(&url).await).ends_with("the worker answered HTTP 503 Service Unavailable"));
 
-    let worker = Worker::with_methods(&WORKER_METHODS);
+    let worker = Worker::with_methods(&V1.worker_methods());
     let (url, _) = serve_once(http("307 Temporary Redirect", &format!("location: {}\r\n", worker.url), "")).await;
     assert!(failure(probe(&url).await).ends_with("the worker answered HTTP 307 Temporary Redirect"));
 }
 
 #[tokio::test]
 async fn a_worker_url_is_not_probed_without_the_flag() {
-    let worker = Worker::with_methods(&WORKER_METHODS);
+    let worker = Worker::with_methods(&V1.worker_methods());
     let provider: SandboxProvider = serde_json::from_value(provider("acme", &worker.url, all_true())).unwrap();
     let refused =
         Prober::new(Duration::from_secs(5), WorkerPolicy { allow_urls: false, allowed_cidrs: loopback() }, "test")
@@ -335,7 +335,7 @@ fn resolve_with_worker_url(url: &str) -> (Value, String) {
 
 #[test]
 fn resolve_probes_a_worker_url_live() {
-    let worker = Worker::with_methods(&WORKER_METHODS);
+    let worker = Worker::with_methods(&V1.worker_methods());
     let (record, stderr) = resolve_with_worker_url(&worker.url);
     assert_eq!(record["capabilities"]["nativeSyncIn"], true, "{record}");
     assert_eq!(record["effectivePolicy"], "ReuseByEnvironment");

@@ -7,16 +7,22 @@ use sandcap::addresses::WorkerPolicy;
 use sandcap::api::{DeclaredCapabilities, DriverDeclaration, LeasePolicy};
 use sandcap::api::{SandboxLease, SandboxProvider};
 use sandcap::contract::{
-    Capability, Declared, Narrowing, Reason, Refusals, Verified, resolve, resolve_driver, resolve_lease,
+    Capability, Contract, Declared, Narrowing, Reason, Refusals, Verified, resolve, resolve_driver, resolve_lease,
 };
 use sandcap::judge::{Server, judge};
 use sandcap::validation::{ALREADY_STORED, MAX_WARNING_LEN, Options, REVIEWED, Shape, identify, review};
-use sandcap::vocabulary::{DriverKind, WORKER_METHODS};
+use sandcap::versions::{ContractVersion, V1, V2};
+use sandcap::vocabulary::DriverKind;
 use serde_json::{Value, json};
+
+fn contract() -> impl Strategy<Value = &'static Contract> {
+    prop::sample::select(ContractVersion::ALL.to_vec()).prop_map(ContractVersion::contract)
+}
 
 fn verified() -> impl Strategy<Value = Verified> {
     let noise = prop::sample::select(vec!["initialize", "environmentTeleport", "", "environmentexecute"]);
-    (prop::sample::subsequence(WORKER_METHODS.to_vec(), 0..=6), prop::collection::vec(noise, 0..3), any::<bool>())
+    let methods = V2.worker_methods();
+    (prop::sample::subsequence(methods.clone(), 0..=methods.len()), prop::collection::vec(noise, 0..3), any::<bool>())
         .prop_map(
             |(methods, noise, failed)| {
                 if failed { Verified::nothing() } else { Verified::methods(methods.into_iter().chain(noise)) }
@@ -26,7 +32,7 @@ fn verified() -> impl Strategy<Value = Verified> {
 
 fn driver() -> impl Strategy<Value = DriverDeclaration> {
     (
-        prop::array::uniform6(prop::option::of(any::<bool>())),
+        prop::array::uniform9(prop::option::of(any::<bool>())),
         prop::option::of(any::<bool>()),
         any::<bool>(),
         any::<bool>(),
@@ -84,12 +90,14 @@ fn narrowing_allows(n: &Narrowing, cap: Capability) -> bool {
             ReusableLeases => n.policy.is_none_or(|p| p == LeasePolicy::ReuseByEnvironment),
             NativeSyncIn | NativeSyncOut => n.job_backend.is_none() && !n.native_file_sync_unsupported,
             PersistentProcessSessions | IncrementalSessionOutput => n.config_failure.is_none(),
-            IndependentControlCommands => true,
+            IndependentControlCommands | RunnerWebSocketIngress => true,
+            ConcurrentSyncOperations => n.job_backend.is_none() && !n.native_file_sync_unsupported,
+            DuplexCommandStream => n.config_failure.is_none(),
         }
 }
 
 fn worker_verifies(v: &Verified, cap: Capability) -> bool {
-    cap.required_methods().iter().all(|m| v.has(m))
+    V2.rule(cap).expect("every key is v2's").methods.iter().all(|m| v.has(m))
 }
 
 proptest! {
@@ -99,18 +107,32 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, max_global_rejects: 8192, ..ProptestConfig::default() })]
 
     #[test]
-    fn effective_is_exactly_verified_and_declared_and_narrowing(v in verified(), d in driver(), n in narrowing()) {
-        let declared = Declared::from_driver(&d);
-        let r = resolve(&v, &declared, &n);
-        for cap in Capability::ALL {
-            let expected = worker_verifies(&v, cap) && declared.allows(cap) && narrowing_allows(&n, cap);
+    fn effective_is_exactly_verified_and_declared_and_narrowing(
+        c in contract(), v in verified(), d in driver(), n in narrowing(),
+    ) {
+        let declared = Declared::from_driver(c, &d);
+        let r = resolve(c, &v, &declared, &n);
+        for rule in c.keys {
+            let cap = rule.capability;
+            let expected = worker_verifies(&v, cap) && declared.allows(rule) && narrowing_allows(&n, cap);
             prop_assert_eq!(r.is_granted(cap), expected, "{}", cap);
+        }
+        for cap in Capability::ALL.into_iter().filter(|cap| !c.has(*cap)) {
+            prop_assert!(!r.is_granted(cap), "{} is not a key of {}", cap, c.version);
         }
     }
 
+    /// v2 keeps v1's six keys as they are: the same answer and the same explanation for each.
     #[test]
-    fn a_declaration_never_grants_what_the_worker_did_not_verify(v in verified(), d in driver()) {
-        let r = resolve_driver(&v, &d, None);
+    fn the_six_keys_resolve_alike_in_every_version(v in verified(), d in driver(), n in narrowing()) {
+        let v1 = resolve(&V1, &v, &Declared::from_driver(&V1, &d), &n);
+        let v2 = resolve(&V2, &v, &Declared::from_driver(&V2, &d), &n);
+        prop_assert_eq!(&v1.explanations[..], &v2.explanations[..V1.keys.len()]);
+    }
+
+    #[test]
+    fn a_declaration_never_grants_what_the_worker_did_not_verify(c in contract(), v in verified(), d in driver()) {
+        let r = resolve_driver(c, &v, &d, None);
         for cap in Capability::ALL {
             if r.is_granted(cap) {
                 prop_assert!(worker_verifies(&v, cap), "{} granted without its methods", cap);
@@ -120,30 +142,33 @@ proptest! {
     }
 
     #[test]
-    fn narrowing_only_removes(v in verified(), d in driver(), n in narrowing()) {
-        let declared = Declared::from_driver(&d);
-        let provider_level = resolve(&v, &declared, &Narrowing::default());
-        let lease_level = resolve(&v, &declared, &n);
+    fn narrowing_only_removes(c in contract(), v in verified(), d in driver(), n in narrowing()) {
+        let declared = Declared::from_driver(c, &d);
+        let provider_level = resolve(c, &v, &declared, &Narrowing::default());
+        let lease_level = resolve(c, &v, &declared, &n);
         for cap in Capability::ALL {
             prop_assert!(!lease_level.is_granted(cap) || provider_level.is_granted(cap));
         }
     }
 
     #[test]
-    fn fewer_verified_methods_never_grant_more(d in driver(), n in narrowing(), drop in 0usize..6) {
-        let declared = Declared::from_driver(&d);
-        let all = resolve(&support::fixtures::all_verified(), &declared, &n);
-        let fewer = resolve(&support::fixtures::verified_without(&[WORKER_METHODS[drop]]), &declared, &n);
+    fn fewer_verified_methods_never_grant_more(c in contract(), d in driver(), n in narrowing(), drop in 0usize..8) {
+        let declared = Declared::from_driver(c, &d);
+        let all = resolve(c, &support::fixtures::all_verified(), &declared, &n);
+        let dropped = V2.worker_methods()[drop];
+        let fewer = resolve(c, &support::fixtures::verified_without(&[dropped]), &declared, &n);
         for cap in Capability::ALL {
             prop_assert!(!fewer.is_granted(cap) || all.is_granted(cap));
         }
     }
 
     #[test]
-    fn every_capability_is_explained_once_and_consistently(v in verified(), d in driver(), n in narrowing()) {
-        let r = resolve(&v, &Declared::from_driver(&d), &n);
-        prop_assert_eq!(r.explanations.len(), 6);
-        for (e, cap) in r.explanations.iter().zip(Capability::ALL) {
+    fn every_capability_is_explained_once_and_consistently(
+        c in contract(), v in verified(), d in driver(), n in narrowing(),
+    ) {
+        let r = resolve(c, &v, &Declared::from_driver(c, &d), &n);
+        prop_assert_eq!(r.explanations.len(), c.keys.len());
+        for (e, cap) in r.explanations.iter().zip(c.capabilities()) {
             prop_assert_eq!(e.capability, cap);
             prop_assert_eq!(e.granted, r.is_granted(cap));
             prop_assert_eq!(e.granted, e.reason == Reason::Granted);
@@ -152,9 +177,9 @@ proptest! {
     }
 
     #[test]
-    fn sync_capabilities_are_verified_together(v in verified(), d in driver(), n in narrowing()) {
-        let declared = Declared::from_driver(&d);
-        let r = resolve(&v, &declared, &n);
+    fn sync_capabilities_are_verified_together(c in contract(), v in verified(), d in driver(), n in narrowing()) {
+        let declared = Declared::from_driver(c, &d);
+        let r = resolve(c, &v, &declared, &n);
         let reason = |c| r.explanations.iter().find(|e| e.capability == c).unwrap().reason;
         let worker_gate = |x: Reason| matches!(x, Reason::WorkerNotVerified | Reason::MissingWorkerMethods);
         prop_assert_eq!(worker_gate(reason(Capability::NativeSyncIn)), worker_gate(reason(Capability::NativeSyncOut)));
@@ -168,10 +193,12 @@ proptest! {
         provider_edits in edits(),
         lease_edits in edits(),
         v in verified(),
+        c in contract(),
     ) {
         let provider = edited(support::fixtures::provider_json(), &provider_edits, "/spec/environmentDrivers/0");
         let lease = edited(support::fixtures::lease_json(), &lease_edits, "/spec");
-        let refusal = |object: &Value| judge(object, &Options::default(), Server::default()).refusal();
+        let options = Options { contract: c.version, ..Options::default() };
+        let refusal = |object: &Value| judge(object, &options, Server::default()).refusal();
         let refusals = Refusals { lease: refusal(&lease), provider: refusal(&provider) };
         let (Ok(mut typed_provider), Ok(typed_lease)) = (
             serde_json::from_value::<SandboxProvider>(provider),
@@ -181,7 +208,7 @@ proptest! {
         };
         typed_provider.metadata.uid = Some("uid".into());
         let secret = |_: &_| sandcap::contract::SecretLookup::Found(b"{}".to_vec());
-        let r = resolve_lease(&typed_lease, Some(&typed_provider), &v, &refusals, secret);
+        let r = resolve_lease(c, &typed_lease, Some(&typed_provider), &v, &refusals, secret);
         if refusals != Refusals::default() {
             for e in &r.resolution.explanations {
                 prop_assert!(!e.granted, "{} granted although {:?}", e.capability, refusals);
@@ -191,7 +218,7 @@ proptest! {
             }
         }
         let driver = &typed_provider.spec.environment_drivers[0];
-        let provider_level = resolve_driver(&v, driver, refusals.provider.as_deref());
+        let provider_level = resolve_driver(c, &v, driver, refusals.provider.as_deref());
         if refusals.provider.is_some() {
             prop_assert!(Capability::ALL.into_iter().all(|c| !provider_level.is_granted(c)));
         }
@@ -217,7 +244,8 @@ proptest! {
         allow_worker_urls in any::<bool>(),
     ) {
         let parts = |shape: Shape, v: &Value| shape.decode(&v.to_string()).unwrap();
-        let options = Options { workers: WorkerPolicy { allow_urls: allow_worker_urls, ..WorkerPolicy::default() } };
+        let workers = WorkerPolicy { allow_urls: allow_worker_urls, ..WorkerPolicy::default() };
+        let options = Options { workers, ..Options::default() };
         prop_assert_eq!(
             review(&parts(REVIEWED, &object), Some(&parts(REVIEWED, &old)), &options),
             review(&object, Some(&old), &options)
@@ -241,7 +269,8 @@ proptest! {
             }
             None => updated["status"] = json!({"changed": true}),
         }
-        let options = Options { workers: WorkerPolicy { allow_urls: allow_worker_urls, ..WorkerPolicy::default() } };
+        let workers = WorkerPolicy { allow_urls: allow_worker_urls, ..WorkerPolicy::default() };
+        let options = Options { workers, ..Options::default() };
         let update = review(&updated, Some(&stored), &options);
         prop_assert!(update.allowed(), "{}", update.message());
         let create = review(&updated, None, &options);

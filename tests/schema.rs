@@ -6,14 +6,20 @@
 mod support;
 
 use sandcap::judge::judge;
-use sandcap::schema::{Server, check};
+use sandcap::schema::{Rejection, Server};
 use sandcap::validation::Options;
+use sandcap::versions::ContractVersion;
 use serde_json::{Value, json};
 use support::fixtures::*;
 
 const D0: &str = "/spec/environmentDrivers/0";
 const SEMVER: &str = r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-((0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(\+([0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*))?$";
 const SKIPPED: &str = "<nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation";
+
+/// Layer 1 of the default contract version (v1); `version_errors` checks another.
+fn check(object: &Value, old: Option<&Value>, server: Server) -> Result<(), Rejection> {
+    sandcap::schema::check(object, old, server, ContractVersion::V1)
+}
 
 fn errors(object: &Value, old: Option<&Value>, server: Server) -> Vec<String> {
     check(object, old, server).expect_err("layer 1 rejects").errors
@@ -202,7 +208,7 @@ fn exactly_one_of_service_or_url() {
 }
 
 #[test]
-fn sandbox_capabilities_are_six_boolean_keys_and_removed_keys_say_so() {
+fn sandbox_capabilities_are_the_versions_boolean_keys_and_removed_keys_say_so() {
     let caps = format!("{D0}/sandboxCapabilities");
     assert_eq!(
         errors(&provider_case(&format!("{caps}/nativeSyncIn"), json!("true")), None, Server::V1_37),
@@ -214,15 +220,17 @@ fn sandbox_capabilities_are_six_boolean_keys_and_removed_keys_say_so() {
     assert_eq!(
         errors(&provider_case(&format!("{caps}/reusableLease"), json!(true)), None, Server::V1_37),
         [
-            "spec.environmentDrivers[0].sandboxCapabilities: Invalid value: unknown capability key \"reusableLease\": the keys are reusableLeases, nativeSyncIn, nativeSyncOut, persistentProcessSessions, independentControlCommands, incrementalSessionOutput"
+            "spec.environmentDrivers[0].sandboxCapabilities: Invalid value: unknown capability key \"reusableLease\": the keys of contract v1 are reusableLeases, nativeSyncIn, nativeSyncOut, persistentProcessSessions, independentControlCommands, incrementalSessionOutput"
         ]
     );
-    for key in ["concurrentSyncAndExec", "concurrentSyncOperations"] {
+    for (key, v2) in
+        [("concurrentSyncAndExec", ""), ("concurrentSyncOperations", ", or choose contract v2, which declares it")]
+    {
         for value in [json!(true), json!(false)] {
             assert_eq!(
                 errors(&provider_case(&format!("{caps}/{key}"), value), None, Server::V1_37),
                 [format!(
-                    "spec.environmentDrivers[0].sandboxCapabilities: Invalid value: {key} was removed from the contract (concurrency is no longer declared): delete it"
+                    "spec.environmentDrivers[0].sandboxCapabilities: Invalid value: {key} was removed from the contract (concurrency is no longer declared): delete it{v2}"
                 )]
             );
         }
@@ -240,7 +248,7 @@ fn sandbox_capabilities_are_six_boolean_keys_and_removed_keys_say_so() {
 /// texts are what kube-apiserver 1.37.2 and 1.35.4 answered for the same maps.
 #[test]
 fn unknown_capability_keys_are_named() {
-    const KEYS: &str = "the keys are reusableLeases, nativeSyncIn, nativeSyncOut, persistentProcessSessions, independentControlCommands, incrementalSessionOutput";
+    const KEYS: &str = "the keys of contract v1 are reusableLeases, nativeSyncIn, nativeSyncOut, persistentProcessSessions, independentControlCommands, incrementalSessionOutput";
     let caps = format!("{D0}/sandboxCapabilities");
     let named = |map: Value| {
         let e = errors(&provider_case(&caps, map), None, Server::V1_37);
@@ -469,4 +477,44 @@ fn config_and_config_schema_are_bounded_in_their_keys() {
     let nested =
         json!({"deep": {"keys": (0..1000).map(|i| (format!("k{i}"), json!(i))).collect::<serde_json::Map<_, _>>()}});
     assert_eq!(check(&set(lease_json(), "/spec/config", nested), None, Server::V1_37), Ok(()));
+}
+
+/// The host's first-party manifests declare all nine keys: v2 admits them, v1 refuses each key it
+/// does not have and names the version that would admit it.
+#[test]
+fn nine_keys_are_admitted_under_v2_and_refused_under_v1_naming_v2() {
+    let nine: serde_json::Map<String, Value> =
+        ContractVersion::V2.contract().capabilities().map(|c| (c.key().to_string(), json!(true))).collect();
+    let provider = provider_case(&format!("{D0}/sandboxCapabilities"), Value::Object(nine));
+    for server in [Server::V1_35, Server::V1_37] {
+        assert_eq!(sandcap::schema::check(&provider, None, server, ContractVersion::V2), Ok(()));
+        let refused = check(&provider, None, server).expect_err("v1 refuses the three").errors;
+        let at = "spec.environmentDrivers[0].sandboxCapabilities: Invalid value: ";
+        assert_eq!(
+            refused,
+            [
+                format!(
+                    "{at}concurrentSyncOperations was removed from the contract (concurrency is no longer declared): delete it, or choose contract v2, which declares it"
+                ),
+                format!(
+                    "{at}duplexCommandStream is not a key of contract v1, the one this cluster enforces: delete it, or choose contract v2, which declares it"
+                ),
+                format!(
+                    "{at}runnerWebSocketIngress is not a key of contract v1, the one this cluster enforces: delete it, or choose contract v2, which declares it"
+                ),
+            ]
+        );
+    }
+    // concurrentSyncAndExec stays removed, and a typo is unknown in v2 too.
+    let caps = format!("{D0}/sandboxCapabilities");
+    let removed = provider_case(&caps, json!({"concurrentSyncAndExec": true, "duplexCommandStrem": true}));
+    let e = sandcap::schema::check(&removed, None, Server::V1_37, ContractVersion::V2).expect_err("refused").errors;
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(e[0].ends_with(
+        "concurrentSyncAndExec was removed from the contract (concurrency is no longer declared): delete it"
+    ));
+    assert!(
+        e[1].contains(r#"unknown capability key "duplexCommandStrem": the keys of contract v2 are reusableLeases"#),
+        "{e:?}"
+    );
 }

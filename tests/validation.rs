@@ -92,7 +92,12 @@ fn worker_urls_are_refused_without_allow_worker_urls() {
         "spec.worker.url: worker URLs are refused because the operator runs without --allow-worker-urls: use spec.worker.service instead"
     );
     assert!(
-        review(&p, None, &Options { workers: WorkerPolicy { allow_urls: true, ..WorkerPolicy::default() } }).allowed()
+        review(
+            &p,
+            None,
+            &Options { workers: WorkerPolicy { allow_urls: true, ..WorkerPolicy::default() }, ..Options::default() }
+        )
+        .allowed()
     );
 }
 
@@ -102,7 +107,7 @@ fn with_worker_url(url: &str) -> Value {
 
 fn allowing(cidrs: &[&str]) -> Options {
     let allowed_cidrs = AllowedCidrs::new(cidrs.iter().map(|c| c.parse().unwrap()));
-    Options { workers: WorkerPolicy { allow_urls: true, allowed_cidrs } }
+    Options { workers: WorkerPolicy { allow_urls: true, allowed_cidrs }, ..Options::default() }
 }
 
 #[test]
@@ -153,7 +158,7 @@ fn worker_url_allowed_cidrs_admit_exactly_what_they_cover() {
     let denied = review(&with_worker_url("http://169.254.169.254/"), None, &loopback);
     assert!(denied.message().contains("(cloud metadata)"), "{}", denied.message());
     // Without --allow-worker-urls the allow list changes nothing.
-    let off = Options { workers: WorkerPolicy { allow_urls: false, ..loopback.workers } };
+    let off = Options { workers: WorkerPolicy { allow_urls: false, ..loopback.workers }, ..Options::default() };
     assert!(
         review(&with_worker_url("http://127.0.0.1:9/rpc"), None, &off)
             .message()
@@ -271,13 +276,6 @@ fn objects_that_are_not_sandcap_kinds_are_denied_with_a_reason() {
 
 // ---- the CRD schema's half of the verdict -------------------------------------------------
 
-fn crd_spec_schema(
-    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-) -> Value {
-    let schema = crd.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
-    serde_json::to_value(schema).unwrap()["properties"]["spec"].clone()
-}
-
 /// Every object node under `spec` that lists properties must keep unknown fields, so a typo'd or
 /// removed key reaches the webhook even when a client applies with field validation off.
 fn assert_nothing_is_pruned(node: &Value, path: &str) {
@@ -302,19 +300,22 @@ fn assert_nothing_is_pruned(node: &Value, path: &str) {
 
 #[test]
 fn crd_schemas_keep_unknown_keys_for_the_webhook_to_reject() {
-    use kube::CustomResourceExt;
-    let provider = crd_spec_schema(&sandcap::api::SandboxProvider::crd());
-    let lease = crd_spec_schema(&sandcap::api::SandboxLease::crd());
-    assert_nothing_is_pruned(&provider, "spec");
-    assert_nothing_is_pruned(&lease, "spec");
-    let caps = &provider["properties"]["environmentDrivers"]["items"]["properties"]["sandboxCapabilities"];
-    // The capability map keeps every key (it is a map of booleans), so the CRD's rules see a
-    // removed or typo'd key (tests/schema.rs).
-    assert_eq!(
-        caps["additionalProperties"],
-        json!({"type": "boolean", "nullable": true}),
-        "booleans, a null kept for the webhook to name"
-    );
+    use sandcap::versions::ContractVersion;
+    use sandcap::vocabulary::Kind;
+    for version in ContractVersion::ALL {
+        let spec = |kind| sandcap::api::crd_schema(kind, version)["properties"]["spec"].clone();
+        let (provider, lease) = (spec(Kind::SandboxProvider), spec(Kind::SandboxLease));
+        assert_nothing_is_pruned(&provider, "spec");
+        assert_nothing_is_pruned(&lease, "spec");
+        let caps = &provider["properties"]["environmentDrivers"]["items"]["properties"]["sandboxCapabilities"];
+        // The capability map keeps every key (it is a map of booleans), so the CRD's rules see a
+        // removed, typo'd or other version's key (tests/schema.rs).
+        assert_eq!(
+            caps["additionalProperties"],
+            json!({"type": "boolean", "nullable": true}),
+            "booleans, a null kept for the webhook to name"
+        );
+    }
 }
 
 #[test]

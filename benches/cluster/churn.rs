@@ -150,7 +150,7 @@ async fn round(admin: &Client, tag: &str, rate: u32, config_from: bool) -> (Dura
 
 /// Prints the table: for each rate, with and without `configFrom`, sandcap next to the limit.
 pub async fn create_to_resolved(c: &Cluster, install: &Install, admin: &Client) {
-    let worker = Worker::with_methods(&sandcap::vocabulary::WORKER_METHODS);
+    let worker = Worker::with_methods(&sandcap::versions::V1.worker_methods());
     let creds = secret(NS, "churn-creds", "config.json", r#"{"apiToken": "s3cr3t-token-value"}"#, true);
     install::apply(c, &[provider(PROVIDER, &worker.url, all_true()), creds]);
     println!("create -> resolved (ms), leases created at a steady rate for {} s each round:", ROUND.as_secs());

@@ -99,7 +99,12 @@ const EXECUTE: &[&str] = &[METHOD_EXECUTE];
 const SYNC_NARROWINGS: &[NarrowedBy] = &[NarrowedBy::JobBackend, NarrowedBy::NativeFileSyncUnsupported];
 const SESSION_NARROWINGS: &[NarrowedBy] = &[NarrowedBy::ConfigResolution];
 
-const fn key(capability: Capability, opt_in: bool, methods: &'static [&'static str], narrowed_by: &'static [NarrowedBy]) -> KeyRule {
+const fn key(
+    capability: Capability,
+    opt_in: bool,
+    methods: &'static [&'static str],
+    narrowed_by: &'static [NarrowedBy],
+) -> KeyRule {
     KeyRule { capability, opt_in, methods, narrowed_by }
 }
 
@@ -191,7 +196,10 @@ impl Contract {
     /// The versions whose keys include `key`, for a message that tells an admin which contract
     /// would admit a key this one refuses.
     pub fn admitted_by(key: &str) -> Vec<ContractVersion> {
-        ContractVersion::ALL.into_iter().filter(|v| v.contract().keys.iter().any(|r| r.capability.key() == key)).collect()
+        ContractVersion::ALL
+            .into_iter()
+            .filter(|v| v.contract().keys.iter().any(|r| r.capability.key() == key))
+            .collect()
     }
 
     /// Why this version refuses `key`, a key it does not have: removed, or a key of another
@@ -211,7 +219,10 @@ impl Contract {
         if others.is_empty() {
             return None;
         }
-        Some(format!("{key} is not a key of contract {}, the one this cluster enforces: delete it{choose}", self.version))
+        Some(format!(
+            "{key} is not a key of contract {}, the one this cluster enforces: delete it{choose}",
+            self.version
+        ))
     }
 
     /// The keys this version refuses by name (its removed keys and the other versions' keys), in
@@ -260,7 +271,10 @@ mod tests {
             "concurrentSyncAndExec was removed from the contract (concurrency is no longer declared): delete it"
         );
         assert_eq!(V2.refusal("reuseableLeases"), None);
-        assert_eq!(V1.refused_keys(), ["concurrentSyncAndExec", "concurrentSyncOperations", "duplexCommandStream", "runnerWebSocketIngress"]);
+        assert_eq!(
+            V1.refused_keys(),
+            ["concurrentSyncAndExec", "concurrentSyncOperations", "duplexCommandStream", "runnerWebSocketIngress"]
+        );
         assert_eq!(V2.refused_keys(), ["concurrentSyncAndExec"]);
     }
 }

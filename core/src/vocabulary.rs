@@ -97,7 +97,9 @@ impl Capability {
             Capability::IncrementalSessionOutput => "output streams while a session runs (opt-in)",
             Capability::ConcurrentSyncOperations => "sync operations may run concurrently (opt-in)",
             Capability::DuplexCommandStream => "a command's input and output share one duplex channel (opt-in)",
-            Capability::RunnerWebSocketIngress => "the runner accepts WebSocket connections at its own endpoint (opt-in)",
+            Capability::RunnerWebSocketIngress => {
+                "the runner accepts WebSocket connections at its own endpoint (opt-in)"
+            }
         }
     }
 

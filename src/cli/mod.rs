@@ -1,7 +1,8 @@
 //! The command line (docs/contract.md, "Command line"). `run` starts the servers
 //! ([`crate::run::run`], under the tokio runtime `main` builds); the offline commands
 //! `validate`, `resolve` and `crds` read manifests from files and call the same pure functions the
-//! webhook and the controllers call; `explain` and `check` read the live cluster ([`cluster`]).
+//! webhook and the controllers call; `explain` and `check` read the live cluster ([`cluster`]), and
+//! `plan` reads either.
 //! Installed as `kubectl-sandcap`, the binary is a kubectl plugin: `kubectl sandcap ...`.
 
 mod check;
@@ -10,6 +11,7 @@ mod crds;
 mod error;
 mod explain;
 mod manifests;
+mod plan;
 mod resolve;
 mod validate;
 
@@ -24,6 +26,7 @@ pub use crds::{CrdsArgs, crd_dir, crd_values, crds, crds_yaml};
 pub use error::CliError;
 pub use explain::{ExplainArgs, Explained, Format};
 pub use manifests::{MAX_ENTRIES, MAX_INPUT, MAX_TOTAL, load_objects};
+pub use plan::PlanArgs;
 pub use resolve::{ResolveArgs, TableOutput};
 pub use validate::{Output, ValidateArgs};
 
@@ -62,6 +65,9 @@ pub enum Tool {
     /// Check, against the live cluster, that sandcap works end to end: one line per check, exit 1
     /// at the first that fails.
     Check(Box<CheckArgs>),
+    /// Before switching contract version: every stored object the new version would refuse and
+    /// every lease that would gain or lose a capability, from the live cluster or from files.
+    Plan(Box<PlanArgs>),
 }
 
 /// Parses the command line. Invoked as [`PLUGIN_NAME`] (by kubectl), usage and help say
@@ -89,6 +95,7 @@ pub fn run(command: Tool, out: &mut dyn Write) -> Result<i32, CliError> {
         }
         Tool::Explain(args) => explain::explain(&args, out)?,
         Tool::Check(args) => check::check(&args, out)?,
+        Tool::Plan(args) => plan::plan(&args, out)?,
     };
     out.flush()?;
     Ok(code)

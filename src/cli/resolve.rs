@@ -99,7 +99,9 @@ pub(super) fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, Cl
             // The lease names its provider: a file for another provider means that provider is absent.
             let provider = (provider.metadata.name == Some(lease.spec.provider_ref.name.clone())).then_some(&provider);
             let refusals = Refusals { lease: lease_refused, provider: provider_refused };
-            let r = contract::resolve_lease(options.contract.contract(), &lease, provider, &verified, &refusals, |r| secrets.lookup(r));
+            let r = contract::resolve_lease(options.contract.contract(), &lease, provider, &verified, &refusals, |r| {
+                secrets.lookup(r)
+            });
             vec![ResolveRecord {
                 driver_key: r.driver_key,
                 effective_policy: r.effective_policy,
@@ -124,7 +126,12 @@ pub(super) fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, Cl
             drivers
                 .into_iter()
                 .map(|d| {
-                    let r = contract::resolve_driver(options.contract.contract(), &verified, d, provider_refused.as_deref());
+                    let r = contract::resolve_driver(
+                        options.contract.contract(),
+                        &verified,
+                        d,
+                        provider_refused.as_deref(),
+                    );
                     let policy = contract::effective_policy(&r);
                     ResolveRecord {
                         driver_key: d.driver_key.clone(),

@@ -183,7 +183,7 @@ fn judge_on_a_thread(kind: Kind, options: Options) -> Sender<Job> {
 
 /// What is judged of a stored object, as the controllers' caches hold it: its kind, name and spec
 /// (the unknown keys the CRD keeps included: the types keep them too).
-fn stored<K: Resource<DynamicType = ()>>(obj: &K, spec: &impl Serialize) -> Value {
+pub fn stored<K: Resource<DynamicType = ()>>(obj: &K, spec: &impl Serialize) -> Value {
     json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),

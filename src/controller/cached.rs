@@ -208,6 +208,7 @@ mod tests {
 
     use super::*;
     use crate::controller::fixtures::{T0, later, lease, time};
+    use crate::vocabulary::Capability;
 
     /// A status as sandcap publishes one, with a pin.
     fn published() -> SandboxLease {
@@ -274,7 +275,7 @@ mod tests {
             ("a condition's reason", |s| s.conditions[1].reason = "SecretKeyNotFound".into()),
             ("a condition gone", |s| drop(s.conditions.pop())),
             ("the pin", |s| s.pinned = None),
-            ("a capability", |s| s.capabilities.native_sync_in = true),
+            ("a capability", |s| s.capabilities.set(Capability::NativeSyncIn, true)),
             ("an explanation", |s| s.explanations.clear()),
         ];
         for (what, change) in changes {

@@ -165,6 +165,8 @@ mod tests {
 
     use super::*;
     use crate::controller::fixtures::{T0, later, lease, provider, time};
+    use crate::versions::V1;
+    use crate::vocabulary::Capability;
 
     const METHODS: [&str; 3] = ["environmentExecute", "environmentSyncIn", "environmentSyncOut"];
 
@@ -203,7 +205,7 @@ mod tests {
         assert_eq!(verdict(&status, "ConfigResolved"), ("True", "ConfigResolved"));
         assert_eq!(verdict(&status, "Resolved"), ("True", "Resolved"));
         assert!(condition(&status, "Resolved").message.contains("of 6 capabilities granted: "));
-        assert!(status.capabilities.native_sync_in);
+        assert!(status.capabilities.get(Capability::NativeSyncIn));
     }
 
     #[test]

@@ -40,6 +40,8 @@ use kube::{Client, Resource};
 use tokio_util::sync::CancellationToken;
 
 use audit::Audits;
+/// The form of a stored object the controllers judge, which `sandcap plan` judges too.
+pub(crate) use audit::stored;
 pub use cache::{CONFIG_SOURCE_LABEL, Caches, SecretScope};
 use context::{Context, PerObject, error_policy, reconciler, retry_delay};
 pub use error::Error;
@@ -203,7 +205,7 @@ mod tests {
     /// A context whose client is never connected to.
     fn context(metrics: Metrics) -> Arc<Context> {
         let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
-        let prober = Prober::new(Duration::from_secs(1), WorkerPolicy::default(), "test");
+        let prober = Prober::new(Duration::from_secs(1), Default::default(), "test");
         let caches = Caches {
             providers: kube::runtime::reflector::store().0,
             leases: kube::runtime::reflector::store().0,

@@ -251,6 +251,8 @@ mod tests {
     use crate::addresses::{AddressClass, WorkerPolicy};
     use crate::controller::fixtures::{T0, later, provider, time};
     use crate::probe::{ProbeError, ProbeFailure};
+    use crate::versions::V1;
+    use crate::vocabulary::Capability;
 
     const INTERVAL: Duration = Duration::from_secs(300);
 
@@ -268,7 +270,7 @@ mod tests {
 
     /// The status after `worker`, by type: (status, reason).
     fn verdicts(provider: &SandboxProvider, worker: WorkerStatus) -> Vec<(String, String, String)> {
-        let status = provider_status(provider, worker, None, &time(T0));
+        let status = provider_status(&V1, provider, worker, None, &time(T0));
         status.conditions.iter().map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone())).collect()
     }
 
@@ -380,7 +382,9 @@ mod tests {
             [row("WorkerVerified", "True", "ProbeSucceeded"), row("Ready", "True", "CapabilitiesResolved")]
         );
         let granted = |key: &str| status.drivers.iter().find(|d| d.driver_key == key).unwrap().capabilities;
-        assert!(granted("kubernetes").reusable_leases && !granted("shell").reusable_leases);
+        assert!(
+            granted("kubernetes").get(Capability::ReusableLeases) && !granted("shell").get(Capability::ReusableLeases)
+        );
         assert!(condition(&status, "Ready").message.starts_with("capabilities granted: kubernetes "), "{status:?}");
         assert!(status.conditions.iter().all(|c| c.observed_generation == Some(1)));
     }

@@ -191,6 +191,8 @@ def test_helm_test_runs_check_from_the_charts_image() -> None:
         env(objects)["SANDCAP_WEBHOOK_CONFIG_NAME"],
         "--leader-election-name",
         env(objects)["SANDCAP_LEADER_ELECTION_NAME"],
+        "--contract",
+        env(objects)["SANDCAP_CONTRACT"],
     ]
     assert spec["restartPolicy"] == "Never" and spec["activeDeadlineSeconds"] >= 120 + 60
     assert spec["securityContext"] == deployment["securityContext"]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
-use sandcap::vocabulary::WORKER_METHODS;
+use sandcap::versions::ContractVersion;
 use serde_json::{Value, json};
 
 use crate::cluster::Cluster;
@@ -62,7 +62,7 @@ pub async fn objects_stored_without_the_webhook_are_audited(c: Arc<Cluster>) {
     install::crds(&c);
     let install = Install::chart(&c, json!({})).await;
     install::namespaces(&c, &[NS]);
-    let worker = Worker::with_methods(&WORKER_METHODS);
+    let worker = Worker::of_contract(ContractVersion::V1);
     let admin = c.admin().await;
 
     // No webhook is registered: the CRD alone admits a misspelt field, which it keeps so that

@@ -8,7 +8,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use sandcap::config_schema::{BUDGET, Limit};
-use sandcap::vocabulary::WORKER_METHODS;
+use sandcap::versions::ContractVersion;
 use serde_json::{Value, json};
 
 use crate::cluster::Cluster;
@@ -69,7 +69,7 @@ pub async fn status_narrowing_and_recovery_with_the_charts_rbac(c: Arc<Cluster>)
     const OUTSIDE: &str = "e2e-outside";
     install::crds(&c);
     let install = Install::chart(&c, json!({"secretNamespaces": [NS]})).await;
-    let worker = Worker::with_methods(&WORKER_METHODS);
+    let worker = Worker::of_contract(ContractVersion::V1);
     let sandcap = Sandcap::start(
         &c,
         &install,
@@ -291,7 +291,7 @@ pub async fn leases_follow_their_provider_after_a_restart(c: Arc<Cluster>) {
     install::crds(&c);
     let install = Install::chart(&c, json!({})).await;
     install::namespaces(&c, &[NS]);
-    let worker = Worker::with_methods(&WORKER_METHODS);
+    let worker = Worker::of_contract(ContractVersion::V1);
     let mut providers: Vec<Value> =
         (0..300).map(|i| provider(&format!("e2e-r{i:03}"), &worker.url, all_true())).collect();
     let names: Vec<String> = (0..6).map(|i| format!("lease-{i}")).collect();
@@ -323,7 +323,7 @@ pub async fn a_standby_takes_over_and_every_lease_follows(c: Arc<Cluster>) {
     install::crds(&c);
     let install = Install::chart(&c, json!({})).await;
     install::namespaces(&c, &[NS]);
-    let worker = Worker::with_methods(&WORKER_METHODS);
+    let worker = Worker::of_contract(ContractVersion::V1);
     let mut acme = provider("e2e-leader", &worker.url, all_true());
     let names: Vec<String> = (0..5).map(|i| format!("lease-{i}")).collect();
     let mut objects = vec![acme.clone()];
@@ -377,7 +377,7 @@ pub async fn recovers_from_an_apiserver_outage(c: Arc<Cluster>) {
     install::crds(&c);
     let install = Install::chart(&c, json!({})).await;
     install::namespaces(&c, &[NS]);
-    let worker = Worker::with_methods(&WORKER_METHODS);
+    let worker = Worker::of_contract(ContractVersion::V1);
     let mut acme = provider("e2e-outage", &worker.url, all_true());
     install::apply(&c, &[acme.clone(), lease(NS, "lease", "e2e-outage", json!({}))]);
     let mut sandcap = Sandcap::start(&c, &install, "outage", &ELECTED);
@@ -402,7 +402,7 @@ pub async fn a_probe_with_the_same_answer_re_resolves_no_lease(c: Arc<Cluster>) 
     const NS: &str = "e2e-quiet";
     install::crds(&c);
     let install = Install::chart(&c, json!({"secretNamespaces": [NS]})).await;
-    let worker = Worker::with_methods(&WORKER_METHODS);
+    let worker = Worker::of_contract(ContractVersion::V1);
     let names: Vec<String> = (0..20).map(|i| format!("lease-{i}")).collect();
     let mut objects = vec![
         provider("e2e-quiet", &worker.url, all_true()),
@@ -492,7 +492,7 @@ pub async fn a_hostile_provider_stored_without_the_webhook(c: Arc<Cluster>) {
     install::crds(&c);
     let install = Install::chart(&c, json!({})).await;
     install::namespaces(&c, &[NS]);
-    let worker = Worker::with_methods(&WORKER_METHODS);
+    let worker = Worker::of_contract(ContractVersion::V1);
     // As the chart runs it: webhook and controllers in one process, whose memory is the point.
     let mut sandcap = Sandcap::start(&c, &install, "hostile", &[]);
     sandcap.ready().await;

@@ -24,7 +24,7 @@ const PROVIDER_CRD: &str = "sandboxproviders.sandcap.dev";
 const CRD_NAMES: [&str; 2] = [PROVIDER_CRD, "sandboxleases.sandcap.dev"];
 
 /// Helm's answer to `release.py ARGS`: `Ok(info)` or `Err(Helm's refusal)`.
-fn helm(c: &Cluster, args: &[&str]) -> Result<String, String> {
+pub fn helm(c: &Cluster, args: &[&str]) -> Result<String, String> {
     let output = Command::new(chart_python())
         .arg(repo_root().join("tests/chart/release.py"))
         .arg(&c.kubeconfig)
@@ -40,7 +40,7 @@ fn helm(c: &Cluster, args: &[&str]) -> Result<String, String> {
 
 /// The chart's CRD part at `dir`: Chart.yaml, values and the files/ and templates that render the
 /// CRDs, as charts/sandcap has them.
-fn crd_chart(dir: &Path) -> PathBuf {
+pub fn crd_chart(dir: &Path) -> PathBuf {
     let chart = repo_root().join("charts/sandcap");
     fs::create_dir_all(dir.join("templates")).expect("chart dir");
     for file in ["Chart.yaml", "values.yaml", "values.schema.json", "templates/_helpers.tpl", "templates/crds.yaml"] {
@@ -50,12 +50,45 @@ fn crd_chart(dir: &Path) -> PathBuf {
     dir.to_path_buf()
 }
 
+/// Copies `from` into `to`, subdirectories included (files/crds/ holds one per contract version).
 fn copy_dir(from: &Path, to: &Path) {
     fs::create_dir_all(to).expect("dir");
     for entry in fs::read_dir(from).expect("readable dir") {
         let path = entry.expect("entry").path();
-        fs::copy(&path, to.join(path.file_name().expect("file name"))).expect("file copied");
+        let target = to.join(path.file_name().expect("file name"));
+        if path.is_dir() {
+            copy_dir(&path, &target);
+        } else {
+            fs::copy(&path, target).expect("file copied");
+        }
     }
+}
+
+/// `kubectl VERB crd <both CRDs> ARGS...` as admin.
+fn on_the_crds(c: &Cluster, verb: &str, extra: &[&str]) {
+    let mut args = vec![verb, "crd"];
+    args.extend(CRD_NAMES);
+    args.extend(extra);
+    ok(verb, c.kubectl(&args));
+}
+
+const RELEASE_NAME: &str = "meta.helm.sh/release-name";
+const RELEASE_NAMESPACE: &str = "meta.helm.sh/release-namespace";
+const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+
+/// README's adoption step: the CRDs applied by kubectl labelled and annotated as the release's,
+/// so that Helm takes them over.
+pub fn adopt(c: &Cluster) {
+    on_the_crds(c, "label", &[&format!("{MANAGED_BY}=Helm"), "--overwrite"]);
+    let namespace = format!("{RELEASE_NAMESPACE}={NAMESPACE}");
+    on_the_crds(c, "annotate", &[&format!("{RELEASE_NAME}=sandcap"), &namespace, "--overwrite"]);
+}
+
+/// Undoes [`adopt`] after a release is uninstalled (its CRDs kept), so that the CRDs are the
+/// admin's again, as a scenario that installs a release expects to find them.
+pub fn disown(c: &Cluster) {
+    on_the_crds(c, "label", &[&format!("{MANAGED_BY}-")]);
+    on_the_crds(c, "annotate", &[&format!("{RELEASE_NAME}-"), &format!("{RELEASE_NAMESPACE}-")]);
 }
 
 /// The sandboxCapabilities rules of a provider CRD.
@@ -113,7 +146,8 @@ pub async fn an_upgrade_brings_the_crds_new_rules_and_uninstall_keeps_them(c: Ar
     install::crds_from(&c, &old.join("crds"));
     eventually("the old rules", wait, || async {
         let (removed, typo) = verdicts(&admin).await;
-        (removed.is_none() && typo.is_some_and(|m| m.contains("unknown capability key: the keys are"))).then_some(())
+        (removed.is_none() && typo.is_some_and(|m| m.contains("unknown capability key: the keys of contract v1 are")))
+            .then_some(())
     })
     .await;
     helm(&c, &["install", path_str(&old)]).expect("the old chart installs");
@@ -121,16 +155,7 @@ pub async fn an_upgrade_brings_the_crds_new_rules_and_uninstall_keeps_them(c: Ar
     // The new chart renders the CRDs, which Helm will not take over unannounced.
     let refused = helm(&c, &["upgrade", path_str(&new)]).expect_err("Helm refuses CRDs it does not own");
     assert!(refused.contains("exists and cannot be imported into the current release"), "{refused}");
-    // README's adoption step.
-    let on_the_crds = |verb: &str, extra: &[&str]| {
-        let mut args = vec![verb, "crd"];
-        args.extend(CRD_NAMES);
-        args.extend(extra);
-        ok(verb, c.kubectl(&args))
-    };
-    on_the_crds("label", &["app.kubernetes.io/managed-by=Helm"]);
-    let namespace = format!("meta.helm.sh/release-namespace={NAMESPACE}");
-    on_the_crds("annotate", &["meta.helm.sh/release-name=sandcap", &namespace]);
+    adopt(&c);
     // Helm 4 applies server side, and the rules it changes are kubectl's (its earlier apply):
     // README says --force-conflicts.
     let conflict = helm(&c, &["upgrade", path_str(&new)]).expect_err("a conflict with kubectl's fields");
@@ -146,7 +171,7 @@ pub async fn an_upgrade_brings_the_crds_new_rules_and_uninstall_keeps_them(c: Ar
     .await;
     for name in CRD_NAMES {
         assert_eq!(crd_annotation(&c, name, "helm.sh/resource-policy"), "keep");
-        assert_eq!(crd_annotation(&c, name, "meta.helm.sh/release-name"), "sandcap");
+        assert_eq!(crd_annotation(&c, name, RELEASE_NAME), "sandcap");
     }
 
     // Neither turning crds.install off nor uninstalling deletes the CRDs or the objects under them.
@@ -169,5 +194,6 @@ pub async fn an_upgrade_brings_the_crds_new_rules_and_uninstall_keeps_them(c: Ar
     ok("the provider is still there", c.kubectl(&["get", "sbp", "e2e-crd-kept"]));
     ok("delete", c.kubectl(&["delete", "sbp", "e2e-crd-kept"]));
     // The cluster's CRDs as the other scenarios expect them.
+    disown(&c);
     install::crds(&c);
 }

@@ -8,6 +8,7 @@ use std::process::{Child, Command};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use sandcap::versions::ContractVersion;
 use serde_json::{Value, json};
 
 use crate::cluster::{self, Cluster, repo_root, spawn_logged};
@@ -24,9 +25,14 @@ pub fn apply(cluster: &Cluster, objects: &[Value]) {
     ok("kubectl apply", cluster.kubectl_stdin(&args, &list.to_string()));
 }
 
-/// Applies crds/ (once per cluster) and waits until both are served.
+/// Applies the CRDs of contract v1, the default (crds/), and waits until both are served.
 pub fn crds(cluster: &Cluster) {
-    crds_from(cluster, &repo_root().join("crds"));
+    crds_of(cluster, ContractVersion::V1);
+}
+
+/// Applies the CRDs of contract `version` as crds/ holds them and waits until both are served.
+pub fn crds_of(cluster: &Cluster, version: ContractVersion) {
+    crds_from(cluster, &repo_root().join("crds").join(sandcap::cli::crd_dir(version)));
 }
 
 /// Applies the CRDs in `dir` as an admin following README's `kubectl apply --server-side -f crds/`

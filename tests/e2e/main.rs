@@ -22,6 +22,8 @@ mod plugin;
 mod rollover;
 #[path = "../support/mod.rs"]
 mod support;
+mod switching;
+mod versions;
 mod webhook;
 
 use std::sync::{Arc, OnceLock};
@@ -61,6 +63,9 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         conventions::the_helm_test_may_do_what_check_does_and_no_more,
         rollover::rolling_restarts_refuse_nothing,
         rollover::without_a_drain_window_requests_are_refused,
+        versions::the_corpus_under_contract_v2,
+        versions::leases_resolve_the_nine_keys_of_contract_v2,
+        switching::switching_v1_v2_v1_keeps_every_object,
         crds::an_upgrade_brings_the_crds_new_rules_and_uninstall_keeps_them,
     ]
 }

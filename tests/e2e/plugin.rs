@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Api;
 use kube::api::DeleteParams;
 use sandcap::certs::{dns_names, generate};
-use sandcap::vocabulary::WORKER_METHODS;
+use sandcap::versions::ContractVersion;
 use serde_json::{Value, json};
 
 use crate::cluster::{Cluster, TestCa};
@@ -155,8 +155,10 @@ pub async fn check_passes_and_names_each_failure(c: Arc<Cluster>) {
     registration = install.register_webhook(&c, webhook.webhook_port, &c.ca.pem);
 
     // A stale CRD: its rules are not this binary's.
-    let (name, mut stale) =
-        sandcap::cli::crd_values().into_iter().find(|(n, _)| n.starts_with("sandboxleases")).unwrap();
+    let (name, mut stale) = sandcap::cli::crd_values(ContractVersion::V1)
+        .into_iter()
+        .find(|(n, _)| n.starts_with("sandboxleases"))
+        .unwrap();
     let original = stale.clone();
     let max = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/environment/maxLength";
     *stale.pointer_mut(max).expect("environment has a maxLength") = json!(254);
@@ -300,7 +302,7 @@ pub async fn explain_and_check_by_service_with_the_documented_rbac(c: Arc<Cluste
 
     // A lease whose Secret sandcap does not read: explain says so and how to fix it, and never
     // shows the value.
-    let worker = Worker::with_methods(&WORKER_METHODS);
+    let worker = Worker::of_contract(ContractVersion::V1);
     install::apply(&c, &[provider("e2e-explain", &worker.url, all_true())]);
     install::apply(&c, &[secret(NS, "creds", "config.json", &format!(r#"{{"apiToken": "{VALUE}"}}"#), false)]);
     let spec = json!({"policy": "ReuseByEnvironment", "environment": "e",

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
-use sandcap::vocabulary::WORKER_METHODS;
+use sandcap::versions::ContractVersion;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -129,7 +129,7 @@ impl Rollover {
         install::crds(c);
         let install = Install::chart(c, values).await;
         install::namespaces(c, &[namespace]);
-        let worker = Worker::with_methods(&WORKER_METHODS);
+        let worker = Worker::of_contract(ContractVersion::V1);
         install::apply(c, &[provider(namespace, &worker.url, all_true())]);
         let registration = install.release(c, &c.ca.pem);
         let service = install.service_address(c).await;

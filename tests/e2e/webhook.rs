@@ -2,19 +2,22 @@
 //! `sandcap validate` must give, for every object, the verdict and the message that the apiserver
 //! gives with the webhook registered.
 
+use std::collections::BTreeMap;
 use std::process::Command;
 use std::sync::Arc;
 
 use kube::Client;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
+use sandcap::versions::ContractVersion;
 use serde_json::{Value, json};
 
 use crate::cluster::{Cluster, repo_root};
 use crate::install::{self, Install, Sandcap, eventually, ok};
+use crate::versions;
 
 const WEBHOOK: &str = "validate.sandcap.dev";
-const CORPUS_NAMESPACE: &str = "e2e-corpus";
+pub const CORPUS_NAMESPACE: &str = "e2e-corpus";
 
 pub async fn crds_are_served_with_their_names_columns_and_descriptions(c: Arc<Cluster>) {
     install::crds(&c);
@@ -45,11 +48,12 @@ pub async fn crds_are_served_with_their_names_columns_and_descriptions(c: Arc<Cl
     }
 }
 
-/// What `sandcap validate -o json` says of every object in `file` with the settings of
-/// [`Sandcap::start`] (worker URLs on loopback allowed), for the cluster's minor (the apiserver's
-/// message forms may differ between minors: `sandcap::schema::Server`).
-fn validate(c: &Cluster, file: &std::path::Path) -> Vec<Value> {
-    validate_with(c, file, &["--allow-worker-urls", "--worker-url-allowed-cidrs", "127.0.0.0/8"])
+/// What `sandcap validate -o json` says of every object in `file` under `contract` with the
+/// settings of [`Sandcap::start`] (worker URLs on loopback allowed), for the cluster's minor (the
+/// apiserver's message forms may differ between minors: `sandcap::schema::Server`).
+fn validate(c: &Cluster, file: &std::path::Path, contract: ContractVersion) -> Vec<Value> {
+    let flags = ["--contract", contract.as_str(), "--allow-worker-urls", "--worker-url-allowed-cidrs", "127.0.0.0/8"];
+    validate_with(c, file, &flags)
 }
 
 fn validate_with(c: &Cluster, file: &std::path::Path, flags: &[&str]) -> Vec<Value> {
@@ -112,16 +116,11 @@ fn as_the_apiserver_says(message: &str) -> String {
     }
 }
 
-pub async fn denials_warnings_and_dry_run_through_the_apiserver(c: Arc<Cluster>) {
-    install::crds(&c);
-    install::namespaces(&c, &[CORPUS_NAMESPACE, "team-a"]);
-    let install = Install::chart(&c, json!({})).await;
-    let webhook = Sandcap::start(&c, &install, "webhook", &[("SANDCAP_WEBHOOK_ONLY", "true")]);
-    webhook.ready().await;
-    let _registration = install.register_webhook(&c, webhook.webhook_port, &c.ca.pem);
-    let admin = c.admin().await;
-
-    // The differential test: every example and corpus object, the verdict and the message.
+/// The differential test: every example and corpus object judged by the apiserver (a server-side
+/// dry run, the webhook of sandcap under `contract` registered, the CRDs of `contract` installed)
+/// and by `sandcap validate --contract`, which must agree on the verdict and the message. Returns
+/// the apiserver's verdicts (`None`: admitted) by `<file name>:<object name>`.
+pub async fn differential(c: &Cluster, admin: &Client, contract: ContractVersion) -> BTreeMap<String, Option<String>> {
     let root = repo_root();
     let mut files: Vec<_> = std::fs::read_dir(root.join("examples"))
         .expect("examples/")
@@ -131,10 +130,11 @@ pub async fn denials_warnings_and_dry_run_through_the_apiserver(c: Arc<Cluster>)
     files.sort();
     files.push(root.join("tests/e2e/corpus/providers.yaml"));
     files.push(root.join("tests/e2e/corpus/leases.yaml"));
+    let mut by_name = BTreeMap::new();
     let mut compared = 0;
     let mut disagreements = Vec::new();
     for file in &files {
-        let verdicts = validate(&c, file);
+        let verdicts = validate(c, file, contract);
         let objects = objects(file);
         assert_eq!(verdicts.len(), objects.len(), "{}: one verdict per object", file.display());
         for (object, verdict) in objects.iter().zip(&verdicts) {
@@ -142,27 +142,48 @@ pub async fn denials_warnings_and_dry_run_through_the_apiserver(c: Arc<Cluster>)
             if object["kind"] == "SandboxLease" && object["metadata"]["namespace"].is_null() {
                 object["metadata"]["namespace"] = json!("default");
             }
-            let server = apiserver_verdict(&admin, &object).await;
+            let server = apiserver_verdict(admin, &object).await;
             let offline = match verdict["allowed"].as_bool() {
                 Some(true) => None,
                 _ => Some(as_the_apiserver_says(verdict["message"].as_str().unwrap_or_default())),
             };
             compared += 1;
+            let name = format!(
+                "{}:{}",
+                file.file_name().unwrap().to_string_lossy(),
+                object["metadata"]["name"].as_str().unwrap_or_default()
+            );
             if server.as_deref().map(normalized) != offline.as_deref().map(normalized) {
-                disagreements.push(format!(
-                    "{} {}:\n  apiserver:        {server:?}\n  sandcap validate: {offline:?}",
-                    file.file_name().unwrap().to_string_lossy(),
-                    object["metadata"]["name"]
-                ));
+                disagreements.push(format!("{name}:\n  apiserver:        {server:?}\n  sandcap validate: {offline:?}"));
             }
+            by_name.insert(name, server);
         }
     }
     assert!(compared >= 50, "the corpus holds {compared} objects");
-    assert!(disagreements.is_empty(), "{} of {compared} disagree:\n{}", disagreements.len(), disagreements.join("\n"));
+    assert!(
+        disagreements.is_empty(),
+        "contract {contract}: {} of {compared} disagree:\n{}",
+        disagreements.len(),
+        disagreements.join("\n")
+    );
+    by_name
+}
+
+pub async fn denials_warnings_and_dry_run_through_the_apiserver(c: Arc<Cluster>) {
+    install::crds(&c);
+    install::namespaces(&c, &[CORPUS_NAMESPACE, "team-a"]);
+    let install = Install::chart(&c, json!({})).await;
+    let webhook = Sandcap::start(&c, &install, "webhook", &[("SANDCAP_WEBHOOK_ONLY", "true")]);
+    webhook.ready().await;
+    let _registration = install.register_webhook(&c, webhook.webhook_port, &c.ca.pem);
+    let admin = c.admin().await;
+    let verdicts = differential(&c, &admin, ContractVersion::V1).await;
+    versions::the_keys_of_each_version(ContractVersion::V1, &verdicts);
+    let root = repo_root();
 
     // Warnings reach kubectl, and a server-side dry run creates nothing.
     let corpus = root.join("tests/e2e/corpus/providers.yaml");
-    let verdicts = validate(&c, &corpus);
+    let verdicts = validate(&c, &corpus, ContractVersion::V1);
     let mut warned = 0;
     for (object, verdict) in objects(&corpus).iter().zip(&verdicts) {
         let expected = verdict["warnings"].as_array().expect("warnings");

@@ -6,15 +6,17 @@ use sandcap::api::{
     SandboxProvider, SandboxProviderSpec, SecretKeyRef, ServiceRef, WorkerRef, WorkloadRef,
 };
 use sandcap::contract::{Capability, SecretLookup, Verified};
-use sandcap::vocabulary::{DriverKind, WORKER_METHODS};
+use sandcap::vocabulary::DriverKind;
 use serde_json::{Value, json};
 
+use super::every_method;
+
 pub fn all_verified() -> Verified {
-    Verified::methods(WORKER_METHODS)
+    Verified::methods(every_method())
 }
 
 pub fn verified_without(missing: &[&str]) -> Verified {
-    Verified::methods(WORKER_METHODS.into_iter().filter(|m| !missing.contains(m)))
+    Verified::methods(every_method().into_iter().filter(|m| !missing.contains(m)))
 }
 
 pub fn driver(key: &str) -> DriverDeclaration {

@@ -8,6 +8,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 
+use sandcap::versions::ContractVersion;
 use serde_json::{Value, json};
 
 pub mod fixtures;
@@ -71,6 +72,11 @@ impl Worker {
     pub fn with_methods(methods: &[&str]) -> Worker {
         Worker::start(&["--methods", &methods.join(",")])
     }
+
+    /// A worker serving every method `version`'s keys need.
+    pub fn of_contract(version: ContractVersion) -> Worker {
+        Worker::with_methods(&methods_of(version))
+    }
 }
 
 impl Drop for Worker {
@@ -130,10 +136,30 @@ pub fn provider(name: &str, url: &str, capabilities: Value) -> Value {
     })
 }
 
-/// Declares every capability true (the two opt-in keys need it).
+/// The worker methods `version`'s keys need, for a worker that serves exactly those.
+pub fn methods_of(version: ContractVersion) -> Vec<&'static str> {
+    version.contract().worker_methods()
+}
+
+/// Every method any contract version needs: a worker that serves them all.
+pub fn every_method() -> Vec<&'static str> {
+    let mut methods: Vec<&'static str> = Vec::new();
+    for method in ContractVersion::ALL.into_iter().flat_map(methods_of) {
+        if !methods.contains(&method) {
+            methods.push(method);
+        }
+    }
+    methods
+}
+
+/// Declares every key of `version` true (the opt-in keys need it).
+pub fn all_true_of(version: ContractVersion) -> Value {
+    version.contract().capabilities().map(|cap| (cap.key().to_string(), json!(true))).collect()
+}
+
+/// Declares every key of contract v1 true.
 pub fn all_true() -> Value {
-    json!({"reusableLeases": true, "nativeSyncIn": true, "nativeSyncOut": true,
-           "persistentProcessSessions": true, "independentControlCommands": true, "incrementalSessionOutput": true})
+    all_true_of(ContractVersion::V1)
 }
 
 /// A lease of `provider`'s `kubernetes` driver; `spec` is merged over the minimal spec.

@@ -94,3 +94,30 @@ in (and wins on kubernetes.io/os). */}}
 {{- toYaml (merge (deepCopy .Values.nodeSelector) (dict "kubernetes.io/os" "linux")) }}
 {{- end }}
 
+
+{{/* The contract version sandcap enforces (values.yaml, contract.version): the default, v1, whose
+CRDs are at the top of files/crds/, or a version with a directory of its own there. The schema
+refuses any other first; this refusal holds where the schema is skipped (`--skip-schema-validation`),
+so that no pod crash-loops on the version and no release goes without CRDs. `dig` gives the default
+also to `helm upgrade --reuse-values` from a release of a chart without the value (it reuses that
+release's values, not this chart's). */}}
+{{- define "sandcap.contractVersion" -}}
+{{- $default := "v1" }}
+{{- $version := dig "version" $default (.Values.contract | default dict) }}
+{{- $known := list $default }}
+{{- range $path, $_ := .Files.Glob "files/crds/*/*.yaml" }}
+{{- $known = append $known (base (dir $path)) }}
+{{- end }}
+{{- $known = uniq $known }}
+{{- if not (has $version $known) }}
+{{- fail (printf "contract.version %q is not a contract version of this chart (%s)" (toString $version) (join ", " $known)) }}
+{{- end }}
+{{- $version }}
+{{- end }}
+
+{{/* The repository's directory of the contract version's CRDs, as `sandcap crds --contract` writes
+them and files/ mirrors: crds/<version>/ where the version has one, else crds/ (the default's). */}}
+{{- define "sandcap.crdDir" -}}
+{{- $version := include "sandcap.contractVersion" . }}
+{{- ternary (printf "crds/%s/" $version) "crds/" (.Files.Glob (printf "files/crds/%s/*.yaml" $version) | len | lt 0) }}
+{{- end }}

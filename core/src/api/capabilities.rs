@@ -71,9 +71,8 @@ impl<'de> Deserialize<'de> for Capabilities {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Capabilities, A::Error> {
                 let mut caps = Capabilities::default();
                 while let Some(key) = map.next_key::<String>()? {
-                    match (Capability::from_key(&key), map.next_value::<Value>()?) {
-                        (Some(cap), Value::Bool(on)) => caps.set(cap, on),
-                        _ => {}
+                    if let (Some(cap), Value::Bool(on)) = (Capability::from_key(&key), map.next_value::<Value>()?) {
+                        caps.set(cap, on);
                     }
                 }
                 Ok(caps)
@@ -146,6 +145,7 @@ fn effective_schema(contract: &Contract) -> Value {
         "type": "object",
         "properties": properties,
         "required": contract.capabilities().map(Capability::key).collect::<Vec<_>>(),
+        "default": Capabilities::none_of(contract),
     })
 }
 
@@ -235,9 +235,9 @@ mod tests {
         let read: Capabilities =
             serde_json::from_value(json!({"nativeSyncIn": true, "duplexCommandStream": false, "bogus": 1, "x": true}))
                 .unwrap();
-        assert_eq!(read.entries().collect::<Vec<_>>(), [
-            (Capability::NativeSyncIn, true),
-            (Capability::DuplexCommandStream, false)
-        ]);
+        assert_eq!(
+            read.entries().collect::<Vec<_>>(),
+            [(Capability::NativeSyncIn, true), (Capability::DuplexCommandStream, false)]
+        );
     }
 }

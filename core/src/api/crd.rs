@@ -57,7 +57,14 @@ fn fill_placeholders(node: &mut Value, version: ContractVersion) {
             if let Some(which) = placeholder.map(str::to_string) {
                 map.remove("format");
                 for (k, v) in schema_for(&which, version).as_object().expect("a schema is an object") {
-                    map.entry(k.clone()).or_insert_with(|| v.clone());
+                    // The field's own documentation stays, but a derived default is the type's
+                    // `Default`, which cannot know the version's keys (an empty map, which the
+                    // apiserver refuses against the version's required keys).
+                    if k == "default" {
+                        map.insert(k.clone(), v.clone());
+                    } else {
+                        map.entry(k.clone()).or_insert_with(|| v.clone());
+                    }
                 }
             }
             map.values_mut().for_each(|v| fill_placeholders(v, version));
@@ -78,7 +85,8 @@ mod tests {
                 let crd = crd(kind, version);
                 assert!(!crd.to_string().contains(PLACEHOLDER), "{kind} {version}");
                 let columns = crd["spec"]["versions"][0]["additionalPrinterColumns"].as_array().unwrap().clone();
-                let shown = version.contract().capabilities().filter(|c| columns.iter().any(|col| col["name"] == c.column()));
+                let shown =
+                    version.contract().capabilities().filter(|c| columns.iter().any(|col| col["name"] == c.column()));
                 assert_eq!(shown.count(), version.contract().keys.len());
                 assert_eq!(columns.last().unwrap()["name"], "Age");
             }

@@ -12,8 +12,8 @@ use crate::vocabulary::DriverKind;
 
 use super::capabilities::{Capabilities, DeclaredCapabilities, declared_placeholder};
 use super::lease::Explanation;
-use crate::versions::ContractVersion;
 use super::rules::*;
+use crate::versions::ContractVersion;
 
 /// A sandbox-provider plugin: its driver declarations and where its live worker answers
 /// `initialize`. The controller probes the worker and writes, per driver, which of the

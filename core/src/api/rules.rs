@@ -6,8 +6,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use regex::Regex;
 use schemars::{Schema, SchemaGenerator, json_schema};
 
-use crate::vocabulary::LeasePolicy;
 use crate::vocabulary::DriverKind;
+use crate::vocabulary::LeasePolicy;
 
 // The apiserver enforces these (the CRD carries them); `sandcap validate` evaluates the same CRD.
 // In `spec`, every string has a maxLength (or an enum), every list a maxItems and every object a

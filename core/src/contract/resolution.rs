@@ -130,7 +130,9 @@ fn first_gate(rule: &KeyRule, verified: &Verified, declared: &Declared, narrowin
         let message = match (rule.methods, missing.as_slice()) {
             ([a, b], [absent]) if rule.methods == SYNC_PAIR => {
                 let present = if absent == a { b } else { a };
-                format!("the worker advertises {present} but not {absent}; the host uses the sync methods only as a pair")
+                format!(
+                    "the worker advertises {present} but not {absent}; the host uses the sync methods only as a pair"
+                )
             }
             _ => format!("the worker does not advertise {}", missing.join(", ")),
         };

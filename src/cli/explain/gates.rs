@@ -96,11 +96,13 @@ pub fn narrowings(rule: &KeyRule, lease: &SandboxLease, n: &Narrowing, config: O
             Some(why) => GateReport::new(Gate::JobBackend, false, why.clone()),
             None => GateReport::new(Gate::JobBackend, true, "the lease is not Job-backed"),
         },
-        NarrowedBy::NativeFileSyncUnsupported => if n.native_file_sync_unsupported {
-            GateReport::new(Gate::NativeFileSync, false, "the lease sets nativeFileSyncUnsupported: true")
-        } else {
-            GateReport::new(Gate::NativeFileSync, true, "the lease does not set nativeFileSyncUnsupported")
-        },
+        NarrowedBy::NativeFileSyncUnsupported => {
+            if n.native_file_sync_unsupported {
+                GateReport::new(Gate::NativeFileSync, false, "the lease sets nativeFileSyncUnsupported: true")
+            } else {
+                GateReport::new(Gate::NativeFileSync, true, "the lease does not set nativeFileSyncUnsupported")
+            }
+        }
         NarrowedBy::ConfigResolution => match config {
             Some(c) => GateReport::new(
                 Gate::Config,

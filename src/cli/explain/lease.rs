@@ -5,8 +5,8 @@ use super::fix::FixContext;
 use super::gates;
 use super::report::{CapabilityReport, DeclarationReport, Gate, GateReport, ProviderLink, capability, status_notes};
 use super::secret::SecretReport;
-use crate::api::{Pinned, SandboxLease, SandboxProvider, WorkerStatus};
-use crate::contract::{self, Declared, Narrowing, Refusals, Verified};
+use crate::api::{DriverDeclaration, Pinned, SandboxLease, SandboxProvider, WorkerStatus};
+use crate::contract::{self, Contract, Declared, IdentityFailure, Narrowing, Refusals, Resolution, Verified};
 use crate::vocabulary::{ConditionStatus, ConditionType, Kind, LeasePolicy};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::Serialize;
@@ -43,31 +43,21 @@ pub fn lease_report(facts: &LeaseFacts) -> LeaseReport {
     let LeaseFacts { lease, provider, .. } = *facts;
     let status = lease.status.as_ref();
     let conditions = status.map(|s| s.conditions.clone()).unwrap_or_default();
-    let config = conditions.iter().find(|c| c.type_ == ConditionType::ConfigResolved.as_str());
     let worker = provider.and_then(|p| p.status.as_ref()).and_then(|s| s.worker.as_ref());
-    let verified = provider.map_or_else(Verified::nothing, contract::verified_from_status);
     let provider_conditions = provider.and_then(|p| p.status.as_ref()).map(|s| s.conditions.as_slice());
-    let refusals =
+    let published =
         Refusals { lease: gates::refusal(&conditions), provider: provider_conditions.and_then(gates::refusal) };
-    let identity = contract::check_identity(lease, provider);
+    let inputs = LeaseInputs::read(lease, provider, published);
+    let LeaseInputs { identity, verified, config, narrowing } = &inputs;
+    let refusals = &narrowing.refusals;
     let driver = identity.as_ref().ok().copied().or_else(|| {
         let key = &lease.spec.provider_ref.driver_key;
         provider.and_then(|p| p.spec.environment_drivers.iter().find(|d| d.driver_key == *key))
     });
-    let config_failure = config.filter(|c| ConditionStatus::False.is(&c.status)).map(|c| c.message.clone());
-    let narrowing = Narrowing {
-        refusals: refusals.clone(),
-        identity_failure: identity.as_ref().err().map(ToString::to_string),
-        policy: Some(lease.spec.policy()),
-        job_backend: contract::job_backend(lease),
-        native_file_sync_unsupported: lease.spec.native_file_sync_unsupported.unwrap_or(false),
-        config_failure,
-    };
     // Explained under the contract that resolved it (the one the cluster runs).
     let contract = status.and_then(|s| s.contract).unwrap_or_default().contract();
-    let declared = driver.filter(|_| identity.is_ok()).map(|d| Declared::from_driver(contract, d)).unwrap_or_default();
-    let now = contract::resolve(contract, &verified, &declared, &narrowing);
-    let identity_gate = match &identity {
+    let now = inputs.resolve(contract);
+    let identity_gate = match identity {
         Err(why) => GateReport::new(Gate::Identity, false, why.to_string()),
         Ok(_) => GateReport::new(Gate::Identity, true, identity_detail(lease, provider)),
     };
@@ -76,11 +66,11 @@ pub fn lease_report(facts: &LeaseFacts) -> LeaseReport {
         driver: &lease.spec.provider_ref.driver_key,
         lease: Some((lease.metadata.namespace.as_deref().unwrap_or_default(), lease_name(lease))),
         identity: identity.as_ref().err(),
-        refusals: &refusals,
+        refusals,
         declaration: driver,
         worker: worker.map(|w| w.message.as_str()),
-        verified: &verified,
-        config,
+        verified,
+        config: *config,
         secrets: &facts.secrets,
     };
     let capabilities = contract
@@ -90,12 +80,12 @@ pub fn lease_report(facts: &LeaseFacts) -> LeaseReport {
             let mut gates = vec![gates::validity(Gate::LeaseValid, refusals.lease.as_deref()), identity_gate.clone()];
             if provider.is_some() {
                 gates.push(gates::validity(Gate::ProviderValid, refusals.provider.as_deref()));
-                gates.push(gates::worker(rule, &verified, worker));
+                gates.push(gates::worker(rule, verified, worker));
             }
             if let Some(driver) = driver {
                 gates.push(gates::declaration(rule, driver));
             }
-            gates.extend(gates::narrowings(rule, lease, &narrowing, config));
+            gates.extend(gates::narrowings(rule, lease, narrowing, *config));
             capability(rule, status.map(|s| s.explanations.as_slice()), &now, gates, &context)
         })
         .collect::<Vec<_>>();
@@ -121,6 +111,44 @@ pub fn lease_report(facts: &LeaseFacts) -> LeaseReport {
         capabilities,
         conditions,
         notes,
+    }
+}
+
+/// What a stored lease's resolution is read from: the provider's published worker status, the
+/// identity check against the provider as it is now, and the lease's narrowings from its spec, its
+/// config's outcome from its `ConfigResolved` condition (the Secrets' data is sandcap's alone).
+/// `explain` resolves a lease from these, and `plan` under two contract versions.
+pub struct LeaseInputs<'a> {
+    pub identity: Result<&'a DriverDeclaration, IdentityFailure>,
+    pub verified: Verified,
+    pub config: Option<&'a Condition>,
+    pub narrowing: Narrowing,
+}
+
+impl<'a> LeaseInputs<'a> {
+    /// `refusals`: what today's rules refuse of the lease and its provider, which the caller
+    /// decides (the published `Valid` conditions, or a judgment under another version).
+    pub fn read(lease: &'a SandboxLease, provider: Option<&'a SandboxProvider>, refusals: Refusals) -> Self {
+        let conditions = lease.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+        let config = conditions.iter().find(|c| c.type_ == ConditionType::ConfigResolved.as_str());
+        let identity = contract::check_identity(lease, provider);
+        let narrowing = Narrowing {
+            refusals,
+            identity_failure: identity.as_ref().err().map(ToString::to_string),
+            policy: Some(lease.spec.policy()),
+            job_backend: contract::job_backend(lease),
+            native_file_sync_unsupported: lease.spec.native_file_sync_unsupported.unwrap_or(false),
+            config_failure: config.filter(|c| ConditionStatus::False.is(&c.status)).map(|c| c.message.clone()),
+        };
+        let verified = provider.map_or_else(Verified::nothing, contract::verified_from_status);
+        LeaseInputs { identity, verified, config, narrowing }
+    }
+
+    /// The resolution under `contract`: only a driver that passes the identity check declares
+    /// anything.
+    pub fn resolve(&self, contract: &Contract) -> Resolution {
+        let declared = self.identity.as_ref().map(|d| Declared::from_driver(contract, d)).unwrap_or_default();
+        contract::resolve(contract, &self.verified, &declared, &self.narrowing)
     }
 }
 

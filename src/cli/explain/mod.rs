@@ -33,6 +33,8 @@ use crate::controller::cache::CONFIG_SOURCE_LABEL;
 use lease::{LeaseFacts, LeaseReport, lease_report};
 use provider::{ProviderReport, provider_report};
 use secret::{Lookup, SecretReport};
+/// How a stored lease is resolved and what a `Valid` condition refuses, which `plan` shares.
+pub(super) use {gates::refusal, lease::LeaseInputs};
 
 #[derive(Debug, Clone, Copy, Default, ValueEnum)]
 pub enum Format {

@@ -11,21 +11,22 @@ use crate::api::{SandboxLease, SandboxProvider};
 use crate::contract::{self, SecretLookup};
 use crate::controller::fixtures::{T0, lease, provider, time};
 use crate::controller::{lease_status, provider_status};
-use crate::vocabulary::{Capability, METHOD_SYNC_IN, Reason, WORKER_METHODS};
+use crate::versions::V1;
+use crate::vocabulary::{Capability, METHOD_SYNC_IN, Reason};
 
 /// A provider with one driver `k` declaring `declares`, whose worker verified `methods`, with
 /// the status the provider controller writes.
 fn probed(declares: &[&str], methods: &[&str]) -> SandboxProvider {
     let mut p = provider("p").driver("k").declares(declares).probed_ok(methods).build();
     let worker = p.status.as_ref().and_then(|s| s.worker.clone()).expect("probed");
-    p.status = Some(provider_status(&p, worker, None, &time(T0)));
+    p.status = Some(provider_status(&V1, &p, worker, None, &time(T0)));
     p
 }
 
 /// The lease with the status the lease controller writes, sandcap seeing only `seen` Secrets.
 fn resolved(mut lease: SandboxLease, provider: Option<&SandboxProvider>, seen: &[&str]) -> SandboxLease {
     let verified = provider.map_or_else(contract::Verified::nothing, contract::verified_from_status);
-    let r = contract::resolve_lease(&lease, provider, &verified, &contract::Refusals::default(), |r| {
+    let r = contract::resolve_lease(&V1, &lease, provider, &verified, &contract::Refusals::default(), |r| {
         if seen.contains(&r.name.as_str()) { SecretLookup::Found(b"{}".to_vec()) } else { SecretLookup::MissingSecret }
     });
     // The status is computed from the lease as the lease cache keeps it.
@@ -51,7 +52,7 @@ fn secret(name: &str, lookup: Lookup, in_scope: bool) -> SecretReport {
 
 #[test]
 fn every_capability_carries_status_its_gates_and_what_to_change() {
-    let p = probed(&["reusableLeases", "nativeSyncIn", "nativeSyncOut"], &WORKER_METHODS);
+    let p = probed(&["reusableLeases", "nativeSyncIn", "nativeSyncOut"], &V1.worker_methods());
     let mut l = lease("team-a", "batch-7").of("p", "k").build();
     l.spec.backend = Some("job".into());
     let l = resolved(l, Some(&p), &[]);
@@ -96,7 +97,7 @@ fn every_capability_carries_status_its_gates_and_what_to_change() {
 
 #[test]
 fn a_secret_sandcap_does_not_read_is_named_with_the_fix_and_never_its_value() {
-    let p = probed(&[], &WORKER_METHODS);
+    let p = probed(&[], &V1.worker_methods());
     let l = resolved(lease("team-a", "run-42").of("p", "k").config_from("creds", "config.json").build(), Some(&p), &[]);
     let fix = |secrets| {
         let r = report(&l, Some(&p), secrets);
@@ -161,7 +162,7 @@ fn the_declaration_says_which_field_decided_and_the_worker_which_method_is_missi
         Some("the worker of provider p must list environmentSyncOut in initialize's supportedMethods")
     );
     p.spec.environment_drivers[0].sandbox_capabilities =
-        Some(crate::api::DeclaredCapabilities { reusable_leases: Some(false), ..Default::default() });
+        Some(crate::api::DeclaredCapabilities([("reusableLeases".to_string(), false.into())].into()));
     let r = report(&l, Some(&p), vec![]);
     assert!(!r.declaration.as_ref().unwrap().legacy_decides);
     let detail = capability(&r, Capability::ReusableLeases)
@@ -179,9 +180,9 @@ fn the_declaration_says_which_field_decided_and_the_worker_which_method_is_missi
 
 #[test]
 fn identity_failures_name_their_fix() {
-    let p = probed(&[], &WORKER_METHODS);
+    let p = probed(&[], &V1.worker_methods());
     let l = resolved(lease("team-a", "l").of("p", "k").build(), Some(&p), &[]);
-    let recreated = probed(&[], &WORKER_METHODS);
+    let recreated = probed(&[], &V1.worker_methods());
     let recreated = SandboxProvider {
         metadata: kube::api::ObjectMeta { uid: Some("new-uid".into()), ..recreated.metadata.clone() },
         ..recreated
@@ -205,7 +206,7 @@ fn identity_failures_name_their_fix() {
 
 #[test]
 fn a_status_missing_or_behind_is_said_and_every_condition_shown() {
-    let p = probed(&[], &WORKER_METHODS);
+    let p = probed(&[], &V1.worker_methods());
     let fresh = lease("team-a", "l").of("p", "k").build();
     let r = report(&fresh, Some(&p), vec![]);
     assert!(r.notes[0].starts_with("sandcap has not resolved it yet (no status)"));
@@ -243,7 +244,7 @@ fn a_provider_explains_each_driver() {
         .build();
     p.spec.environment_drivers[1].kind = Some(crate::vocabulary::DriverKind::EnvironmentDriver);
     let worker = p.status.as_ref().and_then(|s| s.worker.clone()).unwrap();
-    p.status = Some(provider_status(&p, worker, None, &time(T0)));
+    p.status = Some(provider_status(&V1, &p, worker, None, &time(T0)));
     let r = provider_report(&p);
     assert_eq!(r.worker_at, "http://acme.sandbox-system.svc:8080/");
     let k = &r.drivers[0].capabilities[0];
@@ -267,11 +268,11 @@ fn a_provider_explains_each_driver() {
 /// The fix of `cap` on a lease of a provider whose driver `k` declares `caps` (JSON), every
 /// method verified.
 fn fix_of(caps: serde_json::Value, legacy: Option<bool>, cap: Capability) -> (Option<Reason>, String) {
-    let mut p = probed(&[], &WORKER_METHODS);
+    let mut p = probed(&[], &V1.worker_methods());
     p.spec.environment_drivers[0].sandbox_capabilities = serde_json::from_value(caps).unwrap();
     p.spec.environment_drivers[0].supports_reusable_leases = legacy;
     let worker = p.status.as_ref().and_then(|s| s.worker.clone()).unwrap();
-    p.status = Some(provider_status(&p, worker, None, &time(T0)));
+    p.status = Some(provider_status(&V1, &p, worker, None, &time(T0)));
     let mut l = lease("team-a", "l").of("p", "k").build();
     l.spec.policy = Some(crate::api::LeasePolicy::ReuseByEnvironment);
     l.spec.environment = Some("e".into());
@@ -302,7 +303,7 @@ fn a_declared_false_is_fixed_by_the_field_that_decided_it_and_an_opt_in_key_is_n
         "set sandboxCapabilities.reusableLeases: true (it wins over the legacy supportsReusableLeases: false) on \
          driver k of provider p"
     );
-    for cap in Capability::ALL.into_iter().filter(|c| !c.opt_in()) {
+    for cap in V1.keys.iter().filter(|r| !r.opt_in).map(|r| r.capability) {
         let (reason, fix) = fix_of(json!({cap.key(): false}), None, cap);
         assert_eq!(reason, Some(Reason::DeclaredFalse));
         assert_eq!(
@@ -313,7 +314,7 @@ fn a_declared_false_is_fixed_by_the_field_that_decided_it_and_an_opt_in_key_is_n
         );
     }
     // And the fix works: what it says to set grants the capability.
-    for cap in Capability::ALL {
+    for cap in V1.capabilities() {
         assert_eq!(fix_of(json!({cap.key(): true}), Some(false), cap).0, Some(Reason::Granted), "{cap}");
     }
 }
@@ -335,18 +336,19 @@ fn every_reason_but_granted_has_a_fix_for_every_capability() {
         config: None,
         secrets: &[],
     };
-    for cap in Capability::ALL {
+    for rule in crate::versions::V2.keys {
         for reason in Reason::ALL {
-            let text = fix(cap, reason, &ctx);
-            assert_eq!(text.is_none(), reason == Reason::Granted, "{cap} {reason}: {text:?}");
+            let text = fix(rule, reason, &ctx);
+            assert_eq!(text.is_none(), reason == Reason::Granted, "{} {reason}: {text:?}", rule.capability);
         }
     }
-    let lease_fix = fix(Capability::NativeSyncIn, Reason::LeaseNotValid, &ctx).unwrap();
+    let sync_in = V1.rule(Capability::NativeSyncIn).unwrap();
+    let lease_fix = fix(sync_in, Reason::LeaseNotValid, &ctx).unwrap();
     assert!(
         lease_fix.starts_with("change lease team-a/l so that today's rules admit it")
             && lease_fix.ends_with("l problems")
     );
-    let provider_fix = fix(Capability::NativeSyncIn, Reason::ProviderNotValid, &ctx).unwrap();
+    let provider_fix = fix(sync_in, Reason::ProviderNotValid, &ctx).unwrap();
     assert!(provider_fix.starts_with("change provider p so that") && provider_fix.ends_with("p problems"));
 }
 
@@ -361,7 +363,7 @@ fn a_refused_lease_or_provider_stops_at_its_validity_gate() {
         last_transition_time: time(T0),
         observed_generation: Some(1),
     };
-    let mut p = probed(&["nativeSyncIn", "nativeSyncOut"], &WORKER_METHODS);
+    let mut p = probed(&["nativeSyncIn", "nativeSyncOut"], &V1.worker_methods());
     let mut l = resolved(lease("team-a", "l").of("p", "k").build(), Some(&p), &[]);
     l.status
         .as_mut()
