@@ -1,6 +1,6 @@
 //! The contract's words: the two kinds, capability keys, explanation reasons, condition types and
-//! reasons, worker method names, driver kinds and the removed keys, and the words of the `explain`
-//! and `check` commands. It depends on nothing in the crate, so every module may use it:
+//! reasons, worker method names and driver kinds, and the words of the `explain` and `check`
+//! commands (which version has which key is [`crate::versions`]'s). It depends on nothing in the crate, so every module may use it:
 //! [`crate::api`] writes these words into the CRD schema, [`crate::contract`] (which also reads
 //! the types of [`crate::api`]) resolves with them, and the controllers write them into status.
 //!

@@ -1,5 +1,6 @@
 //! The flags that choose the rules: the contract version and where workers may be. `run` takes
-//! them, and so do `validate`, `resolve` and `plan`, so that they judge as that operator would.
+//! them, and so do `validate` and `resolve`, so that they judge as that operator would; `plan`
+//! takes the worker policy and a contract version of its own, the one it previews.
 
 use ipnet::IpNet;
 

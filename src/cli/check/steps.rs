@@ -60,7 +60,7 @@ pub async fn crds(client: &Client, args: &CheckArgs) -> Line {
     ))
 }
 
-const APPLY_CRDS: &str = "apply this version's: helm upgrade with crds.install on, or kubectl apply --server-side -f crds/ (or sandcap crds)";
+const APPLY_CRDS: &str = "apply this version's: helm upgrade with crds.install on, or kubectl apply --server-side -f crds/ (crds/v2/ for contract v2, or sandcap crds --contract VERSION)";
 
 pub async fn webhook(client: &Client, args: &CheckArgs) -> Line {
     let config = match webhook_configuration(client, args).await {
