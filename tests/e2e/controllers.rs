@@ -468,7 +468,7 @@ pub fn sandcap(c: &Cluster, args: &[&str]) -> Output {
 }
 
 /// The condition `kind` of a status, if present.
-fn condition<'a>(status: &'a Value, kind: &str) -> Option<&'a Value> {
+pub fn condition<'a>(status: &'a Value, kind: &str) -> Option<&'a Value> {
     status["conditions"].as_array()?.iter().find(|c| c["type"] == kind)
 }
 

@@ -1,11 +1,11 @@
-//! Switching a cluster's contract version, v1 to v2 and back, as README's upgrade does it: the
-//! CRDs by `helm upgrade --set contract.version=...` of the chart's CRD part (real Helm), then
-//! sandcap restarted with the chart's `SANDCAP_CONTRACT`. Every stored object stays readable and
-//! writable, every status is resolved again under the new version; back on v1, a provider that
-//! declares v2's keys is kept (a label update is admitted: the CRD and the webhook ratchet) but
-//! refused by the audit, and its leases grant nothing. Before each switch, `sandcap plan` predicts
-//! it: the objects the new version refuses and the capabilities each lease gains or loses are
-//! what the statuses show afterwards.
+//! Switching a cluster's contract version, v1 to v2 and back, by the chart's `contract.version`:
+//! the CRDs by `helm upgrade` of the chart's CRD part (real Helm), then sandcap restarted with the
+//! chart's `SANDCAP_CONTRACT`. Every stored object stays readable and writable, every status is
+//! resolved again under the new version; back on v1, a provider that declares v2's keys is kept
+//! (a label update is admitted: the CRD and the webhook ratchet) but refused by the audit, and its
+//! leases grant nothing. Before each switch, `sandcap plan` predicts it: the objects the new
+//! version refuses and the capabilities each lease gains or loses are what the statuses show
+//! afterwards.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use sandcap::versions::ContractVersion::{self, V1, V2};
 use serde_json::{Value, json};
 
 use crate::cluster::Cluster;
-use crate::controllers::{delete, resource, sandcap};
+use crate::controllers::{condition, delete, resource, sandcap};
 use crate::crds::{adopt, crd_chart, disown, helm};
 use crate::install::{self, Install, Sandcap, WebhookRegistration, ok, path_str};
 use crate::support::{Worker, all_true, all_true_of, lease, provider};
@@ -38,7 +38,7 @@ struct Operator {
 impl Operator {
     async fn start(c: &Cluster, install: &Install, version: ContractVersion) -> Operator {
         let started = Instant::now();
-        let sandcap = Sandcap::start(c, &install, &format!("switch-{version}"), &[("SANDCAP_PROBE_INTERVAL", "2s")]);
+        let sandcap = Sandcap::start(c, install, &format!("switch-{version}"), &[("SANDCAP_PROBE_INTERVAL", "2s")]);
         sandcap.ready().await;
         let _registration = install.register_webhook(c, sandcap.webhook_port, &c.ca.pem);
         Operator { _registration, sandcap, started }
@@ -100,11 +100,6 @@ async fn switch(
 fn label(c: &Cluster, what: &[&str], label: &str) -> (bool, String) {
     let o = c.kubectl(&[&["label", "--overwrite"], what, &[label]].concat());
     (o.status.success(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
-}
-
-fn condition<'a>(status: &'a Value, kind: &str) -> &'a Value {
-    let conditions = status["conditions"].as_array().expect("conditions");
-    conditions.iter().find(|c| c["type"] == kind).unwrap_or_else(|| panic!("no {kind}: {status:#}"))
 }
 
 /// What a switch did to this scenario's objects, or what a plan says it will do: `(kind, name,
@@ -169,7 +164,10 @@ async fn observe(client: &Client) -> Observed {
     {
         let name = object.metadata.name.clone().unwrap_or_default();
         let status = &object.data["status"];
-        observed.valid.insert((kind.to_string(), name.clone()), condition(status, "Valid")["status"] == "True");
+        observed.valid.insert(
+            (kind.to_string(), name.clone()),
+            condition(status, "Valid").is_some_and(|v| v["status"] == "True"),
+        );
         if kind == "SandboxLease" {
             for (key, on) in status["capabilities"].as_object().cloned().unwrap_or_default() {
                 observed.granted.insert((name.clone(), key), on == true);
@@ -276,17 +274,26 @@ pub async fn switching_v1_v2_v1_keeps_every_object(c: Arc<Cluster>) {
     lease_reasons(&admin, NS, "reuse", V1, &expected(V1, &[])).await;
     let all_off = (&V1.contract().capabilities().map(|c| c.key()).collect::<Vec<_>>()[..], "ProviderNotValid");
     let nine = lease_reasons(&admin, NS, "nine", V1, &expected(V1, &[all_off])).await;
-    assert_eq!(condition(&nine, "Resolved")["reason"], "ProviderNotValid", "{nine:#}");
+    assert_eq!(condition(&nine, "Resolved").map(|r| &r["reason"]), Some(&json!("ProviderNotValid")), "{nine:#}");
     let (admitted, said) = label(&c, &["sbp", NINE], "e2e/contract=v1");
     assert!(admitted, "a label update of a stored object is ratcheted: {said}");
     let status = resolved_under(&admin, "SandboxProvider", None, NINE, V1).await;
-    let valid = condition(&status, "Valid");
+    let valid = condition(&status, "Valid").expect("Valid");
     let message = valid["message"].as_str().unwrap_or_default();
     assert_eq!(valid["status"], "False", "{status:#}");
     for key in ADDED_IN_V2 {
         assert!(message.contains(key), "Valid does not name {key}: {message}");
     }
-    assert_eq!(condition(&status, "Ready")["reason"], "ProviderNotValid", "{status:#}");
+    assert_eq!(condition(&status, "Ready").map(|r| &r["reason"]), Some(&json!("ProviderNotValid")), "{status:#}");
+    // And a plan back to v2 (not carried out) shows the other side: the provider admitted again and
+    // its lease gaining every key.
+    let (code, predicted) = plan(&c, V2);
+    assert_eq!(code, Some(1), "plan --contract v2 exits 1 when leases gain and nothing is refused");
+    let admitted = ("SandboxProvider".to_string(), NINE.to_string(), "admitted".to_string());
+    assert_eq!(predicted.objects, BTreeSet::from([admitted]));
+    let gained: BTreeSet<_> =
+        V2.contract().capabilities().map(|c| ("nine".into(), c.key().into(), "gains".into())).collect();
+    assert_eq!(predicted.capabilities, gained);
 
     v1.stop();
     ok("delete leases", c.kubectl(&["delete", "sbl", "-n", NS, "--all"]));

@@ -7,9 +7,11 @@ use std::time::{Duration, Instant};
 
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::discovery::ApiResource;
+use sandcap::versions::ContractVersion;
 use serde_json::{Value, json};
 
 use crate::node::{Node, eventually, repo_root, sandcap_binary};
+use crate::support::methods_of;
 
 const NS: &str = "sandcap-system";
 const RELEASE: &str = "sandcap";
@@ -17,8 +19,6 @@ const RELEASE: &str = "sandcap";
 const LEADER_LEASE: &str = "sandcap-controller";
 const LEASE_DURATION: Duration = Duration::from_secs(15);
 const WAIT: Duration = Duration::from_secs(180);
-const WORKER_METHODS: &str = "environmentResumeLease,environmentReleaseLease,environmentDestroyLease,\
-                              environmentSyncIn,environmentSyncOut,environmentExecute";
 
 type Scenario = fn(&Node);
 
@@ -124,7 +124,7 @@ fn worker(node: &Node) {
                                 "name": "worker",
                                 "image": node.worker_image,
                                 "imagePullPolicy": "Never",
-                                "args": ["--listen", "0.0.0.0:8080", "--methods", WORKER_METHODS],
+                                "args": ["--listen", "0.0.0.0:8080", "--methods", methods_of(ContractVersion::V1).join(",")],
                                 "ports": [{"containerPort": 8080}],
                                 "securityContext": {"runAsNonRoot": true, "readOnlyRootFilesystem": true,
                                                     "allowPrivilegeEscalation": false}
