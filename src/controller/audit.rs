@@ -1,7 +1,8 @@
 //! The audit of stored objects: every provider and lease judged against today's rules, the CRD's
 //! and the webhook's, by the function `sandcap validate` calls ([`crate::judge`]), with the
-//! operator's own webhook settings, and published as the `Valid` condition, the gauge
-//! `sandcap_nonconforming_objects` and an Event when the verdict turns.
+//! operator's own webhook settings. The finding is counted here, in the gauge
+//! `sandcap_nonconforming_objects`, and published by [`super::publish`] as the `Valid` condition
+//! and an Event when the verdict turns.
 //!
 //! An object gets here without the webhook's say when it was stored while the webhook was
 //! unreachable or not registered, or before a rule was added. There is no old object to ratchet
@@ -18,8 +19,6 @@ use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -27,17 +26,13 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use super::status::Conditions;
 use crate::judge::{Judgment, Options, Server, judge};
 use crate::metrics::{KindLabels, Metrics};
-use crate::text;
 use crate::versions::ContractVersion;
-use crate::vocabulary::{ConditionReason as Why, ConditionStatus, ConditionType as Type, Kind};
+use crate::vocabulary::Kind;
 
 /// The message of an object that conforms.
 const CONFORMS: &str = "the CRD and the webhook would admit it today";
-/// The apiserver refuses an Event whose note is longer.
-const MAX_NOTE: usize = 1024;
 
 /// What the `Valid` condition says of one generation of an object.
 #[derive(Debug, PartialEq, Eq)]
@@ -192,46 +187,10 @@ pub fn stored<K: Resource<DynamicType = ()>>(obj: &K, spec: &impl Serialize) -> 
     })
 }
 
-/// The `Valid` condition of `finding`, among the status's other `conditions`.
-pub fn condition(finding: &Finding, conditions: &Conditions) -> Condition {
-    let reason = if finding.conforms { Why::Conforms } else { Why::BreaksCurrentRules };
-    conditions.set(Type::Valid, finding.conforms, reason, finding.message.clone())
-}
-
-/// The Event when `valid` (just published) turns: Warning when the object starts breaking the
-/// rules (first seen breaking them included), Normal when it conforms again. An object first
-/// seen conforming has nothing to report.
-pub fn turned(previous: &[Condition], valid: &Condition) -> Option<Event> {
-    let broke_before = previous.iter().any(|c| c.type_ == Type::Valid.as_str() && ConditionStatus::False.is(&c.status));
-    let conforms = ConditionStatus::True.is(&valid.status);
-    let turned = if conforms { broke_before } else { !broke_before };
-    turned.then(|| Event {
-        type_: if conforms { EventType::Normal } else { EventType::Warning },
-        reason: valid.reason.clone(),
-        note: Some(text::clip(&valid.message, MAX_NOTE)),
-        action: "Validate".into(),
-        secondary: None,
-    })
-}
-
-/// Records [`turned`]'s Event, if any, about `obj`: a cluster-scoped provider's in `default`, a
-/// lease's in its namespace (kube's Recorder puts them there).
-pub async fn record_turn<K: Resource<DynamicType = ()>>(
-    obj: &K,
-    previous: &[Condition],
-    valid: &Condition,
-    recorder: &Recorder,
-) {
-    let Some(event) = turned(previous, valid) else { return };
-    if let Err(error) = recorder.publish(&event, &obj.object_ref(&())).await {
-        tracing::warn!(kind = %K::kind(&()), name = %obj.name_any(), %error, "cannot record an Event");
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixtures::{T0, later, lease, provider, time};
+    use crate::controller::fixtures::{lease, provider};
     use crate::judge::MAX_MESSAGE;
     use crate::schema::Rejection;
     use crate::validation::MAX_PER_KIND;
@@ -255,18 +214,16 @@ mod tests {
         l
     }
 
-    fn valid_at(finding: &Finding, previous: &[Condition], now: &str) -> Condition {
-        condition(finding, &Conditions { generation: Some(1), previous, now: &time(now) })
-    }
-
     #[tokio::test]
     async fn a_conforming_object_is_valid() {
         let metrics = metrics();
         let l = lease("team-a", "l").of("p", "k").build();
         let finding = audits(&metrics).finding(&l, &l.spec).await;
-        let valid = valid_at(&finding, &[], T0);
-        assert_eq!((valid.type_.as_str(), valid.status.as_str(), valid.reason.as_str()), ("Valid", "True", "Conforms"));
-        assert_eq!(valid.message, "the CRD and the webhook would admit it today");
+        assert_eq!(
+            *finding,
+            Finding { conforms: true, message: "the CRD and the webhook would admit it today".into() }
+        );
+        assert_eq!(finding.refusal(), None);
         assert_eq!(gauge(&metrics, Kind::SandboxLease), 0);
     }
 
@@ -275,9 +232,9 @@ mod tests {
         let keys: serde_json::Map<String, Value> = (0..12).map(|i| (format!("typo{i:02}"), json!(1))).collect();
         let l = lease_with(Value::Object(keys));
         let finding = audits(&metrics()).finding(&l, &l.spec).await;
-        let valid = valid_at(&finding, &[], T0);
-        assert_eq!((valid.status.as_str(), valid.reason.as_str()), ("False", "BreaksCurrentRules"));
-        let message = &valid.message;
+        assert!(!finding.conforms);
+        let message = &finding.message;
+        assert_eq!(finding.refusal().as_ref(), Some(message));
         assert!(message.starts_with("the webhook would refuse it today: spec.typo00: unknown field"), "{message}");
         assert_eq!(message.matches("unknown field (allowed fields").count(), MAX_PER_KIND, "{message}");
         assert!(message.ends_with("; and 4 more unknown fields"), "{message}");
@@ -305,40 +262,6 @@ mod tests {
         let finding = Finding::of(&Judgment::Refused(rejection));
         assert!(!finding.conforms && finding.message.len() <= MAX_MESSAGE, "{}", finding.message.len());
         assert!(finding.message.ends_with("..."));
-    }
-
-    #[test]
-    fn the_condition_keeps_its_transition_time_while_its_verdict_stays() {
-        let broken = |problem: &str| Finding {
-            conforms: false,
-            message: format!("the webhook would refuse it today: {problem}"),
-        };
-        let first = valid_at(&broken("x"), &[], T0);
-        let again = valid_at(&broken("y"), std::slice::from_ref(&first), "2030-01-01T01:00:00Z");
-        assert_eq!(
-            (again.message.as_str(), &again.last_transition_time),
-            ("the webhook would refuse it today: y", &time(T0))
-        );
-        let fixed = Finding { conforms: true, message: CONFORMS.into() };
-        let fixed = valid_at(&fixed, &[again], "2030-01-01T02:00:00Z");
-        assert_eq!((fixed.status.as_str(), fixed.last_transition_time), ("True", later(T0, 7200)));
-    }
-
-    #[test]
-    fn an_event_when_the_verdict_turns_and_only_then() {
-        let ok = Finding { conforms: true, message: CONFORMS.into() };
-        let bad =
-            Finding { conforms: false, message: format!("the webhook would refuse it today: {}", "é".repeat(2000)) };
-        let (valid, broken) = (valid_at(&ok, &[], T0), valid_at(&bad, &[], T0));
-        assert!(turned(&[], &valid).is_none(), "first seen conforming");
-        let warning = turned(&[], &broken).expect("first seen breaking the rules");
-        assert_eq!((warning.type_, warning.reason.as_str()), (EventType::Warning, "BreaksCurrentRules"));
-        assert!(warning.note.as_ref().is_some_and(|n| n.len() <= MAX_NOTE && n.starts_with("the webhook")));
-        assert!(turned(std::slice::from_ref(&valid), &broken).is_some(), "conforming, then breaking");
-        assert!(turned(std::slice::from_ref(&broken), &broken).is_none(), "still breaking");
-        let normal = turned(std::slice::from_ref(&broken), &valid).expect("conforms again");
-        assert_eq!((normal.type_, normal.reason.as_str()), (EventType::Normal, "Conforms"));
-        assert!(turned(std::slice::from_ref(&valid), &valid).is_none(), "still conforming");
     }
 
     #[tokio::test]

@@ -119,16 +119,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
     use crate::controller::cache::CONFIG_SOURCE_LABEL;
-    use crate::controller::fixtures::{T0, lease, provider, time};
-
-    fn secret(name: &str, data: serde_json::Value, labels: serde_json::Value) -> Secret {
-        serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": name, "namespace": "team-a", "labels": labels},
-            "data": data
-        }))
-        .unwrap()
-    }
+    use crate::controller::fixtures::{T0, lease, provider, secret, time};
 
     #[test]
     fn a_probe_that_answers_as_before_changes_no_lease_view() {
@@ -166,10 +157,11 @@ mod tests {
     #[test]
     fn only_a_secrets_data_changes_its_view() {
         let data = json!({"config.json": "e30="});
-        let view = secret_view(&secret("s", data.clone(), json!({CONFIG_SOURCE_LABEL: "true"})));
-        assert_eq!(secret_view(&secret("s", data, json!({CONFIG_SOURCE_LABEL: "true", "team": "a"}))), view);
-        assert_ne!(secret_view(&secret("s", json!({"config.json": "e30K"}), json!({}))), view);
-        assert_ne!(secret_view(&secret("s", json!({"other.json": "e30="}), json!({}))), view);
+        let secret = |data, labels| secret("team-a", "s", data, labels);
+        let view = secret_view(&secret(data.clone(), json!({CONFIG_SOURCE_LABEL: "true"})));
+        assert_eq!(secret_view(&secret(data, json!({CONFIG_SOURCE_LABEL: "true", "team": "a"}))), view);
+        assert_ne!(secret_view(&secret(json!({"config.json": "e30K"}), json!({}))), view);
+        assert_ne!(secret_view(&secret(json!({"other.json": "e30="}), json!({}))), view);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! `provider("p").driver("k").declares(&["nativeSyncIn"]).probed_ok(&["environmentSyncIn"]).at(T0)`,
 //! `lease("team-a", "l").of("p", "k").config_from("s", "config.json")`.
 
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Value, json};
 
@@ -150,4 +151,15 @@ impl LeaseFixture {
     pub fn build(self) -> SandboxLease {
         serde_json::from_value(self.0).expect("a valid SandboxLease")
     }
+}
+
+/// A Secret with uid `<namespace>-<name>-uid`, `data` (its values base64, as the apiserver hands
+/// them over) and `labels`.
+pub fn secret(namespace: &str, name: &str, data: Value, labels: Value) -> Secret {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace, "uid": format!("{namespace}-{name}-uid"), "labels": labels},
+        "data": data
+    }))
+    .expect("a valid Secret")
 }

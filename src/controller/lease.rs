@@ -7,16 +7,15 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
-use super::audit;
 use super::cache::SecretCache;
 use super::cached::CachedLease;
 use super::context::Context;
 use super::error::Error;
-use super::status::{Conditions, apply_status, now};
+use super::publish::publish;
+use super::status::{Conditions, now};
 use crate::api::{SandboxLease, SandboxLeaseStatus, SandboxProvider};
 use crate::config_schema;
 use crate::contract::{self, Contract, LeaseResolution, Reason, Refusals, Verified};
@@ -26,8 +25,9 @@ use crate::vocabulary::{ConditionReason as Why, ConditionStatus, ConditionType a
 /// every lease is a safety net only, and costs no request when nothing changed.
 pub const RESYNC: Duration = Duration::from_secs(3600);
 
-/// Resolves one lease, judges its spec against today's rules ([`audit`]), applies its status if it
-/// differs from the published one, and records an Event when its `Valid` condition turned.
+/// Resolves one lease, judges its spec against today's rules ([`super::audit`]) and
+/// [`publish`]es its status: written if it differs from the published one, with an Event when
+/// its `Valid` condition turned.
 pub async fn reconcile_lease(lease: Arc<CachedLease>, ctx: Arc<Context>) -> Result<Action, Error> {
     let provider = ctx.caches.providers.get(&ObjectRef::new(&lease.spec.provider_ref.name));
     // Both objects judged against today's rules: what they refuse grants nothing. Each judgment is
@@ -45,17 +45,8 @@ pub async fn reconcile_lease(lease: Arc<CachedLease>, ctx: Arc<Context>) -> Resu
     let resolution =
         if compiles_nothing(&lease, provider.as_deref()) { resolve() } else { tokio::task::block_in_place(resolve) };
     let now = now();
-    let mut desired = lease_status(&lease, &resolution, &now);
-    let previous = lease.conditions();
-    let conditions = Conditions { generation: lease.metadata.generation, previous: &previous, now: &now };
-    let valid = audit::condition(&finding, &conditions);
-    desired.conditions.push(valid.clone());
-    if !lease.is_published(&desired) {
-        let namespace = lease.namespace().unwrap_or_default();
-        let api = Api::<SandboxLease>::namespaced(ctx.client.clone(), &namespace);
-        apply_status(&api, &lease.name_any(), &desired).await?;
-        audit::record_turn(lease.as_ref(), &previous, &valid, &ctx.recorder).await;
-    }
+    let desired = lease_status(&lease, &resolution, &now);
+    publish(&ctx, lease.as_ref(), desired, &finding, &now).await?;
     // Nothing to schedule: the loop's pass every [`RESYNC`] comes back to every lease.
     Ok(Action::await_change())
 }

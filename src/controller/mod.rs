@@ -8,9 +8,10 @@
 //!   provider's published status and the lease's `configFrom` Secrets. It is re-triggered by its
 //!   provider's changes and by changes of a Secret it references, not by a full resync.
 //!
-//! Both write status by server-side apply (field manager [`crate::vocabulary::FIELD_MANAGER`], forced) and write
-//! nothing when the desired status equals the current one. With leader election only the holder of
-//! the `coordination.k8s.io/v1` Lease runs them.
+//! Both end in one step, `publish.rs`: the status with the audit's `Valid` condition, written by
+//! server-side apply (field manager [`crate::vocabulary::FIELD_MANAGER`], forced) only when it
+//! differs from the published one, and the Events of what turned. With leader election only the
+//! holder of the `coordination.k8s.io/v1` Lease runs them.
 //!
 //! [`contract::resolve_lease`]: crate::contract::resolve_lease
 
@@ -25,6 +26,7 @@ pub(crate) mod fixtures;
 pub mod leader;
 mod lease;
 mod provider;
+mod publish;
 mod relations;
 mod runner;
 mod status;

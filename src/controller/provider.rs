@@ -9,15 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::Api;
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
-use kube::{Resource, ResourceExt};
 
-use super::audit;
 use super::context::Context;
 use super::error::Error;
-use super::status::{Conditions, apply_status, now};
+use super::publish::publish;
+use super::status::{Conditions, now};
 use crate::api::{DriverStatus, ProbeResult, SandboxProvider, SandboxProviderStatus, WorkerStatus};
 use crate::config_schema::{self, Deadline, SchemaError};
 use crate::contract::{self, Contract, Declared};
@@ -27,8 +25,9 @@ use crate::text;
 use crate::vocabulary::{ConditionReason as Why, ConditionType as Type};
 
 /// Reconciles one provider: probes its worker if a probe is due, judges its spec against today's
-/// rules ([`audit`]), then applies the status if it differs from the published one, and records an
-/// Event for every capability that turned on or off and when its `Valid` condition turned.
+/// rules ([`super::audit`]) and [`publish`]es the status: written if it differs from the published
+/// one, with an Event for every capability that turned on or off and when its `Valid` condition
+/// turned.
 pub async fn reconcile_provider(provider: Arc<SandboxProvider>, ctx: Arc<Context>) -> Result<Action, Error> {
     let provider = provider.as_ref();
     let now = now();
@@ -63,18 +62,9 @@ pub async fn reconcile_provider(provider: Arc<SandboxProvider>, ctx: Arc<Context
     // are checked here: each hand-over to another thread would leave that thread holding memory.
     let schemas = provider.spec.environment_drivers.iter().filter_map(|d| d.config_schema.as_ref());
     let status = || provider_status(ctx.contract.contract(), provider, worker, refusal.as_deref(), &now);
-    let mut desired =
+    let desired =
         if schemas.clone().all(config_schema::is_cached) { status() } else { tokio::task::block_in_place(status) };
-    let previous = provider.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-    let valid =
-        audit::condition(&finding, &Conditions { generation: provider.metadata.generation, previous, now: &now });
-    desired.conditions.push(valid.clone());
-    if provider.status.as_ref() != Some(&desired) {
-        let api = Api::<SandboxProvider>::all(ctx.client.clone());
-        apply_status(&api, &provider.name_any(), &desired).await?;
-        record_capability_changes(provider, &desired, &ctx).await;
-        audit::record_turn(provider, previous, &valid, &ctx.recorder).await;
-    }
+    publish(&ctx, provider, desired, &finding, &now).await?;
     Ok(Action::requeue(next_probe))
 }
 
@@ -206,42 +196,6 @@ fn config_schemas_condition(provider: &SandboxProvider, conditions: &Conditions)
 
 /// The longest condition message sandcap writes (the apiserver allows 32,768 bytes).
 const MAX_CONDITION_MESSAGE: usize = 4096;
-
-/// One Event per driver and direction, compared with the status published before. A driver seen
-/// for the first time has nothing to turn on or off.
-async fn record_capability_changes(provider: &SandboxProvider, desired: &SandboxProviderStatus, ctx: &Context) {
-    let before = provider.status.as_ref().map(|s| s.drivers.as_slice()).unwrap_or_default();
-    let reference = provider.object_ref(&());
-    for driver in &desired.drivers {
-        let Some(old) = before.iter().find(|d| d.driver_key == driver.driver_key) else { continue };
-        for on in [true, false] {
-            let changed: Vec<String> = driver
-                .explanations
-                .iter()
-                .filter(|e| e.granted == on && old.capabilities.get(e.capability) != on)
-                .map(|e| if on { e.capability.to_string() } else { format!("{} ({})", e.capability, e.reason) })
-                .collect();
-            if changed.is_empty() {
-                continue;
-            }
-            let event = Event {
-                type_: if on { EventType::Normal } else { EventType::Warning },
-                reason: if on { Why::CapabilitiesGranted } else { Why::CapabilitiesRevoked }.to_string(),
-                note: Some(format!(
-                    "driver {}: {} now {}",
-                    driver.driver_key,
-                    changed.join(", "),
-                    if on { "on" } else { "off" }
-                )),
-                action: "Resolve".into(),
-                secondary: None,
-            };
-            if let Err(error) = ctx.recorder.publish(&event, &reference).await {
-                tracing::warn!(provider = %provider.name_any(), %error, "cannot record an Event");
-            }
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {

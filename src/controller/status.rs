@@ -1,32 +1,16 @@
-//! How both controllers write status: whole, by server-side apply, with conditions that keep
-//! their `lastTransitionTime` while their status stays.
+//! What both controllers build their statuses from: conditions that keep their
+//! `lastTransitionTime` while their status stays, and the time to the second (the write is
+//! [`super::publish`]'s).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
-use kube::api::{Api, Patch, PatchParams};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
-use super::error::Error;
-use crate::vocabulary::{ConditionReason, ConditionStatus, ConditionType, FIELD_MANAGER, Kind};
+use crate::vocabulary::{ConditionReason, ConditionStatus, ConditionType, Kind};
 
 /// The `kind` label of the controller metrics.
 pub fn kind_label<K: Resource<DynamicType = ()>>() -> &'static str {
     Kind::from_kind(&K::kind(&())).map_or("other", Kind::as_str)
-}
-
-/// Server-side apply of a whole status with the `sandcap` field manager. The whole status is
-/// always sent, so the fields sandcap owns are exactly the ones it computed.
-pub async fn apply_status<K>(api: &Api<K>, name: &str, status: &impl Serialize) -> Result<(), Error>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    let patch = serde_json::json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status});
-    api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
-        .await
-        .map(drop)
-        .map_err(|source| Error::WriteStatus { kind: kind_label::<K>(), name: name.to_string(), source })
 }
 
 /// Now, to the second: what the apiserver stores, so a status read back compares equal.

@@ -16,6 +16,7 @@ mod node;
 mod scenarios;
 #[path = "../support/mod.rs"]
 mod support;
+mod versions;
 
 use std::sync::OnceLock;
 

@@ -1,5 +1,5 @@
 //! The node suite's scenarios, in the order an admin meets them: install, a provider with a real
-//! worker, rollouts under load, faults, uninstall.
+//! worker, rollouts under load, switching the contract version (versions.rs), faults, uninstall.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,12 +13,12 @@ use serde_json::{Value, json};
 use crate::node::{Node, eventually, repo_root, sandcap_binary};
 use crate::support::methods_of;
 
-const NS: &str = "sandcap-system";
-const RELEASE: &str = "sandcap";
+pub const NS: &str = "sandcap-system";
+pub const RELEASE: &str = "sandcap";
 /// The chart's leader-election Lease, and how long a dead holder keeps it (src/controller/leader.rs).
 const LEADER_LEASE: &str = "sandcap-controller";
 const LEASE_DURATION: Duration = Duration::from_secs(15);
-const WAIT: Duration = Duration::from_secs(180);
+pub const WAIT: Duration = Duration::from_secs(180);
 
 type Scenario = fn(&Node);
 
@@ -27,8 +27,9 @@ pub fn all() -> Vec<(&'static str, Scenario)> {
         ("1_install_check_and_helm_test", installed as Scenario),
         ("2_a_worker_by_service_and_the_example_objects", worker_and_examples),
         ("3_rollouts_refuse_nothing", rollouts_refuse_nothing),
-        ("4_faults", faults),
-        ("5_uninstall_keeps_the_crds_and_objects", uninstall_keeps_everything),
+        ("4_contract_v2_and_back", crate::versions::switch_there_and_back),
+        ("5_faults", faults),
+        ("6_uninstall_keeps_the_crds_and_objects", uninstall_keeps_everything),
     ]
 }
 
@@ -103,7 +104,7 @@ fn pods(node: &Node) -> Vec<String> {
 
 /// The reference worker as a Deployment behind the Service `examples/provider-full.yaml` names,
 /// once.
-fn worker(node: &Node) {
+pub fn worker(node: &Node) {
     static DEPLOYED: OnceLock<()> = OnceLock::new();
     DEPLOYED.get_or_init(|| {
         let labels = json!({"app": "acme-worker"});
@@ -155,7 +156,7 @@ fn worker(node: &Node) {
 }
 
 /// Waits until the object's condition `type_` has `status` for its current generation.
-fn condition(node: &Node, object: &[&str], type_: &str, status: &str) -> Value {
+pub fn condition(node: &Node, object: &[&str], type_: &str, status: &str) -> Value {
     let mut args = vec!["get"];
     args.extend_from_slice(object);
     eventually(&format!("{object:?}: {type_} {status}"), WAIT, || {

@@ -87,6 +87,14 @@ impl Verdict {
         }
     }
 
+    /// Counts the warnings that did not fit in a last one.
+    pub(super) fn finish_warnings(&mut self) {
+        if self.warnings.len() > MAX_WARNINGS {
+            self.warnings.truncate(MAX_WARNINGS - 1);
+            self.warnings.push(format!("and more warnings (at most {MAX_WARNINGS} are shown)"));
+        }
+    }
+
     /// Keeps one warning more than is shown, to know that some did not fit.
     pub(super) fn warn(&mut self, warning: String) {
         if self.warnings.len() <= MAX_WARNINGS {
@@ -105,4 +113,21 @@ pub fn truncate_warning(warning: String) -> String {
         return warning;
     }
     format!("{}{ELLIPSIS}", text::prefix(&warning, MAX_WARNING_LEN - 1 - ELLIPSIS.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warnings_are_cut_below_the_limit_on_a_char_boundary() {
+        let short = "x".repeat(MAX_WARNING_LEN - 1);
+        assert_eq!(truncate_warning(short.clone()), short);
+        for filler in ["y", "é", "😀"] {
+            let long = filler.repeat(200);
+            let cut = truncate_warning(long);
+            assert!(cut.len() < MAX_WARNING_LEN, "{} bytes", cut.len());
+            assert!(cut.ends_with("..."));
+        }
+    }
 }

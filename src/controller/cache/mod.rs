@@ -11,10 +11,13 @@
 //! - provider -> leases: a provider whose `lease_view` changed, or that was deleted;
 //! - Secret -> leases: a Secret whose data changed, that was deleted, or that lost its label.
 //!
-//! What changed, for whom, is decided in `changes.rs`.
+//! What changed, for whom, is decided in `changes.rs`; what each event then does to the relations,
+//! the queues and what the controllers keep, in `events.rs`.
 //!
 //! The leases of a provider or a Secret are looked up in [`Relations`], an index the lease watch
 //! keeps. After a watch re-list, objects deleted during the gap are found by comparing with the list.
+
+mod events;
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
@@ -31,13 +34,13 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tokio_util::sync::CancellationToken;
 
 use super::cached::CachedLease;
-use super::changes::{Seen, forget_deleted, generation, lease_view, secret_view};
 use super::error::Error;
 use super::relations::Relations;
 use crate::api::{SandboxProvider, SecretKeyRef};
 use crate::contract::SecretLookup;
 use crate::metrics::{KindLabels, Metrics};
 use crate::vocabulary::Kind;
+use events::{LeaseEvents, ProviderEvents, SecretEvents};
 
 /// The label a Secret must carry to serve as a lease's `configFrom` (an admin's explicit choice):
 /// only such Secrets are watched, so no other Secret is ever requested or held in memory.
@@ -204,7 +207,6 @@ impl Caches {
         shutdown: &CancellationToken,
     ) -> Result<(Caches, Queues, Triggers), Error> {
         let (queues, triggers) = Queues::new(metrics);
-        let (provider_tx, lease_tx) = (queues.providers.clone(), queues.leases.clone());
         let (providers, provider_events) =
             watch(Api::<SandboxProvider>::all(client.clone()), watcher::Config::default());
         // Listed in pages (kube's default, 500): a list "from any version" (`resourceVersion=0`)
@@ -229,62 +231,15 @@ impl Caches {
         }
         let caches = Caches { providers, leases, secrets, relations: Relations::default() };
 
-        // Provider events: own spec changes, and the leases that read a changed provider.
-        let (by_provider, forget_provider) = (caches.relations.clone(), forget.clone());
-        let (own, related) = (provider_tx, lease_tx.clone());
-        let mut spec = Seen::new(generation);
-        let mut view = Seen::new(lease_view);
-        spawn_until(shutdown, provider_events, move |event| {
-            let changed = spec.observe(&event);
-            forget_deleted(&event, &changed, &forget_provider);
-            // A deleted object has nothing left to reconcile: its trigger would stay counted as waiting.
-            if !matches!(event, watcher::Event::Delete(_) | watcher::Event::InitDone) {
-                changed.into_iter().for_each(|p| own.send(p));
-            }
-            let listed = view.listed();
-            for changed in view.observe(&event) {
-                if listed {
-                    for lease in by_provider.leases_of_provider(&changed.name) {
-                        related.send(lease);
-                    }
-                }
-            }
-        });
-
-        // Lease events: own spec changes, and the relations index.
-        let (own, relations) = (lease_tx.clone(), caches.relations.clone());
-        let mut spec = Seen::new(generation);
-        spawn_until(shutdown, lease_events, move |event| {
-            let changed = spec.observe(&event);
-            forget_deleted(&event, &changed, &forget);
-            match &event {
-                watcher::Event::Apply(lease) | watcher::Event::InitApply(lease) => {
-                    relations.apply(lease);
-                    changed.into_iter().for_each(|l| own.send(l));
-                }
-                // Nothing to reconcile, as for a provider.
-                watcher::Event::Delete(_) | watcher::Event::InitDone => {
-                    changed.iter().for_each(|l| relations.remove(l))
-                }
-                watcher::Event::Init => {}
-            }
-        });
-
-        // Secret events: the leases that read a changed Secret.
+        let (relations, leases) = (&caches.relations, &queues.leases);
+        let mut on_provider =
+            ProviderEvents::new(queues.providers.clone(), leases.clone(), relations.clone(), forget.clone());
+        spawn_until(shutdown, provider_events, move |event| on_provider.handle(event));
+        let mut on_lease = LeaseEvents::new(leases.clone(), relations.clone(), forget);
+        spawn_until(shutdown, lease_events, move |event| on_lease.handle(event));
         for events in secret_watches {
-            let (by_secret, related) = (caches.relations.clone(), lease_tx.clone());
-            let mut content = Seen::new(secret_view);
-            spawn_until(shutdown, events, move |event| {
-                let listed = content.listed();
-                for changed in content.observe(&event) {
-                    if listed {
-                        let namespace = changed.namespace.as_deref().unwrap_or_default();
-                        for lease in by_secret.leases_of_secret(namespace, &changed.name) {
-                            related.send(lease);
-                        }
-                    }
-                }
-            });
+            let mut on_secret = SecretEvents::new(leases.clone(), relations.clone());
+            spawn_until(shutdown, events, move |event| on_secret.handle(event));
         }
 
         caches.ready(shutdown).await?;

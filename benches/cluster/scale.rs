@@ -1,0 +1,251 @@
+//! 100 providers and 10,000 leases (or ten times as many): a cold start until every lease is
+//! resolved against a loop of the same status writes, one provider's change, peak RSS, and a quiet
+//! restart (see `cluster.rs`, part 3).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::Client;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use sandcap::versions::V1;
+use serde_json::{Value, json};
+
+use crate::cluster::{self, Cluster};
+use crate::controllers::{explanation, resource};
+use crate::install::{self, Install};
+use crate::support::{Worker, all_true, lease, provider, secret};
+use crate::{NS, controllers, providers, typical_status};
+
+const LEASES_PER_PROVIDER: usize = 100;
+/// The lease controller's concurrency: the baseline loop writes as many at once.
+const CONCURRENCY: usize = 32;
+
+/// Every lease of the bench, created with bounded concurrency.
+async fn create_all(admin: &Client, objects: Vec<Value>) {
+    futures::stream::iter(objects)
+        .for_each_concurrent(CONCURRENCY, |object| {
+            let admin = admin.clone();
+            async move {
+                let kind = object["kind"].as_str().unwrap().to_string();
+                let ns = object["metadata"]["namespace"].as_str().map(String::from);
+                let api: Api<DynamicObject> = match &ns {
+                    Some(ns) => Api::namespaced_with(admin, ns, &resource(&kind)),
+                    None => Api::all_with(admin, &resource(&kind)),
+                };
+                let object: DynamicObject = serde_json::from_value(object).unwrap();
+                api.create(&PostParams::default(), &object).await.expect("create");
+            }
+        })
+        .await;
+}
+
+/// `names.len()` status PATCHes, `CONCURRENCY` at a time.
+async fn baseline(
+    api: &Api<DynamicObject>,
+    names: &[String],
+    patch: impl Fn(&str) -> Patch<Value>,
+    params: PatchParams,
+) -> Duration {
+    let started = Instant::now();
+    futures::stream::iter(names)
+        .for_each_concurrent(CONCURRENCY, |name| {
+            let (api, patch, params) = (api.clone(), patch(name), params.clone());
+            async move {
+                api.patch_status(name, &params, &patch).await.expect("patch");
+            }
+        })
+        .await;
+    started.elapsed()
+}
+
+fn lease_reconciles(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with("sandcap_reconciles_total{kind=\"SandboxLease\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn resolved(admin: &Client, selector: &str, capability: &str, reason: &str) -> usize {
+    let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource("SandboxLease"));
+    let list = api.list(&ListParams::default().labels(selector)).await.expect("list");
+    list.items
+        .iter()
+        .filter(|l| {
+            let v = serde_json::to_value(l).unwrap();
+            explanation(&v["status"], capability).is_some_and(|(r, _)| r == reason)
+        })
+        .count()
+}
+
+pub async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client) {
+    let count = providers();
+    let worker = Worker::with_methods(&V1.worker_methods());
+    let mut objects: Vec<Value> = (0..count).map(|p| provider(&format!("p-{p}"), &worker.url, all_true())).collect();
+    objects.push(secret(NS, "creds", "config.json", r#"{"apiToken": "s3cr3t-token-value"}"#, true));
+    let from = json!({"configFrom": [{"secretKeyRef": {"name": "creds", "key": "config.json"}}]});
+    for p in 0..count {
+        for l in 0..LEASES_PER_PROVIDER {
+            let spec = if l % 2 == 0 { from.clone() } else { json!({}) };
+            let mut lease = lease(NS, &format!("l-{p}-{l}"), &format!("p-{p}"), spec);
+            lease["metadata"]["labels"] = json!({"bench/provider": format!("p-{p}")});
+            objects.push(lease);
+        }
+    }
+    let started = Instant::now();
+    create_all(admin, objects).await;
+    println!(
+        "created {count} providers and {} leases in {:.1} s",
+        count * LEASES_PER_PROVIDER,
+        started.elapsed().as_secs_f64()
+    );
+
+    // Resolved: every lease Granted (all are: half read a valid `configFrom`), as a watch shows,
+    // open from here on, so that the baselines pay for a watcher as sandcap's start does.
+    let (granted, watch) = granted_watch(admin).await;
+
+    // Baselines: the same number of status writes, as fast as the apiserver takes them: a small
+    // merge patch, and a server-side apply of a status the size of sandcap's (what sandcap sends),
+    // with sandcap's ServiceAccount token, so that the apiserver's priority and fairness treats
+    // them as sandcap's (an admin's requests are exempt from it).
+    let as_sandcap = cluster::client_from(&install.kubeconfig).await;
+    let api: Api<DynamicObject> = Api::namespaced_with(as_sandcap, NS, &resource("SandboxLease"));
+    let names: Vec<String> =
+        (0..count).flat_map(|p| (0..LEASES_PER_PROVIDER).map(move |l| format!("l-{p}-{l}"))).collect();
+    let merge = match count {
+        100 => {
+            let patch = |_: &str| Patch::Merge(json!({"status": {"observedGeneration": 0}}));
+            format!("{:.2} s", baseline(&api, &names, patch, PatchParams::default()).await.as_secs_f64())
+        }
+        _ => "not measured".to_string(),
+    };
+    let apply = baseline_apply(&api, &names).await;
+    println!(
+        "baselines: {} status PATCHes ({CONCURRENCY} at a time): merge patch {merge}, server-side apply of a full status {:.2} s",
+        names.len(),
+        apply.as_secs_f64()
+    );
+    let baseline = apply;
+
+    let started = Instant::now();
+    let sandcap = controllers(c, install, "bench-controllers", &[]);
+    sandcap.ready().await;
+    let total = names.len();
+    let deadline = Instant::now() + Duration::from_secs(6 * count as u64);
+    while granted.load(Ordering::SeqCst) < total {
+        assert!(
+            Instant::now() < deadline,
+            "not every lease was resolved in time:\n{}",
+            cluster::tail(&sandcap.log, 20)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let cold = started.elapsed();
+    watch.abort();
+    println!(
+        "cold start to all {total} leases resolved: {:.2} s ({} reconciles); apply baseline / sandcap = {:.2}",
+        cold.as_secs_f64(),
+        lease_reconciles(&sandcap.metrics().await),
+        baseline.as_secs_f64() / cold.as_secs_f64()
+    );
+
+    // One provider's declaration changes: its 100 leases follow.
+    let mut changed = provider("p-0", &worker.url, all_true());
+    changed["spec"]["environmentDrivers"][0]["sandboxCapabilities"]["persistentProcessSessions"] = json!(false);
+    let started = Instant::now();
+    install::apply(c, &[changed]);
+    while resolved(admin, "bench/provider=p-0", "persistentProcessSessions", "DeclaredFalse").await
+        < LEASES_PER_PROVIDER
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!(
+        "one provider's change to its {LEASES_PER_PROVIDER} leases re-resolved: {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    println!("sandcap peak RSS: {:.1} MiB", sandcap.peak_rss() as f64 / 1048576.0);
+    drop(sandcap);
+
+    // A restart, then ten probe intervals with nothing changed.
+    let by_sandcap = |verb: &str, resource: &str| {
+        c.audit()
+            .iter()
+            .filter(|e| {
+                e["verb"] == verb
+                    && e["objectRef"]["resource"] == resource
+                    && e["user"]["username"].as_str().is_some_and(|u| u.ends_with(":sandcap"))
+            })
+            .count()
+    };
+    let (writes, gets) = (by_sandcap("patch", "sandboxleases"), by_sandcap("get", "secrets"));
+    let started = Instant::now();
+    let sandcap = controllers(c, install, "bench-restart", &[("SANDCAP_PROBE_INTERVAL", "2s")]);
+    install::eventually("the caches listed", Duration::from_secs(300), || async {
+        sandcap.log_text().contains("controllers started").then_some(())
+    })
+    .await;
+    let listed = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    println!(
+        "a restart (caches listed in {:.2} s), then ten probe intervals (2 s) with nothing changed: {} lease status writes, {} Secret GETs; peak RSS {:.1} MiB",
+        listed.as_secs_f64(),
+        by_sandcap("patch", "sandboxleases") - writes,
+        by_sandcap("get", "secrets") - gets,
+        sandcap.peak_rss() as f64 / 1048576.0
+    );
+    drop(sandcap);
+
+    // The apiserver slows as etcd's history grows: the loop again, after everything sandcap did,
+    // and sandcap's cold start against the mean of the two loops, so that neither side gets the
+    // fresher apiserver.
+    let again = baseline_apply(&api, &names).await;
+    let mean = (baseline + again) / 2;
+    println!(
+        "the apply loop again, last: {:.2} s; the two loops' mean / sandcap's cold start = {:.2} / {:.2} s = {:.2}",
+        again.as_secs_f64(),
+        mean.as_secs_f64(),
+        cold.as_secs_f64(),
+        mean.as_secs_f64() / cold.as_secs_f64()
+    );
+}
+
+/// The baseline loop: a server-side apply of a full status to every lease.
+async fn baseline_apply(api: &Api<DynamicObject>, names: &[String]) -> Duration {
+    baseline(api, names, |_| Patch::Apply(typical_status()), PatchParams::apply("bench").force()).await
+}
+
+/// How many leases of the bench a watch shows with `persistentProcessSessions` Granted; returns
+/// once the watch has listed.
+async fn granted_watch(admin: &Client) -> (Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
+    let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource("SandboxLease"));
+    let count = Arc::new(AtomicUsize::new(0));
+    let (listed, is_listed) = tokio::sync::oneshot::channel();
+    let counter = count.clone();
+    let task = tokio::spawn(async move {
+        let mut listed = Some(listed);
+        let mut granted = std::collections::HashSet::new();
+        let mut events = std::pin::pin!(watcher(api, watcher::Config::default().labels("bench/provider")));
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) => {
+                    let status = serde_json::to_value(&lease).expect("json")["status"].take();
+                    let name = lease.metadata.name.unwrap_or_default();
+                    match explanation(&status, "persistentProcessSessions").is_some_and(|(r, _)| r == "Granted") {
+                        true => granted.insert(name),
+                        false => granted.remove(&name),
+                    };
+                    counter.store(granted.len(), Ordering::SeqCst);
+                }
+                Ok(watcher::Event::InitDone) => drop(listed.take().map(|l| l.send(()))),
+                _ => {}
+            }
+        }
+    });
+    is_listed.await.expect("the watch listed");
+    (count, task)
+}
