@@ -1,0 +1,35 @@
+//! The shape docs/architecture.md promises: no source file over 400 lines, so that each holds
+//! one concern a reader can take in whole.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+const MAX_LINES: usize = 400;
+
+fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            rust_files(&path, found);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            found.push(path);
+        }
+    }
+}
+
+#[test]
+fn no_source_file_is_over_400_lines() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["src", "core/src", "benches"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let lines = fs::read_to_string(f).expect("a readable source file").lines().count();
+            (lines > MAX_LINES).then(|| format!("{}: {lines} lines", f.strip_prefix(root).unwrap_or(f).display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "over {MAX_LINES} lines:\n  {}", long.join("\n  "));
+}
