@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
@@ -83,6 +84,34 @@ pub async fn bounded<T>(
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(format!("{what}: {}", api_error(&e))),
         Err(_) => Err(format!("{what}: no answer within {}", humantime::format_duration(timeout))),
+    }
+}
+
+/// How many objects one list request asks for.
+const PAGE: u32 = 250;
+
+/// Every object of `resource` in the cluster, handed to `each` a page at a time, each request
+/// within `timeout`: what `check` and `plan` read, never all of it in one answer.
+pub async fn list_pages(
+    client: &Client,
+    resource: &ApiResource,
+    timeout: Duration,
+    mut each: impl FnMut(Vec<DynamicObject>),
+) -> Result<(), String> {
+    let api = Api::<DynamicObject>::all_with(client.clone(), resource);
+    let what = format!("listing {}s", resource.kind);
+    let mut token = None::<String>;
+    loop {
+        let mut params = ListParams::default().limit(PAGE);
+        if let Some(t) = &token {
+            params = params.continue_token(t);
+        }
+        let page = bounded(timeout, &what, api.list(&params)).await?;
+        each(page.items);
+        token = page.metadata.continue_.filter(|t| !t.is_empty());
+        if token.is_none() {
+            return Ok(());
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! The CRDs the apiserver would hold, with their CEL rules compiled, once per thread.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
 
 use kube_cel::cel::extractors::This;
@@ -12,15 +12,16 @@ use crate::api::crd_schema;
 use crate::versions::ContractVersion;
 use crate::vocabulary::Kind;
 
-/// The CRDs' schemas as JSON and their compiled CEL rules, built once per thread (the compiled
-/// programs are not `Sync`), indexed by [`ContractVersion`], then [`Kind`].
+/// A CRD's schema as JSON and its compiled CEL rules.
 pub(super) struct Crd {
     pub(super) schema: Value,
     pub(super) cel: CompiledSchema,
 }
 
+/// The CRDs of each contract version, built once per thread (the compiled programs are not
+/// `Sync`) and only for a version the thread judges by: a process enforces one.
 pub(super) struct Crds {
-    pub(super) kinds: [[Crd; 2]; 2],
+    versions: [OnceCell<[Crd; 2]>; 2],
     pub(super) context: Context<'static>,
     pub(super) patterns: RefCell<HashMap<String, regex::Regex>>,
 }
@@ -31,17 +32,21 @@ thread_local! {
 
 impl Crds {
     pub(super) fn new() -> Crds {
-        let crd = |version, kind| {
+        let mut context = Context::default().with_all();
+        context.add_function("size", size);
+        Crds { versions: Default::default(), context, patterns: RefCell::default() }
+    }
+
+    /// The CRD of `kind` under `version`, compiled on first use.
+    pub(super) fn crd(&self, version: ContractVersion, kind: Kind) -> &Crd {
+        let compile = |kind| {
             let schema = crd_schema(kind, version);
             let cel = kube_cel::compile_schema(&schema);
             assert!(!cel.has_errors(), "the CRDs' CEL rules compile: {:?}", cel.compilation_errors());
             Crd { schema, cel }
         };
-        // In `ContractVersion`, then `Kind` order.
-        let kinds = ContractVersion::ALL.map(|version| Kind::ALL.map(|kind| crd(version, kind)));
-        let mut context = Context::default().with_all();
-        context.add_function("size", size);
-        Crds { kinds, context, patterns: RefCell::default() }
+        // In `Kind` order.
+        &self.versions[version as usize].get_or_init(|| Kind::ALL.map(compile))[kind as usize]
     }
 }
 

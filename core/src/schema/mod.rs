@@ -92,7 +92,7 @@ pub fn check(object: &Value, old: Option<&Value>, server: Server, version: Contr
     }
     let mut errors = metadata_errors(object);
     CRDS.with(|crds| {
-        let crd = &crds.kinds[version as usize][kind as usize];
+        let crd = crds.crd(version, kind);
         let mut walk = Walk { crds, errors: &mut errors, blocking: false };
         let spec = object.get("spec").filter(|s| !s.is_null());
         let spec_schema = &crd.schema["properties"]["spec"];

@@ -8,7 +8,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, PostParams};
 use kube::core::ApiResource;
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -18,7 +18,7 @@ use super::certificate::{self, NotPresented};
 use super::verdicts::{self, Lagging, RealCreate};
 use crate::api::{SandboxLease, SandboxProvider};
 use crate::certs::TLS_CRT;
-use crate::cli::cluster::bounded;
+use crate::cli::cluster::{bounded, list_pages};
 use crate::cli::crds::crd_values;
 
 /// The unknown field of the dry run: the CRD keeps unknown fields for the webhook to refuse.
@@ -28,8 +28,7 @@ const DRY_RUN_NAME: &str = "sandcap-check-dry-run";
 /// A serving certificate with fewer days left is a warning (as the alert README suggests on
 /// `sandcap_certificate_expiry_timestamp_seconds`).
 const DAYS_WARNING: u64 = 30;
-/// How many objects the controllers check lists per request, and names when they lag.
-const PAGE: u32 = 250;
+/// How many objects the controllers check names when they lag.
 const NAMED: usize = 5;
 
 pub async fn crds(client: &Client, args: &CheckArgs) -> Line {
@@ -285,20 +284,10 @@ pub async fn controllers(client: &Client, args: &CheckArgs) -> Line {
         ("SandboxProvider", ApiResource::erase::<SandboxProvider>(&())),
         ("SandboxLease", ApiResource::erase::<SandboxLease>(&())),
     ] {
-        let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
-        let (mut listed, mut token) = (0usize, None::<String>);
-        loop {
-            let mut params = ListParams::default().limit(PAGE);
-            if let Some(t) = &token {
-                params = params.continue_token(t);
-            }
-            let page = match bounded(args.cluster.request_timeout, &format!("listing {kind}s"), api.list(&params)).await
-            {
-                Ok(page) => page,
-                Err(e) => return Line::fail(e),
-            };
+        let mut listed = 0usize;
+        let each = |page: Vec<DynamicObject>| {
             let now = Timestamp::now();
-            for object in &page.items {
+            for object in &page {
                 listed += 1;
                 let observed =
                     object.data.get("status").and_then(|s| s.get("observedGeneration")).and_then(Value::as_i64);
@@ -306,10 +295,9 @@ pub async fn controllers(client: &Client, args: &CheckArgs) -> Line {
                     if lagging.len() < NAMED { lagging.push((kind.to_string(), late)) } else { more += 1 }
                 }
             }
-            token = page.metadata.continue_.filter(|t| !t.is_empty());
-            if token.is_none() {
-                break;
-            }
+        };
+        if let Err(e) = list_pages(client, &resource, args.cluster.request_timeout, each).await {
+            return Line::fail(e);
         }
         counts.push(format!("{listed} {kind}{}", if listed == 1 { "" } else { "s" }));
     }

@@ -2,22 +2,17 @@
 //! given. Both are read as JSON and typed by one function, so the plan cannot tell them apart.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams};
-use serde_json::Value;
+use kube::api::{ApiResource, DynamicObject};
 
 use super::diff::Stored;
 use crate::api::{SandboxLease, SandboxProvider};
-use crate::cli::cluster::{ClusterArgs, bounded, runtime};
+use crate::cli::cluster::{ClusterArgs, list_pages, runtime};
 use crate::cli::error::CliError;
 use crate::cli::manifests::{Loaded, Manifests};
 use crate::validation;
 use crate::vocabulary::Kind;
 
-/// How many objects one list request asks for.
-const PAGE: u32 = 250;
 /// How a live object is named in an error.
 const CLUSTER: &str = "the cluster";
 
@@ -27,38 +22,18 @@ pub fn live(cluster: &ClusterArgs) -> Result<Stored, CliError> {
         let client = cluster.connect().await?.client;
         let mut objects = Vec::new();
         for resource in [ApiResource::erase::<SandboxProvider>(&()), ApiResource::erase::<SandboxLease>(&())] {
-            list(&client, &resource, cluster.request_timeout, &mut objects).await?;
+            let each = |page: Vec<DynamicObject>| {
+                objects.extend(page.into_iter().map(|object| {
+                    let mut json = serde_json::to_value(&object).expect("a listed object serializes");
+                    // A list's items need not repeat their kind.
+                    json["kind"] = resource.kind.clone().into();
+                    json
+                }))
+            };
+            list_pages(&client, &resource, cluster.request_timeout, each).await.map_err(CliError::Usage)?;
         }
         typed(vec![Loaded { shown: CLUSTER.into(), objects }])
     })
-}
-
-async fn list(
-    client: &Client,
-    resource: &ApiResource,
-    timeout: Duration,
-    objects: &mut Vec<Value>,
-) -> Result<(), CliError> {
-    let api = Api::<DynamicObject>::all_with(client.clone(), resource);
-    let what = format!("listing {}s", resource.kind);
-    let mut token = None::<String>;
-    loop {
-        let mut params = ListParams::default().limit(PAGE);
-        if let Some(t) = &token {
-            params = params.continue_token(t);
-        }
-        let page = bounded(timeout, &what, api.list(&params)).await.map_err(CliError::Usage)?;
-        for object in page.items {
-            let mut json = serde_json::to_value(&object).expect("a listed object serializes");
-            // A list's items need not repeat their kind.
-            json["kind"] = resource.kind.clone().into();
-            objects.push(json);
-        }
-        token = page.metadata.continue_.filter(|t| !t.is_empty());
-        if token.is_none() {
-            return Ok(());
-        }
-    }
 }
 
 /// Every object of the files (kubectl's `-f`, `-R`).
