@@ -34,6 +34,8 @@ pub struct CachedLease {
 #[derive(Clone, Debug, PartialEq)]
 struct Published {
     digest: u64,
+    /// Whether it grants any capability.
+    grants: bool,
     since: Box<[Since]>,
 }
 
@@ -86,6 +88,7 @@ impl From<Wire> for CachedLease {
     fn from(lease: Wire) -> Self {
         let published = lease.status.as_ref().map(|status| Published {
             digest: digest(status),
+            grants: status.capabilities.entries().any(|(_, on)| on),
             since: status
                 .conditions
                 .iter()
@@ -121,6 +124,11 @@ impl CachedLease {
     /// anything, a condition's time or message included, is written).
     pub fn is_published(&self, desired: &SandboxLeaseStatus) -> bool {
         self.published.as_ref().is_some_and(|p| p.digest == digest(desired))
+    }
+
+    /// Whether the published status grants any capability (none without a status).
+    pub fn grants_any(&self) -> bool {
+        self.published.as_ref().is_some_and(|p| p.grants)
     }
 
     /// The published conditions as far as [`super::status::Conditions`] reads them: type, status

@@ -30,6 +30,9 @@ pub const RESYNC: Duration = Duration::from_secs(3600);
 /// its `Valid` condition turned.
 pub async fn reconcile_lease(lease: Arc<CachedLease>, ctx: Arc<Context>) -> Result<Action, Error> {
     let provider = ctx.caches.providers.get(&ObjectRef::new(&lease.spec.provider_ref.name));
+    if awaits_first_probe(&lease, provider.as_deref()) {
+        return Ok(Action::await_change());
+    }
     // Both objects judged against today's rules: what they refuse grants nothing. Each judgment is
     // remembered per generation, so this costs a lookup once an object has been judged.
     let finding = ctx.audits.finding(lease.as_ref(), &lease.spec).await;
@@ -49,6 +52,15 @@ pub async fn reconcile_lease(lease: Arc<CachedLease>, ctx: Arc<Context>) -> Resu
     publish(&ctx, lease.as_ref(), desired, &finding, &now).await?;
     // Nothing to schedule: the loop's pass every [`RESYNC`] comes back to every lease.
     Ok(Action::await_change())
+}
+
+/// Whether `lease` grants nothing now (it has no status, or one with every capability off) and its
+/// provider exists but has not published a probe yet. Its status would grant nothing and be
+/// rewritten as soon as the probe is published (a new worker status re-triggers the provider's
+/// leases), so it is written once, then. Waiting grants nothing meanwhile; a lease whose status
+/// grants something is always rewritten, so that it never stays granted on an unprobed provider.
+fn awaits_first_probe(lease: &CachedLease, provider: Option<&SandboxProvider>) -> bool {
+    !lease.grants_any() && provider.is_some_and(|p| p.status.as_ref().is_none_or(|s| s.worker.is_none()))
 }
 
 /// Whether resolving `lease` compiles no configSchema: its driver declares none, or the compiled
@@ -181,6 +193,26 @@ mod tests {
     fn published(lease: SandboxLease, provider: &SandboxProvider) -> SandboxLease {
         let status = status_at(&lease, Some(provider), &time(T0));
         SandboxLease { status: Some(status), ..lease }
+    }
+
+    #[test]
+    fn a_lease_granting_nothing_waits_for_its_new_providers_first_probe_and_nothing_else() {
+        let l = lease("team-a", "l").of("p", "k").build();
+        let unprobed = provider("p").driver("k").declares(&["nativeSyncIn"]).build();
+        let failed = provider("p").driver("k").probe_failed("the worker is unreachable").build();
+        let waits =
+            |l: &SandboxLease, p: Option<&SandboxProvider>| awaits_first_probe(&CachedLease::from(l.clone()), p);
+        assert!(waits(&l, Some(&unprobed)), "written once, when the probe is published");
+        assert!(!waits(&l, Some(&failed)), "a failed probe is a probe");
+        assert!(!waits(&l, None), "a missing provider is written at once");
+        let without_worker = SandboxProvider { status: Some(Default::default()), ..unprobed.clone() };
+        assert!(waits(&l, Some(&without_worker)), "a status without a probe is no probe");
+        let granting =
+            published(l.clone(), &provider("p").driver("k").declares(&["nativeSyncIn"]).probed_ok(&METHODS).build());
+        assert!(granting.status.as_ref().unwrap().capabilities.get(Capability::NativeSyncIn), "the fixture grants");
+        assert!(!waits(&granting, Some(&unprobed)), "a status that grants something is rewritten at once");
+        let nothing = published(l, &failed);
+        assert!(waits(&nothing, Some(&unprobed)), "a status that grants nothing waits too");
     }
 
     #[test]

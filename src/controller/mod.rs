@@ -8,9 +8,9 @@
 //!   provider's published status and the lease's `configFrom` Secrets. It is re-triggered by its
 //!   provider's changes and by changes of a Secret it references, not by a full resync.
 //!
-//! Both end in one step, `publish.rs`: the status with the audit's `Valid` condition, written by
-//! server-side apply (field manager [`crate::vocabulary::FIELD_MANAGER`], forced) only when it
-//! differs from the published one, and the Events of what turned. With leader election only the
+//! Both end in one step, `publish.rs`: the status with the audit's `Valid` condition, replacing the
+//! published one (one JSON patch, field manager [`crate::vocabulary::FIELD_MANAGER`]) only when it
+//! differs, and the Events of what turned. With leader election only the
 //! holder of the `coordination.k8s.io/v1` Lease runs them.
 //!
 //! [`contract::resolve_lease`]: crate::contract::resolve_lease
