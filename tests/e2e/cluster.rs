@@ -250,7 +250,7 @@ impl Cluster {
             cluster.ca.write_serving(&cluster.dir.join("pki"), &[cluster.addr.ip().to_string()]);
             fs::write(&cluster.kubeconfig, kubeconfig_yaml(cluster.addr, &cluster.ca.pem, ADMIN_TOKEN))
                 .expect("kubeconfig");
-            match cluster.try_start_apiserver() {
+            match cluster.try_start_apiserver(&[]) {
                 Ok(()) => break,
                 Err(AddressTaken(_)) if attempt < 5 => cluster.addr = apiserver_address(),
                 Err(AddressTaken(log)) => panic!("kube-apiserver found its address taken 5 times:\n{log}"),
@@ -280,12 +280,17 @@ impl Cluster {
     /// Starts kube-apiserver over the same etcd (also after [`Cluster::stop_apiserver`]), on the
     /// same address.
     pub fn start_apiserver(&self) {
-        if let Err(AddressTaken(log)) = self.try_start_apiserver() {
+        self.start_apiserver_with(&[]);
+    }
+
+    /// As [`Cluster::start_apiserver`], with `flags` added to its command line.
+    pub fn start_apiserver_with(&self, flags: &[&str]) {
+        if let Err(AddressTaken(log)) = self.try_start_apiserver(flags) {
             panic!("kube-apiserver found {} taken:\n{log}", self.addr);
         }
     }
 
-    fn try_start_apiserver(&self) -> Result<(), AddressTaken> {
+    fn try_start_apiserver(&self, flags: &[&str]) -> Result<(), AddressTaken> {
         let pki = self.dir.join("pki");
         let arg = |name: &str| pki.join(name).into_os_string();
         let ip = self.addr.ip().to_string();
@@ -321,7 +326,8 @@ impl Cluster {
             .arg(self.dir.join("audit.log"))
             .args(["--audit-log-format", "json", "--audit-log-mode", "blocking"])
             .args(["--cert-dir"])
-            .arg(self.dir.join("apiserver-certs"));
+            .arg(self.dir.join("apiserver-certs"))
+            .args(flags);
         let log = self.dir.join("apiserver.log");
         let logged_before = fs::metadata(&log).map_or(0, |m| m.len() as usize);
         let child = spawn_logged(command, &log);

@@ -18,6 +18,7 @@ mod conventions;
 mod crds;
 mod hardening;
 mod install;
+mod listing;
 mod plugin;
 mod rollover;
 #[path = "../support/mod.rs"]
@@ -52,6 +53,8 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         controllers::a_standby_takes_over_and_every_lease_follows,
         controllers::recovers_from_an_apiserver_outage,
         controllers::a_hostile_provider_stored_without_the_webhook,
+        listing::the_caches_ask_for_streaming_lists,
+        listing::without_watch_list_each_cache_lists_in_pages,
         audit::objects_stored_without_the_webhook_are_audited,
         certs::self_managed_certificates_with_the_charts_rbac,
         certs::only_the_ca_bundle_is_sandcaps_to_change,

@@ -81,7 +81,7 @@ pub async fn a_status_is_one_json_patch_written_once_per_new_lease(c: Arc<Cluste
         ("SandboxProvider", None, "e2e-writes"),
     ] {
         let object = get(&admin, kind, namespace, name).await.expect("stored");
-        assert_eq!(status_owners(&object), [sandcaps.clone()], "{kind} {name}: {:#}", object["metadata"]);
+        assert_eq!(status_owners(&object), std::slice::from_ref(&sandcaps), "{kind} {name}: {:#}", object["metadata"]);
     }
 
     // A status somebody else changes is sandcap's again at the next write, and the managed fields

@@ -16,8 +16,11 @@
 //!
 //! The leases of a provider or a Secret are looked up in [`Relations`], an index the lease watch
 //! keeps. After a watch re-list, objects deleted during the gap are found by comparing with the list.
+//!
+//! Each watch lists by a streaming list, or in pages where the apiserver refuses those (`listing.rs`).
 
 mod events;
+mod listing;
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
@@ -175,13 +178,14 @@ impl SecretCache {
     }
 }
 
-/// One watch of `api`, its events applied to a new cache before anything else sees them.
+/// One watch of `api`, its events applied to a new cache before anything else sees them. `config`
+/// is that of the paged lists, should the apiserver refuse streaming ones.
 fn watch<K>(api: Api<K>, config: watcher::Config) -> (Store<K>, impl Stream<Item = watcher::Event<K>> + Send)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store();
-    let events = watcher(api, config).default_backoff().modify(drop_managed_fields).reflect(writer).filter_map(
+    let events = listing::watch(api, config).default_backoff().modify(drop_managed_fields).reflect(writer).filter_map(
         |event| async move {
             // The watcher retries with backoff on its own; an error here is only worth a log line.
             event.map_err(|error| tracing::warn!(%error, "watch failed; retrying")).ok()
@@ -209,8 +213,9 @@ impl Caches {
         let (queues, triggers) = Queues::new(metrics);
         let (providers, provider_events) =
             watch(Api::<SandboxProvider>::all(client.clone()), watcher::Config::default());
-        // Listed in pages (kube's default, 500): a list "from any version" (`resourceVersion=0`)
-        // would be served whole from the apiserver's cache, every lease in one response.
+        // Where streaming lists are refused, kube's default paged list: pages of 500 of the latest
+        // version (a list "from any version", `resourceVersion=0`, would be served whole from the
+        // apiserver's cache, every lease in one response).
         let (leases, lease_events) = watch(Api::<CachedLease>::all(client.clone()), watcher::Config::default());
         let selector = watcher::Config::default().labels(&format!("{CONFIG_SOURCE_LABEL}=true"));
         let mut secrets = SecretCache::default();
