@@ -202,14 +202,18 @@ pub async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client
 }
 
 /// The baseline loops, each a status write to every lease, `CONCURRENCY` at a time: a small merge
-/// patch (the fastest status write; not at 100,000 leases, to keep that run's time), and sandcap's
-/// own write, a JSON patch that replaces the whole status with one of sandcap's size.
+/// patch and a server-side apply of a status of sandcap's size (what sandcap wrote before; both not
+/// at 100,000 leases, to keep that run's time), and sandcap's own write, a JSON patch that
+/// replaces the whole status with one of sandcap's size.
 async fn loops(api: &Api<DynamicObject>, names: &[String], providers: usize) -> Vec<(&'static str, Duration)> {
     let params = PatchParams { field_manager: Some("bench".into()), ..PatchParams::default() };
     let mut times = Vec::new();
     if providers == 100 {
         let small = |_: &str| Patch::Merge(json!({"status": {"observedGeneration": 0}}));
         times.push(("small merge patch loop", baseline(api, names, small, params.clone()).await));
+        let apply = |_: &str| Patch::Apply(typical_status());
+        let forced = PatchParams::apply("bench").force();
+        times.push(("whole-status server-side apply loop", baseline(api, names, apply, forced).await));
     }
     let replace = |_: &str| {
         let add = json!([{"op": "add", "path": "/status", "value": typical_status()["status"]}]);
