@@ -43,16 +43,11 @@ async fn create_all(admin: &Client, objects: Vec<Value>) {
 }
 
 /// `names.len()` status PATCHes, `CONCURRENCY` at a time.
-async fn baseline(
-    api: &Api<DynamicObject>,
-    names: &[String],
-    patch: impl Fn(&str) -> Patch<Value>,
-    params: PatchParams,
-) -> Duration {
+async fn baseline(api: &Api<DynamicObject>, names: &[String], patch: &Patch<Value>, params: PatchParams) -> Duration {
     let started = Instant::now();
     futures::stream::iter(names)
         .for_each_concurrent(CONCURRENCY, |name| {
-            let (api, patch, params) = (api.clone(), patch(name), params.clone());
+            let (api, patch, params) = (api.clone(), patch.clone(), params.clone());
             async move {
                 api.patch_status(name, &params, &patch).await.expect("patch");
             }
@@ -209,22 +204,21 @@ async fn loops(api: &Api<DynamicObject>, names: &[String], providers: usize) -> 
     let params = PatchParams { field_manager: Some("bench".into()), ..PatchParams::default() };
     let mut times = Vec::new();
     if providers == 100 {
-        let small = |_: &str| Patch::Merge(json!({"status": {"observedGeneration": 0}}));
-        times.push(("small merge patch loop", baseline(api, names, small, params.clone()).await));
-        let apply = |_: &str| Patch::Apply(typical_status());
+        let small = Patch::Merge(json!({"status": {"observedGeneration": 0}}));
+        times.push(("small merge patch loop", baseline(api, names, &small, params.clone()).await));
         let forced = PatchParams::apply("bench").force();
-        times.push(("whole-status server-side apply loop", baseline(api, names, apply, forced).await));
+        let apply = Patch::Apply(typical_status());
+        times.push(("whole-status server-side apply loop", baseline(api, names, &apply, forced).await));
     }
-    let replace = |_: &str| {
-        let add = json!([{"op": "add", "path": "/status", "value": typical_status()["status"]}]);
-        Patch::Json(serde_json::from_value(add).expect("a JSON patch"))
-    };
-    times.push(("whole-status JSON patch loop", baseline(api, names, replace, params).await));
+    let add = json!([{"op": "add", "path": "/status", "value": typical_status()["status"]}]);
+    let replace = Patch::Json(serde_json::from_value(add).expect("a JSON patch"));
+    times.push(("whole-status JSON patch loop", baseline(api, names, &replace, params).await));
     for (name, time) in &times {
         println!("{name}: {} status writes ({CONCURRENCY} at a time) in {:.2} s", names.len(), time.as_secs_f64());
     }
     times
 }
+
 /// How many leases of the bench a watch shows with `persistentProcessSessions` Granted; returns
 /// once the watch has listed.
 async fn granted_watch(admin: &Client) -> (Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {

@@ -45,8 +45,8 @@ async fn nonconforming(sandcap: &Sandcap, kind: &str) -> Option<i64> {
     metrics.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|n| n.parse().ok())
 }
 
-/// The status patches sandcap made to the objects named `names`.
-fn status_patches(c: &Cluster, names: &[&str]) -> usize {
+/// The status patches sandcap made to the objects named `names`, by the apiserver's audit log.
+pub fn status_patches(c: &Cluster, names: &[&str]) -> usize {
     c.audit()
         .iter()
         .filter(|e| {

@@ -9,27 +9,14 @@ use sandcap::versions::ContractVersion;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
+use crate::audit::status_patches;
 use crate::cluster::Cluster;
 use crate::controllers::{delete, get, lease_reason};
 use crate::install::{self, Install, Sandcap, eventually};
 use crate::support::{Worker, all_true, lease, provider};
 
-const NS: &str = "e2e-writes";
+const NS: &str = "e2e-status-writes";
 const WAIT: Duration = Duration::from_secs(30);
-
-/// How many status patches sandcap made to the object `name` of `resource`, by the audit log.
-fn status_patches(c: &Cluster, resource: &str, name: &str) -> usize {
-    c.audit()
-        .iter()
-        .filter(|e| {
-            e["verb"] == "patch"
-                && e["objectRef"]["resource"] == resource
-                && e["objectRef"]["subresource"] == "status"
-                && e["objectRef"]["name"] == name
-                && e["user"]["username"].as_str().is_some_and(|u| u.ends_with(":sandcap"))
-        })
-        .count()
-}
 
 /// Who owns the status of `object`, by its `managedFields`: (manager, operation, subresource) of
 /// every entry whose fields include `status`.
@@ -57,28 +44,28 @@ pub async fn a_status_is_one_json_patch_written_once_per_new_lease(c: Arc<Cluste
     let sandcap = Sandcap::start(&c, &install, "writes", &overrides);
     let admin = c.admin().await;
 
-    install::apply(&c, &[provider("e2e-writes-silent", &silent_url, all_true())]);
+    install::apply(&c, &[provider("e2e-status-writes-silent", &silent_url, all_true())]);
     let (_held, _) = tokio::time::timeout(WAIT, silent.accept()).await.expect("probed within 30 s").expect("accept");
-    install::apply(&c, &[lease(NS, "waits", "e2e-writes-silent", json!({}))]);
+    install::apply(&c, &[lease(NS, "waits", "e2e-status-writes-silent", json!({}))]);
     lease_reason(&admin, NS, "waits", "nativeSyncIn", "WorkerNotVerified").await;
 
     // A provider and its lease created together, the usual way.
     install::apply(
         &c,
-        &[provider("e2e-writes", &worker.url, all_true()), lease(NS, "granted", "e2e-writes", json!({}))],
+        &[provider("e2e-status-writes", &worker.url, all_true()), lease(NS, "granted", "e2e-status-writes", json!({}))],
     );
     lease_reason(&admin, NS, "granted", "nativeSyncIn", "Granted").await;
     // The last writes may still be in the audit log's buffer.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    assert_eq!(status_patches(&c, "sandboxleases", "waits"), 1, "the waiting lease's status writes");
-    assert!(status_patches(&c, "sandboxproviders", "e2e-writes") >= 1, "the provider's status writes");
+    assert_eq!(status_patches(&c, &["waits"]), 1, "the waiting lease's status writes");
+    assert!(status_patches(&c, &["e2e-status-writes"]) >= 1, "the provider's status writes");
     // `Update`, not `Apply`: a patch replaced the status, no server-side apply.
     let sandcaps = ("sandcap".to_string(), "Update".to_string(), "status".to_string());
     for (kind, namespace, name) in [
         ("SandboxLease", Some(NS), "granted"),
         ("SandboxLease", Some(NS), "waits"),
-        ("SandboxProvider", None, "e2e-writes"),
+        ("SandboxProvider", None, "e2e-status-writes"),
     ] {
         let object = get(&admin, kind, namespace, name).await.expect("stored");
         assert_eq!(status_owners(&object), std::slice::from_ref(&sandcaps), "{kind} {name}: {:#}", object["metadata"]);
@@ -112,7 +99,7 @@ pub async fn a_status_is_one_json_patch_written_once_per_new_lease(c: Arc<Cluste
     for name in ["waits", "granted"] {
         delete(&admin, "SandboxLease", Some(NS), name).await;
     }
-    for name in ["e2e-writes-silent", "e2e-writes"] {
+    for name in ["e2e-status-writes-silent", "e2e-status-writes"] {
         delete(&admin, "SandboxProvider", None, name).await;
     }
 }
