@@ -1,7 +1,10 @@
 //! What the lease cache keeps of each lease: only what the next reconcile reads, so that memory
 //! grows with the leases' specs and not with their statuses or their write history.
 //!
-//! A lease is trimmed as it is decoded from the watch: its spec, name, namespace, uid, generation
+//! A lease is trimmed as it is decoded from the watch ([`CachedLease`]), then kept between
+//! reconciles in a compact form ([`Kept`]: its spec as JSON bytes, decoded again for each
+//! reconcile, which costs microseconds where the decoded spec's maps and strings cost a kilobyte).
+//! The watch's form: its spec, name, namespace, uid, generation
 //! and resourceVersion stay; labels, annotations, managed fields and the other metadata are
 //! skipped by the decoder (nothing reads them). Of the published status stay the pin, each condition's status and
 //! `lastTransitionTime` (what a condition that keeps its status keeps), and a digest of the whole
@@ -17,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time
 use kube::Resource;
 use serde::Deserialize;
 
-use crate::api::{SandboxLease, SandboxLeaseSpec, SandboxLeaseStatus};
+use crate::api::{Pinned, SandboxLease, SandboxLeaseSpec, SandboxLeaseStatus};
 use crate::vocabulary::{ConditionStatus, ConditionType};
 
 /// A lease as the cache holds it: derefs to the trimmed [`SandboxLease`], whose status holds the
@@ -66,7 +69,6 @@ struct Meta {
     uid: Option<String>,
     generation: Option<i64>,
     resource_version: Option<String>,
-    deletion_timestamp: Option<Time>,
 }
 
 impl From<SandboxLease> for CachedLease {
@@ -78,7 +80,6 @@ impl From<SandboxLease> for CachedLease {
             uid: m.uid,
             generation: m.generation,
             resource_version: m.resource_version,
-            deletion_timestamp: m.deletion_timestamp,
         };
         Wire { metadata, spec: lease.spec, status: lease.status }.into()
     }
@@ -101,17 +102,9 @@ impl From<Wire> for CachedLease {
                 .collect(),
         });
         let pinned = lease.status.and_then(|s| s.pinned);
-        let Meta { name, namespace, uid, generation, resource_version, deletion_timestamp } = lease.metadata;
+        let Meta { name, namespace, uid, generation, resource_version } = lease.metadata;
         let lease = SandboxLease {
-            metadata: ObjectMeta {
-                name,
-                namespace,
-                uid,
-                generation,
-                resource_version,
-                deletion_timestamp,
-                ..ObjectMeta::default()
-            },
+            metadata: ObjectMeta { name, namespace, uid, generation, resource_version, ..ObjectMeta::default() },
             spec: lease.spec,
             status: pinned.map(|pinned| SandboxLeaseStatus { pinned: Some(pinned), ..SandboxLeaseStatus::default() }),
         };
@@ -119,7 +112,59 @@ impl From<Wire> for CachedLease {
     }
 }
 
+/// What the lease table keeps of a lease between reconciles (its key holds the namespace and name).
+pub struct Kept {
+    uid: Option<Box<str>>,
+    generation: Option<i64>,
+    spec: Box<[u8]>,
+    pinned: Option<Box<Pinned>>,
+    published: Option<Published>,
+}
+
+impl Kept {
+    pub fn generation(&self) -> Option<i64> {
+        self.generation
+    }
+
+    pub fn uid(&self) -> Option<&str> {
+        self.uid.as_deref()
+    }
+
+    /// The lease as a reconcile reads it. `None` (with an error in the log) should its spec not
+    /// decode, which would be a bug: it is the JSON this process encoded.
+    pub fn view(&self, namespace: &str, name: &str) -> Option<CachedLease> {
+        let spec = serde_json::from_slice(&self.spec)
+            .map_err(|error| tracing::error!(namespace, name, %error, "a kept lease spec does not decode"))
+            .ok()?;
+        let metadata = ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            uid: self.uid.as_deref().map(String::from),
+            generation: self.generation,
+            ..ObjectMeta::default()
+        };
+        let status = self
+            .pinned
+            .as_deref()
+            .map(|p| SandboxLeaseStatus { pinned: Some(p.clone()), ..SandboxLeaseStatus::default() });
+        Some(CachedLease { lease: SandboxLease { metadata, spec, status }, published: self.published.clone() })
+    }
+}
+
 impl CachedLease {
+    /// The compact form, for the table (see [`Kept`]).
+    pub fn keep(self) -> Kept {
+        let SandboxLease { metadata, spec, status } = self.lease;
+        Kept {
+            uid: metadata.uid.map(String::into_boxed_str),
+            generation: metadata.generation,
+            // Serializing a spec cannot fail: no map with non-string keys, no I/O.
+            spec: serde_json::to_vec(&spec).unwrap_or_default().into_boxed_slice(),
+            pinned: status.and_then(|s| s.pinned).map(Box::new),
+            published: self.published,
+        }
+    }
+
     /// Whether `desired` is the status published now (by its digest: a status that differs in
     /// anything, a condition's time or message included, is written).
     pub fn is_published(&self, desired: &SandboxLeaseStatus) -> bool {
@@ -298,6 +343,20 @@ mod tests {
         let cached = CachedLease::from(lease("team-a", "l").of("p", "k").build());
         assert!(cached.status.is_none() && cached.conditions().is_empty());
         assert!(!cached.is_published(&SandboxLeaseStatus::default()));
+    }
+
+    #[test]
+    fn the_kept_form_reads_back_as_the_lease_the_watch_decoded() {
+        let mut full = published();
+        full.spec.config = Some(json!({"image": "python:3.12", "limits": {"cpu": 2, "ratio": 0.5}, "tags": ["a"]}));
+        full.spec.extra = serde_json::from_value(json!({"unknownKey": {"kept": true}})).unwrap();
+        let cached = CachedLease::from(full);
+        let view = cached.clone().keep().view("team-a", "l").expect("decodes");
+        let mut expected = cached.lease.clone();
+        // The watch's bookmark, which a reconcile does not read.
+        expected.metadata.resource_version = None;
+        assert_eq!(serde_json::to_value(&view.lease).unwrap(), serde_json::to_value(&expected).unwrap());
+        assert_eq!(view.published, cached.published);
     }
 
     #[test]

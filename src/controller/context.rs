@@ -8,11 +8,10 @@ use std::time::{Duration, Instant};
 
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 
 use super::audit::Audits;
-use super::cache::{Caches, Queue};
+use super::cache::{Caches, Queue, Queued};
 use super::error::Error;
 use super::status::kind_label;
 use crate::metrics::{FailureLabels, KindLabels, Metrics};
@@ -129,11 +128,11 @@ pub fn reconciler<K, Fut>(
     reconcile: impl Fn(Arc<K>, Arc<Context>) -> Fut,
 ) -> impl FnMut(Arc<K>, Arc<Context>) -> ReconcileFuture
 where
-    K: Resource<DynamicType = ()> + Send + Sync + 'static,
+    K: Resource<DynamicType = ()> + Queued + Send + Sync + 'static,
     Fut: Future<Output = Result<Action, Error>> + Send + 'static,
 {
     move |obj, ctx| {
-        queue.started(&ObjectRef::from_obj(obj.as_ref()));
+        queue.started(&obj.queue_key());
         let work = reconcile(obj.clone(), ctx.clone());
         Box::pin(async move { ctx.observe(obj.as_ref(), work).await })
     }

@@ -27,7 +27,6 @@ pub mod leader;
 mod lease;
 mod provider;
 mod publish;
-mod relations;
 mod runner;
 mod status;
 
@@ -155,7 +154,7 @@ async fn controllers(
 
     tracing::info!(
         providers = caches.providers.state().len(),
-        leases = caches.leases.state().len(),
+        leases = caches.leases.count(),
         "caches listed; controllers started"
     );
     futures::join!(provider_controller, lease_controller);
@@ -210,9 +209,8 @@ mod tests {
         let prober = Prober::new(Duration::from_secs(1), Default::default(), "test");
         let caches = Caches {
             providers: kube::runtime::reflector::store().0,
-            leases: kube::runtime::reflector::store().0,
+            leases: cache::leases::table().0,
             secrets: cache::SecretCache::default(),
-            relations: Default::default(),
         };
         let per_object = PerObject::new(Audits::new(Options::default(), &metrics));
         Arc::new(Context::new(client, caches, prober, metrics, Duration::from_secs(60), "test", per_object))
@@ -223,7 +221,7 @@ mod tests {
         let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
         let (queues, _triggers) = cache::Queues::new(&metrics);
         let lease = Arc::new(cached::CachedLease::from(fixtures::lease("team-a", "l").of("p", "k").build()));
-        queues.leases.send(ObjectRef::from_obj(lease.as_ref()));
+        queues.leases.send(cache::LeaseKey::of(&lease));
         let labels = KindLabels { kind: "SandboxLease" };
         let depth = || metrics.reconcile_queue.get_or_create(&labels).get();
         assert_eq!(depth(), 1);

@@ -15,15 +15,30 @@ use std::time::Duration;
 
 use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt};
-use kube::Resource;
-use kube::runtime::reflector::{ObjectRef, Store};
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::{DelayQueue, delay_queue};
 
-use super::cache::KEPT_CAPACITY;
+use super::cache::{KEPT_CAPACITY, LeaseKey, Leases};
+use super::cached::CachedLease;
 use super::context::ReconcileFuture;
 use super::error::Error;
-use super::relations::reference;
+
+/// Where the loop finds the objects it reconciles, by key.
+pub trait Lookup<Q, K> {
+    fn get(&self, key: &Q) -> Option<Arc<K>>;
+    /// Every object's key (the hourly pass).
+    fn keys(&self) -> Vec<Q>;
+}
+
+impl Lookup<LeaseKey, CachedLease> for Leases {
+    fn get(&self, key: &LeaseKey) -> Option<Arc<CachedLease>> {
+        Leases::get(self, key)
+    }
+
+    fn keys(&self) -> Vec<LeaseKey> {
+        Leases::keys(self)
+    }
+}
 
 /// How the loop runs.
 pub struct Settings {
@@ -34,20 +49,17 @@ pub struct Settings {
 }
 
 /// What is waiting, running and retrying.
-struct State<K: Resource<DynamicType = ()>> {
-    waiting: VecDeque<ObjectRef<K>>,
-    queued: HashSet<ObjectRef<K>>,
-    running: HashSet<ObjectRef<K>>,
+struct State<Q> {
+    waiting: VecDeque<Q>,
+    queued: HashSet<Q>,
+    running: HashSet<Q>,
     /// Triggered while running: queued again once the reconcile ends.
-    again: HashSet<ObjectRef<K>>,
-    retries: DelayQueue<ObjectRef<K>>,
-    retrying: HashMap<ObjectRef<K>, delay_queue::Key>,
+    again: HashSet<Q>,
+    retries: DelayQueue<Q>,
+    retrying: HashMap<Q, delay_queue::Key>,
 }
 
-impl<K: Resource<DynamicType = ()>> State<K>
-where
-    ObjectRef<K>: Hash + Eq + Clone,
-{
+impl<Q: Hash + Eq + Clone> State<Q> {
     fn new() -> Self {
         State {
             waiting: VecDeque::new(),
@@ -59,7 +71,7 @@ where
         }
     }
 
-    fn trigger(&mut self, object: ObjectRef<K>) {
+    fn trigger(&mut self, object: Q) {
         if let Some(key) = self.retrying.remove(&object) {
             self.retries.remove(&key);
         }
@@ -78,7 +90,7 @@ where
         }
     }
 
-    fn retry(&mut self, object: ObjectRef<K>, after: Duration) {
+    fn retry(&mut self, object: Q, after: Duration) {
         let key = self.retries.insert(object.clone(), after);
         if let Some(old) = self.retrying.insert(object, key) {
             self.retries.remove(&old);
@@ -86,18 +98,19 @@ where
     }
 }
 
-/// Reconciles the objects `triggers` names (looked up in `store` when their turn comes: a deleted
+/// Reconciles the objects `triggers` names (looked up in `cache` when their turn comes: a deleted
 /// one is skipped) until `shutdown`; then lets the reconciles in flight finish.
-pub async fn run<K, Ctx>(
-    store: Store<K>,
-    triggers: impl Stream<Item = ObjectRef<K>>,
+pub async fn run<Q, K, Ctx>(
+    cache: impl Lookup<Q, K>,
+    triggers: impl Stream<Item = Q>,
     settings: Settings,
     mut reconcile: impl FnMut(Arc<K>, Arc<Ctx>) -> ReconcileFuture,
     retry_delay: impl Fn(Arc<K>, &Error, Arc<Ctx>) -> Duration,
     ctx: Arc<Ctx>,
     shutdown: CancellationToken,
 ) where
-    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    Q: Hash + Eq + Clone + Send + 'static,
+    K: Send + Sync + 'static,
 {
     let mut state = State::new();
     let mut triggers = std::pin::pin!(triggers.take_until(shutdown.clone().cancelled_owned()));
@@ -111,7 +124,7 @@ pub async fn run<K, Ctx>(
                 break;
             };
             state.queued.remove(&object);
-            let Some(obj) = store.get(&object) else { continue };
+            let Some(obj) = cache.get(&object) else { continue };
             state.running.insert(object.clone());
             let task = tokio::spawn(reconcile(obj.clone(), ctx.clone()));
             in_flight.push(async move {
@@ -150,7 +163,7 @@ pub async fn run<K, Ctx>(
                 state.retrying.remove(&object);
                 state.trigger(object);
             }
-            _ = resync.tick() => store.state().iter().for_each(|obj| state.trigger(reference(obj.as_ref()))),
+            _ = resync.tick() => cache.keys().into_iter().for_each(|key| state.trigger(key)),
             _ = shutdown.cancelled() => {}
         }
     }
@@ -162,7 +175,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Instant;
 
-    use kube::runtime::{reflector, watcher};
+    use kube::runtime::watcher;
     use tokio::sync::Semaphore;
     use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
     use tokio::task::JoinHandle;
@@ -170,8 +183,7 @@ mod tests {
     use kube::runtime::controller::Action;
 
     use super::*;
-    use crate::controller::cache::stream;
-    use crate::controller::cached::CachedLease;
+    use crate::controller::cache::{leases, stream};
     use crate::controller::fixtures::lease;
 
     /// A fake reconcile: it records which lease started, waits for a permit of `gate`, and fails
@@ -227,13 +239,13 @@ mod tests {
         fake: &Arc<Fake>,
         settings: Settings,
         retry: Duration,
-    ) -> (UnboundedSender<ObjectRef<CachedLease>>, CancellationToken, JoinHandle<()>) {
-        let (reader, mut writer) = reflector::store();
-        writer.apply_watcher_event(&watcher::Event::Init);
+    ) -> (UnboundedSender<LeaseKey>, CancellationToken, JoinHandle<()>) {
+        let (reader, mut writer) = leases::table();
+        writer.apply(watcher::Event::Init);
         for name in names {
-            writer.apply_watcher_event(&watcher::Event::InitApply(lease("team-a", name).build().into()));
+            writer.apply(watcher::Event::InitApply(lease("team-a", name).build().into()));
         }
-        writer.apply_watcher_event(&watcher::Event::InitDone);
+        writer.apply(watcher::Event::InitDone);
         let (tx, rx) = unbounded_channel();
         let shutdown = CancellationToken::new();
         let policy = move |_: Arc<CachedLease>, _: &Error, _: Arc<()>| retry;
@@ -242,8 +254,8 @@ mod tests {
         (tx, shutdown, run)
     }
 
-    fn key(name: &str) -> ObjectRef<CachedLease> {
-        ObjectRef::new(name).within("team-a")
+    fn key(name: &str) -> LeaseKey {
+        LeaseKey::of(&lease("team-a", name).build().into())
     }
 
     /// Waits until `done` holds (at most 10 s).
@@ -321,9 +333,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_drained_burst_gives_its_memory_back() {
-        let mut state = State::<CachedLease>::new();
+        let mut state = State::new();
         for i in 0..4 * KEPT_CAPACITY {
-            state.trigger(ObjectRef::new(&format!("l-{i}")).within("team-a"));
+            state.trigger(format!("team-a/l-{i}"));
         }
         while let Some(object) = state.waiting.pop_front() {
             state.queued.remove(&object);

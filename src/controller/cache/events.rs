@@ -1,7 +1,7 @@
-//! What each watch event does, one handler per watch: what `changes.rs` finds an event changed
-//! goes to the relations index, to the controllers' queues, and to `forget` (what the controllers
-//! keep about a deleted object). A handler is driven by its watch's task alone, so it owns its
-//! change detection.
+//! What each watch event does, one handler per watch: what `changes.rs` (the lease table, for
+//! leases) finds an event changed goes to the controllers' queues and to `forget` (what the
+//! controllers keep about a deleted object). A handler is driven by its watch's task alone, so it
+//! owns its change detection.
 //!
 //! Before a watch's first list has completed no related lease is triggered: every lease is then
 //! being listed too, and its own watch triggers it.
@@ -10,10 +10,10 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::watcher::Event;
 
 use super::Queue;
+use super::leases::{Leases, Writer};
 use crate::api::SandboxProvider;
 use crate::controller::cached::CachedLease;
 use crate::controller::changes::{Seen, forget_deleted, generation, lease_view, secret_view};
-use crate::controller::relations::Relations;
 
 /// Provider events: a provider's own spec changes, and the leases that read a changed provider.
 pub(super) struct ProviderEvents<F> {
@@ -21,19 +21,14 @@ pub(super) struct ProviderEvents<F> {
     view: Seen<SandboxProvider>,
     own: Queue<SandboxProvider>,
     related: Queue<CachedLease>,
-    relations: Relations,
+    leases: Leases,
     forget: F,
 }
 
 impl<F: Fn(&str)> ProviderEvents<F> {
-    pub(super) fn new(
-        own: Queue<SandboxProvider>,
-        related: Queue<CachedLease>,
-        relations: Relations,
-        forget: F,
-    ) -> Self {
+    pub(super) fn new(own: Queue<SandboxProvider>, related: Queue<CachedLease>, leases: Leases, forget: F) -> Self {
         let (spec, view) = (Seen::new(generation), Seen::new(lease_view));
-        ProviderEvents { spec, view, own, related, relations, forget }
+        ProviderEvents { spec, view, own, related, leases, forget }
     }
 
     pub(super) fn handle(&mut self, event: Event<SandboxProvider>) {
@@ -47,36 +42,28 @@ impl<F: Fn(&str)> ProviderEvents<F> {
         let changed = self.view.observe(&event);
         if listed {
             for provider in changed {
-                self.relations.leases_of_provider(&provider.name).into_iter().for_each(|l| self.related.send(l));
+                self.leases.of_provider(&provider.name).into_iter().for_each(|l| self.related.send(l));
             }
         }
     }
 }
 
-/// Lease events: a lease's own spec changes, and the relations index.
+/// Lease events: the lease table, and each lease's own spec changes.
 pub(super) struct LeaseEvents<F> {
-    spec: Seen<CachedLease>,
+    table: Writer,
     own: Queue<CachedLease>,
-    relations: Relations,
     forget: F,
 }
 
 impl<F: Fn(&str)> LeaseEvents<F> {
-    pub(super) fn new(own: Queue<CachedLease>, relations: Relations, forget: F) -> Self {
-        LeaseEvents { spec: Seen::new(generation), own, relations, forget }
+    pub(super) fn new(own: Queue<CachedLease>, table: Writer, forget: F) -> Self {
+        LeaseEvents { table, own, forget }
     }
 
     pub(super) fn handle(&mut self, event: Event<CachedLease>) {
-        let changed = self.spec.observe(&event);
-        forget_deleted(&event, &changed, &self.forget);
-        match &event {
-            Event::Apply(lease) | Event::InitApply(lease) => {
-                self.relations.apply(lease);
-                changed.into_iter().for_each(|l| self.own.send(l));
-            }
-            Event::Delete(_) | Event::InitDone => changed.iter().for_each(|l| self.relations.remove(l)),
-            Event::Init => {}
-        }
+        let changed = self.table.apply(event);
+        changed.deleted.iter().for_each(|uid| (self.forget)(uid));
+        changed.triggered.into_iter().for_each(|l| self.own.send(l));
     }
 }
 
@@ -85,12 +72,12 @@ impl<F: Fn(&str)> LeaseEvents<F> {
 pub(super) struct SecretEvents {
     content: Seen<Secret>,
     related: Queue<CachedLease>,
-    relations: Relations,
+    leases: Leases,
 }
 
 impl SecretEvents {
-    pub(super) fn new(related: Queue<CachedLease>, relations: Relations) -> Self {
-        SecretEvents { content: Seen::new(secret_view), related, relations }
+    pub(super) fn new(related: Queue<CachedLease>, leases: Leases) -> Self {
+        SecretEvents { content: Seen::new(secret_view), related, leases }
     }
 
     pub(super) fn handle(&mut self, event: Event<Secret>) {
@@ -99,7 +86,7 @@ impl SecretEvents {
         if listed {
             for secret in changed {
                 let namespace = secret.namespace.as_deref().unwrap_or_default();
-                let leases = self.relations.leases_of_secret(namespace, &secret.name);
+                let leases = self.leases.of_secret(namespace, &secret.name);
                 leases.into_iter().for_each(|l| self.related.send(l));
             }
         }
@@ -111,23 +98,24 @@ mod tests {
     use std::cell::RefCell;
     use std::rc::Rc;
 
-    use kube::Resource;
     use kube::runtime::reflector::ObjectRef;
     use serde_json::json;
     use tokio::sync::mpsc::UnboundedReceiver;
 
     use super::*;
     use crate::api::SandboxLease;
+    use crate::controller::cache::leases::{LeaseKey, table};
     use crate::controller::cache::{CONFIG_SOURCE_LABEL, Queues, Triggers};
     use crate::controller::fixtures::{LeaseFixture, ProviderFixture, lease, provider, secret};
     use crate::metrics::Metrics;
 
-    /// What the handlers write to: both queues (read back from their receiving ends), the
-    /// relations index, and the uids forgotten.
+    /// What the handlers write to: both queues (read back from their receiving ends), the lease
+    /// table (its writer, until the lease handler takes it), and the uids forgotten.
     struct Outputs {
         queues: Queues,
         triggers: Triggers,
-        relations: Relations,
+        table: Leases,
+        writer: Option<Writer>,
         forgotten: Rc<RefCell<Vec<String>>>,
     }
 
@@ -137,7 +125,8 @@ mod tests {
         fn new() -> Outputs {
             let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
             let (queues, triggers) = Queues::new(&metrics);
-            Outputs { queues, triggers, relations: Relations::default(), forgotten: Rc::default() }
+            let (table, writer) = table();
+            Outputs { queues, triggers, table, writer: Some(writer), forgotten: Rc::default() }
         }
 
         fn forget(&self) -> Forget {
@@ -147,20 +136,21 @@ mod tests {
 
         fn providers(&self) -> ProviderEvents<Forget> {
             let (own, related) = (self.queues.providers.clone(), self.queues.leases.clone());
-            ProviderEvents::new(own, related, self.relations.clone(), self.forget())
+            ProviderEvents::new(own, related, self.table.clone(), self.forget())
         }
 
-        fn leases(&self) -> LeaseEvents<Forget> {
-            LeaseEvents::new(self.queues.leases.clone(), self.relations.clone(), self.forget())
+        fn leases(&mut self) -> LeaseEvents<Forget> {
+            let writer = self.writer.take().expect("one lease handler");
+            LeaseEvents::new(self.queues.leases.clone(), writer, self.forget())
         }
 
         fn secrets(&self) -> SecretEvents {
-            SecretEvents::new(self.queues.leases.clone(), self.relations.clone())
+            SecretEvents::new(self.queues.leases.clone(), self.table.clone())
         }
 
         /// As the lease watch has it, before any of these events.
-        fn relate(&self, lease: LeaseFixture) {
-            self.relations.apply(&cached(lease));
+        fn relate(&mut self, lease: LeaseFixture) {
+            self.writer.as_mut().expect("no lease handler yet").apply(Event::Apply(cached(lease)));
         }
 
         /// Each of the calls below tells what happened since the last one.
@@ -177,14 +167,30 @@ mod tests {
         }
     }
 
-    fn drain<K: Resource<DynamicType = ()>>(rx: &mut UnboundedReceiver<ObjectRef<K>>) -> Vec<String> {
+    fn drain<T: Named>(rx: &mut UnboundedReceiver<T>) -> Vec<String> {
         names(std::iter::from_fn(|| rx.try_recv().ok()).collect())
     }
 
-    /// `<namespace>/<name>` (`<name>` for a cluster-scoped object), sorted.
-    fn names<K: Resource<DynamicType = ()>>(objects: Vec<ObjectRef<K>>) -> Vec<String> {
-        let mut names: Vec<String> =
-            objects.into_iter().map(|r| r.namespace.map_or(r.name.clone(), |ns| format!("{ns}/{}", r.name))).collect();
+    /// A trigger as `<namespace>/<name>` (`<name>` for a cluster-scoped object).
+    trait Named {
+        fn named(&self) -> String;
+    }
+
+    impl Named for ObjectRef<SandboxProvider> {
+        fn named(&self) -> String {
+            self.name.clone()
+        }
+    }
+
+    impl Named for LeaseKey {
+        fn named(&self) -> String {
+            format!("{}/{}", self.namespace(), self.name())
+        }
+    }
+
+    /// Each object's name, sorted.
+    fn names<T: Named>(objects: Vec<T>) -> Vec<String> {
+        let mut names: Vec<String> = objects.iter().map(Named::named).collect();
         names.sort();
         names
     }
@@ -282,8 +288,8 @@ mod tests {
         let mut on = out.leases();
         on.handle(Event::Apply(cached(lease("team-a", "l").of("p", "k").config_from("s", "config.json"))));
         assert_eq!(out.lease_triggers(), ["team-a/l"]);
-        assert_eq!(names(out.relations.leases_of_provider("p")), ["team-a/l"]);
-        assert_eq!(names(out.relations.leases_of_secret("team-a", "s")), ["team-a/l"]);
+        assert_eq!(names(out.table.of_provider("p")), ["team-a/l"]);
+        assert_eq!(names(out.table.of_secret("team-a", "s")), ["team-a/l"]);
         assert_eq!(out.forgotten(), NONE);
     }
 
@@ -312,8 +318,8 @@ mod tests {
         moved.metadata.generation = Some(2);
         on.handle(Event::Apply(moved.into()));
         assert_eq!(out.lease_triggers(), ["team-a/l"]);
-        assert_eq!(names(out.relations.leases_of_provider("p")), NONE);
-        assert_eq!(names(out.relations.leases_of_provider("q")), ["team-a/l"]);
+        assert_eq!(names(out.table.of_provider("p")), NONE);
+        assert_eq!(names(out.table.of_provider("q")), ["team-a/l"]);
     }
 
     #[test]
@@ -322,7 +328,7 @@ mod tests {
         on.handle(Event::Delete(cached(lease("team-a", "l").of("p", "k"))));
         assert_eq!(out.forgotten(), ["team-a-l-uid"]);
         assert_eq!(out.lease_triggers(), NONE);
-        assert_eq!(names(out.relations.leases_of_provider("p")), NONE);
+        assert_eq!(names(out.table.of_provider("p")), NONE);
     }
 
     #[test]
@@ -335,7 +341,7 @@ mod tests {
         list([kept]).into_iter().for_each(|e| on.handle(e));
         assert_eq!(out.forgotten(), ["team-a-gone-uid"]);
         assert_eq!(out.lease_triggers(), NONE, "the kept lease is unchanged");
-        assert_eq!(names(out.relations.leases_of_provider("p")), ["team-a/kept"]);
+        assert_eq!(names(out.table.of_provider("p")), ["team-a/kept"]);
     }
 
     // ---- Secrets ----------------------------------------------------------------------------
@@ -347,7 +353,7 @@ mod tests {
     /// `out` with a lease that reads `team-a/s` and one of another namespace that reads a Secret
     /// of the same name, and a Secret handler past its first list of `s`.
     fn listed_secret() -> (Outputs, SecretEvents) {
-        let out = Outputs::new();
+        let mut out = Outputs::new();
         out.relate(lease("team-a", "l").of("p", "k").config_from("s", "config.json"));
         out.relate(lease("team-b", "other").of("p", "k").config_from("s", "config.json"));
         let mut on = out.secrets();

@@ -5,8 +5,9 @@
 //! been listed ([`Caches::start`] returns then): a reconcile never waits for a cache, and a relation
 //! (provider -> leases, Secret -> leases) is never computed from a half-filled one.
 //!
-//! Every trigger is an `ObjectRef` sent on a channel: the controller looks the object up in the
-//! cache when it reconciles, so it always reads the newest version.
+//! Every trigger is a key sent on a channel (a provider's `ObjectRef`, a [`LeaseKey`]): the
+//! controller looks the object up in the cache when it reconciles, so it always reads the newest
+//! version.
 //! - own changes: an object whose `metadata.generation` changed (status writes never trigger);
 //! - provider -> leases: a provider whose `lease_view` changed, or that was deleted;
 //! - Secret -> leases: a Secret whose data changed, that was deleted, or that lost its label.
@@ -14,15 +15,18 @@
 //! What changed, for whom, is decided in `changes.rs`; what each event then does to the relations,
 //! the queues and what the controllers keep, in `events.rs`.
 //!
-//! The leases of a provider or a Secret are looked up in [`Relations`], an index the lease watch
-//! keeps. After a watch re-list, objects deleted during the gap are found by comparing with the list.
+//! Leases are kept in sandcap's own table (`leases.rs`), which also holds what each lease reads and
+//! the index from each provider and Secret to its leases. After a watch re-list, objects deleted
+//! during the gap are found by comparing with the list.
 //!
 //! Each watch lists by a streaming list, or in pages where the apiserver refuses those (`listing.rs`).
 
 mod events;
+pub(super) mod leases;
 mod listing;
 
 use std::collections::{BTreeMap, HashSet};
+use std::hash::Hash;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -38,12 +42,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::cached::CachedLease;
 use super::error::Error;
-use super::relations::Relations;
 use crate::api::{SandboxProvider, SecretKeyRef};
 use crate::contract::SecretLookup;
 use crate::metrics::{KindLabels, Metrics};
 use crate::vocabulary::Kind;
 use events::{LeaseEvents, ProviderEvents, SecretEvents};
+pub use leases::{LeaseKey, Leases};
 
 /// The label a Secret must carry to serve as a lease's `configFrom` (an admin's explicit choice):
 /// only such Secrets are watched, so no other Secret is ever requested or held in memory.
@@ -56,16 +60,37 @@ pub const LIST_DEADLINE: Duration = Duration::from_secs(120);
 #[derive(Clone)]
 pub struct Caches {
     pub providers: Store<SandboxProvider>,
-    pub leases: Store<CachedLease>,
+    /// Also which leases read which provider and Secret.
+    pub leases: Leases,
     pub secrets: SecretCache,
-    /// Which leases read which provider and Secret.
-    pub relations: Relations,
 }
 
 /// What re-triggers reconciles.
 pub struct Triggers {
     pub providers: UnboundedReceiver<ObjectRef<SandboxProvider>>,
-    pub leases: UnboundedReceiver<ObjectRef<CachedLease>>,
+    pub leases: UnboundedReceiver<LeaseKey>,
+}
+
+/// An object the controllers queue, and the key it is queued by.
+pub trait Queued {
+    type Key: Hash + Eq + Clone + Send + Sync + 'static;
+    fn queue_key(&self) -> Self::Key;
+}
+
+impl Queued for SandboxProvider {
+    type Key = ObjectRef<SandboxProvider>;
+
+    fn queue_key(&self) -> Self::Key {
+        ObjectRef::from_obj(self)
+    }
+}
+
+impl Queued for CachedLease {
+    type Key = LeaseKey;
+
+    fn queue_key(&self) -> LeaseKey {
+        LeaseKey::of(self)
+    }
 }
 
 /// A set or queue of triggers larger than this gives its memory back once it is empty: a burst
@@ -75,26 +100,26 @@ pub const KEPT_CAPACITY: usize = 1024;
 
 /// The objects of one kind that were triggered and not yet reconciled (a set, as the controller's
 /// own queue deduplicates), exported as `sandcap_reconcile_queue_depth`.
-pub struct Queue<K: Resource<DynamicType = ()>> {
-    tx: tokio::sync::mpsc::UnboundedSender<ObjectRef<K>>,
-    pending: std::sync::Arc<std::sync::Mutex<HashSet<ObjectRef<K>>>>,
+pub struct Queue<K: Queued> {
+    tx: tokio::sync::mpsc::UnboundedSender<K::Key>,
+    pending: std::sync::Arc<std::sync::Mutex<HashSet<K::Key>>>,
     depth: Gauge,
 }
 
-impl<K: Resource<DynamicType = ()>> Clone for Queue<K> {
+impl<K: Queued> Clone for Queue<K> {
     fn clone(&self) -> Self {
         Queue { tx: self.tx.clone(), pending: self.pending.clone(), depth: self.depth.clone() }
     }
 }
 
-impl<K: Resource<DynamicType = ()>> Queue<K> {
-    fn new(metrics: &Metrics, kind: &'static str) -> (Queue<K>, UnboundedReceiver<ObjectRef<K>>) {
+impl<K: Queued> Queue<K> {
+    fn new(metrics: &Metrics, kind: &'static str) -> (Queue<K>, UnboundedReceiver<K::Key>) {
         let (tx, rx) = unbounded_channel();
         let depth = metrics.reconcile_queue.get_or_create(&KindLabels { kind }).clone();
         (Queue { tx, pending: Default::default(), depth }, rx)
     }
 
-    pub(super) fn send(&self, object: ObjectRef<K>) {
+    pub(super) fn send(&self, object: K::Key) {
         let mut pending = self.pending.lock().expect("not poisoned");
         pending.insert(object.clone());
         self.depth.set(pending.len() as i64);
@@ -103,7 +128,7 @@ impl<K: Resource<DynamicType = ()>> Queue<K> {
     }
 
     /// A reconcile of `object` starts: it is no longer waiting.
-    pub fn started(&self, object: &ObjectRef<K>) {
+    pub fn started(&self, object: &K::Key) {
         let mut pending = self.pending.lock().expect("not poisoned");
         if pending.remove(object) {
             self.depth.set(pending.len() as i64);
@@ -185,13 +210,15 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store();
-    let events = listing::watch(api, config).default_backoff().modify(drop_managed_fields).reflect(writer).filter_map(
-        |event| async move {
-            // The watcher retries with backoff on its own; an error here is only worth a log line.
-            event.map_err(|error| tracing::warn!(%error, "watch failed; retrying")).ok()
-        },
-    );
-    (store, events)
+    (store, logged(listing::watch(api, config).default_backoff().modify(drop_managed_fields).reflect(writer)))
+}
+
+/// The events of a watch, its errors logged: the watcher retries with backoff on its own.
+fn logged<K: Send>(
+    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
+) -> impl Stream<Item = watcher::Event<K>> + Send {
+    events
+        .filter_map(|event| async move { event.map_err(|error| tracing::warn!(%error, "watch failed; retrying")).ok() })
 }
 
 /// Nothing reads `managedFields`, and they can be as large as the rest of the object.
@@ -216,7 +243,10 @@ impl Caches {
         // Where streaming lists are refused, kube's default paged list: pages of 500 of the latest
         // version (a list "from any version", `resourceVersion=0`, would be served whole from the
         // apiserver's cache, every lease in one response).
-        let (leases, lease_events) = watch(Api::<CachedLease>::all(client.clone()), watcher::Config::default());
+        let lease_events = logged(
+            listing::watch(Api::<CachedLease>::all(client.clone()), watcher::Config::default()).default_backoff(),
+        );
+        let (leases, lease_table) = leases::table();
         let selector = watcher::Config::default().labels(&format!("{CONFIG_SOURCE_LABEL}=true"));
         let mut secrets = SecretCache::default();
         let mut secret_watches = Vec::new();
@@ -234,16 +264,16 @@ impl Caches {
             };
             secret_watches.push(events);
         }
-        let caches = Caches { providers, leases, secrets, relations: Relations::default() };
+        let caches = Caches { providers, leases, secrets };
 
-        let (relations, leases) = (&caches.relations, &queues.leases);
+        let (table, leases) = (&caches.leases, &queues.leases);
         let mut on_provider =
-            ProviderEvents::new(queues.providers.clone(), leases.clone(), relations.clone(), forget.clone());
+            ProviderEvents::new(queues.providers.clone(), leases.clone(), table.clone(), forget.clone());
         spawn_until(shutdown, provider_events, move |event| on_provider.handle(event));
-        let mut on_lease = LeaseEvents::new(leases.clone(), relations.clone(), forget);
+        let mut on_lease = LeaseEvents::new(leases.clone(), lease_table, forget);
         spawn_until(shutdown, lease_events, move |event| on_lease.handle(event));
         for events in secret_watches {
-            let mut on_secret = SecretEvents::new(leases.clone(), relations.clone());
+            let mut on_secret = SecretEvents::new(leases.clone(), table.clone());
             spawn_until(shutdown, events, move |event| on_secret.handle(event));
         }
 
@@ -254,7 +284,7 @@ impl Caches {
     async fn ready(&self, shutdown: &CancellationToken) -> Result<(), Error> {
         let all = async {
             self.providers.wait_until_ready().await.map_err(|_| Error::CacheGone("SandboxProvider"))?;
-            self.leases.wait_until_ready().await.map_err(|_| Error::CacheGone("SandboxLease"))?;
+            self.leases.listed().await.then_some(()).ok_or(Error::CacheGone("SandboxLease"))?;
             for store in self.secrets.stores() {
                 store.wait_until_ready().await.map_err(|_| Error::CacheGone("Secret"))?;
             }

@@ -1,0 +1,379 @@
+//! The lease table: one entry per lease, holding everything the controllers keep of it: what the
+//! next reconcile reads ([`Kept`]), the generation its change detection compares, and what it reads
+//! (its provider, its `configFrom` Secrets), with the reverse index from each provider and Secret to
+//! its leases.
+//!
+//! A key is allocated once per lease and shared by the table, the index and the queues (an `Arc`);
+//! namespaces, provider names and Secret names are interned, so a thousand leases of one namespace
+//! and provider hold one copy of each. Only the lease watch writes the table ([`Leases::apply`]).
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::{Arc, RwLock};
+
+use kube::ResourceExt;
+use kube::runtime::watcher::Event;
+use tokio::sync::watch;
+
+use crate::controller::cached::{CachedLease, Kept};
+
+/// A lease's namespace and name: what the queues and the index hold of it.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct LeaseKey(Arc<(Arc<str>, Box<str>)>);
+
+impl LeaseKey {
+    /// The key of `lease`, allocated afresh: to look a lease up, not to keep.
+    pub fn of(lease: &CachedLease) -> LeaseKey {
+        LeaseKey::new(Arc::from(lease.namespace().unwrap_or_default()), &lease.name_any())
+    }
+
+    fn new(namespace: Arc<str>, name: &str) -> LeaseKey {
+        LeaseKey(Arc::new((namespace, name.into())))
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.0.0
+    }
+
+    pub fn name(&self) -> &str {
+        &self.0.1
+    }
+}
+
+impl fmt::Debug for LeaseKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace(), self.name())
+    }
+}
+
+/// The table, shared between the lease watch that writes it and everything that reads it.
+#[derive(Clone)]
+pub struct Leases {
+    table: Arc<RwLock<Table>>,
+    listed: watch::Receiver<bool>,
+}
+
+/// The lease watch's end: [`Leases::apply`] takes its events.
+pub struct Writer {
+    table: Arc<RwLock<Table>>,
+    listed: watch::Sender<bool>,
+    /// The keys of the list in progress (between `Init` and `InitDone`).
+    listing: Option<HashSet<LeaseKey>>,
+}
+
+#[derive(Default)]
+struct Table {
+    entries: HashMap<LeaseKey, Entry>,
+    by_provider: HashMap<Arc<str>, HashSet<LeaseKey>>,
+    /// By namespace and name: a lease reads Secrets of its own namespace only.
+    by_secret: HashMap<(Arc<str>, Arc<str>), HashSet<LeaseKey>>,
+    names: Interned,
+}
+
+struct Entry {
+    kept: Kept,
+    provider: Arc<str>,
+    secrets: Box<[Arc<str>]>,
+}
+
+/// What one event changed: the leases to reconcile, and the uids of those deleted.
+#[derive(Debug, Default, PartialEq)]
+pub struct Changed {
+    pub triggered: Vec<LeaseKey>,
+    pub deleted: Vec<String>,
+}
+
+/// The table and the writer that fills it.
+pub fn table() -> (Leases, Writer) {
+    let (listed_tx, listed) = watch::channel(false);
+    let table = Arc::new(RwLock::new(Table::default()));
+    (Leases { table: table.clone(), listed }, Writer { table, listed: listed_tx, listing: None })
+}
+
+impl Leases {
+    /// The lease as the next reconcile reads it.
+    pub fn get(&self, key: &LeaseKey) -> Option<Arc<CachedLease>> {
+        let table = self.table.read().expect("not poisoned");
+        let entry = table.entries.get(key)?;
+        entry.kept.view(key.namespace(), key.name()).map(Arc::new)
+    }
+
+    /// Every lease's key (the hourly pass).
+    pub fn keys(&self) -> Vec<LeaseKey> {
+        self.table.read().expect("not poisoned").entries.keys().cloned().collect()
+    }
+
+    pub fn count(&self) -> usize {
+        self.table.read().expect("not poisoned").entries.len()
+    }
+
+    /// The leases that resolve against provider `name`.
+    pub fn of_provider(&self, name: &str) -> Vec<LeaseKey> {
+        let table = self.table.read().expect("not poisoned");
+        table.by_provider.get(name).map(|leases| leases.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// The leases whose `configFrom` reads Secret `name` in `namespace`.
+    pub fn of_secret(&self, namespace: &str, name: &str) -> Vec<LeaseKey> {
+        let table = self.table.read().expect("not poisoned");
+        let key: (Arc<str>, Arc<str>) = (namespace.into(), name.into());
+        table.by_secret.get(&key).map(|leases| leases.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Waits until the first list has completed; `false` if the writer is gone first.
+    pub async fn listed(&self) -> bool {
+        self.listed.clone().wait_for(|listed| *listed).await.is_ok()
+    }
+}
+
+impl Writer {
+    /// Applies one watch event: a new lease, or one whose generation moved, is triggered; a
+    /// deleted one (also one a re-list no longer holds) leaves the table and the index.
+    pub fn apply(&mut self, event: Event<CachedLease>) -> Changed {
+        let mut changed = Changed::default();
+        let mut table = self.table.write().expect("not poisoned");
+        match event {
+            Event::Init => self.listing = Some(HashSet::new()),
+            Event::InitApply(lease) | Event::Apply(lease) => {
+                let key = table.insert(lease, &mut changed);
+                if let Some(listing) = self.listing.as_mut() {
+                    listing.insert(key);
+                }
+            }
+            Event::Delete(lease) => {
+                let key = LeaseKey::of(&lease);
+                changed.deleted.extend(table.remove(&key));
+            }
+            Event::InitDone => {
+                if let Some(listing) = self.listing.take() {
+                    let gone: Vec<LeaseKey> = table.entries.keys().filter(|k| !listing.contains(*k)).cloned().collect();
+                    gone.iter().for_each(|key| changed.deleted.extend(table.remove(key)));
+                }
+                self.listed.send_replace(true);
+            }
+        }
+        changed
+    }
+}
+
+/// A table or set larger than this gives memory back once it holds less than a quarter of its
+/// capacity (a hash table never shrinks by itself).
+const SHRINK_ABOVE: usize = 1024;
+
+impl Table {
+    /// Keeps `lease`, replacing what was kept of it; returns its key (the one kept, when there was).
+    fn insert(&mut self, lease: CachedLease, changed: &mut Changed) -> LeaseKey {
+        let namespace = self.names.get(lease.namespace().as_deref().unwrap_or_default());
+        let probe = LeaseKey::new(namespace, &lease.name_any());
+        let provider = self.names.get(&lease.spec.provider_ref.name);
+        let secrets: Box<[Arc<str>]> =
+            lease.spec.config_from.iter().map(|c| self.names.get(&c.secret_key_ref.name)).collect();
+        let kept = lease.keep();
+        let (key, old) = match self.entries.remove_entry(&probe) {
+            Some((key, old)) => (key, Some(old)),
+            None => (probe, None),
+        };
+        if old.as_ref().is_none_or(|old| old.kept.generation() != kept.generation()) {
+            changed.triggered.push(key.clone());
+        }
+        let new = Entry { kept, provider, secrets };
+        let moved = old.as_ref().is_none_or(|old| old.provider != new.provider || old.secrets != new.secrets);
+        if moved {
+            if let Some(old) = &old {
+                self.unlink(&key, old);
+            }
+            self.by_provider.entry(new.provider.clone()).or_default().insert(key.clone());
+            for secret in &new.secrets {
+                let at = (key.0.0.clone(), secret.clone());
+                self.by_secret.entry(at).or_default().insert(key.clone());
+            }
+        }
+        self.entries.insert(key.clone(), new);
+        key
+    }
+
+    /// Forgets the lease at `key`; its uid, if it was kept.
+    fn remove(&mut self, key: &LeaseKey) -> Option<String> {
+        let (key, old) = self.entries.remove_entry(key)?;
+        self.unlink(&key, &old);
+        self.shrink();
+        old.kept.uid().map(String::from)
+    }
+
+    fn unlink(&mut self, key: &LeaseKey, old: &Entry) {
+        remove_from(&mut self.by_provider, &old.provider, key);
+        for secret in &old.secrets {
+            remove_from(&mut self.by_secret, &(key.0.0.clone(), secret.clone()), key);
+        }
+    }
+
+    fn shrink(&mut self) {
+        let capacity = self.entries.capacity();
+        if capacity > SHRINK_ABOVE && capacity / 4 > self.entries.len() {
+            self.entries.shrink_to_fit();
+            self.by_provider.shrink_to_fit();
+            self.by_secret.shrink_to_fit();
+        }
+    }
+}
+
+/// Takes `lease` out of `map[at]`, and the entry with it once empty, so the index holds no more
+/// keys than the leases name.
+fn remove_from<Q: std::hash::Hash + Eq>(map: &mut HashMap<Q, HashSet<LeaseKey>>, at: &Q, lease: &LeaseKey) {
+    if let Some(leases) = map.get_mut(at) {
+        leases.remove(lease);
+        if leases.is_empty() {
+            map.remove(at);
+        }
+    }
+}
+
+/// Namespaces, provider and Secret names, one copy each. A name no lease holds any more is
+/// dropped by the next sweep, which runs once the set has doubled since the last one: the set
+/// stays within twice the names in use (and [`SWEEP_FROM`]), at a constant cost per name.
+#[derive(Default)]
+struct Interned {
+    names: HashSet<Arc<str>>,
+    swept_at: usize,
+}
+
+/// The size under which the set is never swept.
+const SWEEP_FROM: usize = 64;
+
+impl Interned {
+    fn get(&mut self, name: &str) -> Arc<str> {
+        if let Some(known) = self.names.get(name) {
+            return known.clone();
+        }
+        if self.names.len() >= 2 * self.swept_at.max(SWEEP_FROM) {
+            // Held by the set alone: no key, entry or index names it.
+            self.names.retain(|name| Arc::strong_count(name) > 1);
+            self.names.shrink_to_fit();
+            self.swept_at = self.names.len();
+        }
+        let name: Arc<str> = name.into();
+        self.names.insert(name.clone());
+        name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::fixtures::{LeaseFixture, lease};
+
+    fn apply(writer: &mut Writer, lease: LeaseFixture) -> Changed {
+        writer.apply(Event::Apply(lease.build().into()))
+    }
+
+    fn names(mut leases: Vec<LeaseKey>) -> Vec<String> {
+        leases.sort_by(|a, b| (a.namespace(), a.name()).cmp(&(b.namespace(), b.name())));
+        leases.into_iter().map(|l| format!("{l:?}")).collect()
+    }
+
+    #[test]
+    fn a_lease_is_found_by_its_provider_and_by_each_secret_it_reads() {
+        let (leases, mut writer) = table();
+        apply(&mut writer, lease("team-a", "one").of("p", "k").config_from("s", "a").config_from("t", "b"));
+        apply(&mut writer, lease("team-b", "two").of("p", "k"));
+        apply(&mut writer, lease("team-a", "other").of("q", "k"));
+        assert_eq!(names(leases.of_provider("p")), ["team-a/one", "team-b/two"]);
+        assert_eq!(names(leases.of_secret("team-a", "s")), ["team-a/one"]);
+        assert_eq!(names(leases.of_secret("team-a", "t")), ["team-a/one"]);
+        // A lease reads Secrets of its own namespace only.
+        assert!(leases.of_secret("team-b", "s").is_empty());
+        assert!(leases.of_provider("nobody").is_empty());
+    }
+
+    #[test]
+    fn one_key_and_one_copy_of_each_name_are_kept_per_lease() {
+        let (leases, mut writer) = table();
+        apply(&mut writer, lease("team-a", "one").of("p", "k").config_from("s", "a"));
+        apply(&mut writer, lease("team-a", "two").of("p", "k").config_from("s", "a"));
+        let table = leases.table.read().unwrap();
+        let [one, two] =
+            ["one", "two"].map(|n| table.entries.get_key_value(&LeaseKey::new("team-a".into(), n)).unwrap());
+        assert!(Arc::ptr_eq(&one.0.0.0, &two.0.0.0), "one namespace");
+        assert!(Arc::ptr_eq(&one.1.provider, &two.1.provider) && Arc::ptr_eq(&one.1.secrets[0], &two.1.secrets[0]));
+        let indexed = table.by_provider["p"].get(one.0).unwrap();
+        assert!(Arc::ptr_eq(&indexed.0, &one.0.0), "the index holds the table's key");
+        assert_eq!(table.names.names.len(), 3, "team-a, p, s");
+    }
+
+    #[test]
+    fn a_lease_is_triggered_when_new_or_when_its_generation_moves_not_by_a_status_write() {
+        let (leases, mut writer) = table();
+        assert_eq!(names(apply(&mut writer, lease("team-a", "l").of("p", "k")).triggered), ["team-a/l"]);
+        let mut written = lease("team-a", "l").of("p", "k").build();
+        written.status = Some(Default::default());
+        assert_eq!(writer.apply(Event::Apply(written.into())), Changed::default());
+        let mut moved = lease("team-a", "l").of("q", "k").build();
+        moved.metadata.generation = Some(2);
+        assert_eq!(names(writer.apply(Event::Apply(moved.into())).triggered), ["team-a/l"]);
+        assert!(leases.of_provider("p").is_empty());
+        assert_eq!(names(leases.of_provider("q")), ["team-a/l"]);
+        assert_eq!(leases.table.read().unwrap().by_provider.len(), 1, "no empty entry is kept");
+    }
+
+    #[test]
+    fn a_renamed_secret_reference_no_longer_relates_the_old_secret() {
+        let (leases, mut writer) = table();
+        apply(&mut writer, lease("team-a", "one").of("p", "k").config_from("old", "a"));
+        apply(&mut writer, lease("team-a", "one").of("p", "k").config_from("new", "a"));
+        assert!(leases.of_secret("team-a", "old").is_empty());
+        assert_eq!(names(leases.of_secret("team-a", "new")), ["team-a/one"]);
+    }
+
+    #[test]
+    fn a_deleted_lease_is_in_no_relation_and_nothing_of_it_is_kept() {
+        let (leases, mut writer) = table();
+        apply(&mut writer, lease("team-a", "one").of("p", "k").config_from("s", "a"));
+        apply(&mut writer, lease("team-a", "two").of("p", "k").config_from("s", "a"));
+        let deleted = writer.apply(Event::Delete(lease("team-a", "one").of("p", "k").build().into()));
+        assert_eq!(deleted, Changed { triggered: vec![], deleted: vec!["team-a-one-uid".into()] });
+        assert_eq!(names(leases.of_provider("p")), ["team-a/two"]);
+        assert_eq!(names(leases.of_secret("team-a", "s")), ["team-a/two"]);
+        writer.apply(Event::Delete(lease("team-a", "two").of("p", "k").build().into()));
+        let table = leases.table.read().unwrap();
+        assert!(table.entries.is_empty() && table.by_provider.is_empty() && table.by_secret.is_empty());
+    }
+
+    #[test]
+    fn names_no_lease_reads_any_more_are_dropped() {
+        let (leases, mut writer) = table();
+        for round in 0..4 {
+            for i in 0..1000 {
+                apply(
+                    &mut writer,
+                    lease("team-a", &format!("l-{i}")).of("p", "k").config_from(&format!("s-{round}-{i}"), "a"),
+                );
+            }
+        }
+        let held = leases.table.read().unwrap().names.names.len();
+        assert!(held <= 2 * 1002, "{held} names held for 1002 in use");
+    }
+
+    #[tokio::test]
+    async fn a_relist_forgets_the_leases_it_no_longer_holds_and_marks_the_table_listed() {
+        let (leases, mut writer) = table();
+        let [kept, gone] = ["kept", "gone"].map(|name| CachedLease::from(lease("team-a", name).of("p", "k").build()));
+        for event in [Event::Init, Event::InitApply(kept.clone()), Event::InitApply(gone), Event::InitDone] {
+            writer.apply(event);
+        }
+        assert!(leases.listed().await);
+        assert_eq!(leases.count(), 2);
+        writer.apply(Event::Init);
+        assert_eq!(writer.apply(Event::InitApply(kept)), Changed::default(), "unchanged");
+        let relisted = writer.apply(Event::InitDone);
+        assert_eq!(relisted, Changed { triggered: vec![], deleted: vec!["team-a-gone-uid".into()] });
+        assert_eq!(names(leases.keys()), ["team-a/kept"]);
+        assert_eq!(leases.get(&LeaseKey::new("team-a".into(), "kept")).unwrap().metadata.name.as_deref(), Some("kept"));
+    }
+
+    #[tokio::test]
+    async fn a_table_whose_writer_is_gone_before_the_list_is_never_listed() {
+        let (leases, writer) = table();
+        drop(writer);
+        assert!(!leases.listed().await);
+    }
+}
