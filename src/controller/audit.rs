@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::panic;
 use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::thread;
 
 use kube::{Resource, ResourceExt};
@@ -33,6 +33,8 @@ use crate::vocabulary::Kind;
 
 /// The message of an object that conforms.
 const CONFORMS: &str = "the CRD and the webhook would admit it today";
+static CONFORMING: LazyLock<Arc<Finding>> =
+    LazyLock::new(|| Arc::new(Finding { conforms: true, message: CONFORMS.into() }));
 
 /// What the `Valid` condition says of one generation of an object.
 #[derive(Debug, PartialEq, Eq)]
@@ -103,7 +105,8 @@ impl Audits {
     }
 
     /// The finding of `obj`'s current generation, whose spec is `spec`: judged on first sight of
-    /// the generation (on its kind's thread), remembered after.
+    /// the generation (on its kind's thread), remembered here by uid after. The lease table
+    /// remembers the leases' findings itself, next to the rest of each lease ([`Audits::judge`]).
     pub async fn finding<K: Resource<DynamicType = ()>>(&self, obj: &K, spec: &impl Serialize) -> Arc<Finding> {
         let kind = Kind::from_kind(&K::kind(&())).expect("the controllers reconcile sandcap kinds");
         let generation = obj.meta().generation;
@@ -111,10 +114,7 @@ impl Audits {
         if let Some(known) = uid.and_then(|uid| self.lookup(uid, generation)) {
             return known;
         }
-        let (reply, finding) = oneshot::channel();
-        // The thread outlives `self` and answers every job (a panic is caught there).
-        let _ = self.judges[kind as usize].send(Job { object: stored(obj, spec), reply });
-        let finding = Arc::new(finding.await.unwrap_or_else(|_| Finding::unjudged()));
+        let finding = self.judge(obj, spec).await;
         if let Some(uid) = uid {
             let mut judged = self.judged.lock().expect("not poisoned");
             let new = Judged { kind, generation, finding: finding.clone() };
@@ -124,6 +124,19 @@ impl Audits {
             }
         }
         finding
+    }
+
+    /// Judges `obj`, whose spec is `spec`, on its kind's thread; remembers nothing.
+    pub async fn judge<K: Resource<DynamicType = ()>>(&self, obj: &K, spec: &impl Serialize) -> Arc<Finding> {
+        let kind = Kind::from_kind(&K::kind(&())).expect("the controllers reconcile sandcap kinds");
+        let (reply, finding) = oneshot::channel();
+        // The thread outlives `self` and answers every job (a panic is caught there).
+        let _ = self.judges[kind as usize].send(Job { object: stored(obj, spec), reply });
+        match finding.await.unwrap_or_else(|_| Finding::unjudged()) {
+            // Every conforming object shares one finding: most objects conform.
+            finding if finding == **CONFORMING => CONFORMING.clone(),
+            finding => Arc::new(finding),
+        }
     }
 
     fn lookup(&self, uid: &str, generation: Option<i64>) -> Option<Arc<Finding>> {

@@ -13,13 +13,14 @@
 use std::borrow::Cow;
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::ops::Deref;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use kube::Resource;
 use serde::Deserialize;
 
+use super::audit::Finding;
 use crate::api::{Pinned, SandboxLease, SandboxLeaseSpec, SandboxLeaseStatus};
 use crate::vocabulary::{ConditionStatus, ConditionType};
 
@@ -31,6 +32,8 @@ pub struct CachedLease {
     lease: SandboxLease,
     /// `None` while the lease has no status.
     published: Option<Published>,
+    /// What the audit found of this generation, if it was judged.
+    finding: Option<Arc<Finding>>,
 }
 
 /// What is kept of a published status besides the pin.
@@ -108,7 +111,7 @@ impl From<Wire> for CachedLease {
             spec: lease.spec,
             status: pinned.map(|pinned| SandboxLeaseStatus { pinned: Some(pinned), ..SandboxLeaseStatus::default() }),
         };
-        CachedLease { lease, published }
+        CachedLease { lease, published, finding: None }
     }
 }
 
@@ -132,7 +135,7 @@ impl Kept {
 
     /// The lease as a reconcile reads it. `None` (with an error in the log) should its spec not
     /// decode, which would be a bug: it is the JSON this process encoded.
-    pub fn view(&self, namespace: &str, name: &str) -> Option<CachedLease> {
+    pub fn view(&self, namespace: &str, name: &str, finding: Option<Arc<Finding>>) -> Option<CachedLease> {
         let spec = serde_json::from_slice(&self.spec)
             .map_err(|error| tracing::error!(namespace, name, %error, "a kept lease spec does not decode"))
             .ok()?;
@@ -147,7 +150,8 @@ impl Kept {
             .pinned
             .as_deref()
             .map(|p| SandboxLeaseStatus { pinned: Some(p.clone()), ..SandboxLeaseStatus::default() });
-        Some(CachedLease { lease: SandboxLease { metadata, spec, status }, published: self.published.clone() })
+        let lease = SandboxLease { metadata, spec, status };
+        Some(CachedLease { lease, published: self.published.clone(), finding })
     }
 }
 
@@ -163,6 +167,11 @@ impl CachedLease {
             pinned: status.and_then(|s| s.pinned).map(Box::new),
             published: self.published,
         }
+    }
+
+    /// What the audit found of this generation, if it was judged.
+    pub fn finding(&self) -> Option<Arc<Finding>> {
+        self.finding.clone()
     }
 
     /// Whether `desired` is the status published now (by its digest: a status that differs in
@@ -351,7 +360,7 @@ mod tests {
         full.spec.config = Some(json!({"image": "python:3.12", "limits": {"cpu": 2, "ratio": 0.5}, "tags": ["a"]}));
         full.spec.extra = serde_json::from_value(json!({"unknownKey": {"kept": true}})).unwrap();
         let cached = CachedLease::from(full);
-        let view = cached.clone().keep().view("team-a", "l").expect("decodes");
+        let view = cached.clone().keep().view("team-a", "l", None).expect("decodes");
         let mut expected = cached.lease.clone();
         // The watch's bookmark, which a reconcile does not read.
         expected.metadata.resource_version = None;

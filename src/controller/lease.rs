@@ -34,8 +34,16 @@ pub async fn reconcile_lease(lease: Arc<CachedLease>, ctx: Arc<Context>) -> Resu
         return Ok(Action::await_change());
     }
     // Both objects judged against today's rules: what they refuse grants nothing. Each judgment is
-    // remembered per generation, so this costs a lookup once an object has been judged.
-    let finding = ctx.audits.finding(lease.as_ref(), &lease.spec).await;
+    // remembered per generation (a lease's in the lease table), so this costs a lookup once an
+    // object has been judged.
+    let finding = match lease.finding() {
+        Some(finding) => finding,
+        None => {
+            let finding = ctx.audits.judge(lease.as_ref(), &lease.spec).await;
+            ctx.caches.leases.judged(&lease, finding.clone());
+            finding
+        }
+    };
     let provider_finding = match &provider {
         Some(p) => Some(ctx.audits.finding(p.as_ref(), &p.spec).await),
         None => None,

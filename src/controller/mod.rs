@@ -209,7 +209,7 @@ mod tests {
         let prober = Prober::new(Duration::from_secs(1), Default::default(), "test");
         let caches = Caches {
             providers: kube::runtime::reflector::store().0,
-            leases: cache::leases::table().0,
+            leases: cache::leases::table(Default::default()).0,
             secrets: cache::SecretCache::default(),
         };
         let per_object = PerObject::new(Audits::new(Options::default(), &metrics));

@@ -240,7 +240,7 @@ mod tests {
         settings: Settings,
         retry: Duration,
     ) -> (UnboundedSender<LeaseKey>, CancellationToken, JoinHandle<()>) {
-        let (reader, mut writer) = leases::table();
+        let (reader, mut writer) = leases::table(Default::default());
         writer.apply(watcher::Event::Init);
         for name in names {
             writer.apply(watcher::Event::InitApply(lease("team-a", name).build().into()));

@@ -104,7 +104,8 @@ mod tests {
 
     use super::*;
     use crate::api::SandboxLease;
-    use crate::controller::cache::leases::{LeaseKey, table};
+    use crate::controller::cache::LeaseKey;
+    use crate::controller::cache::leases::table;
     use crate::controller::cache::{CONFIG_SOURCE_LABEL, Queues, Triggers};
     use crate::controller::fixtures::{LeaseFixture, ProviderFixture, lease, provider, secret};
     use crate::metrics::Metrics;
@@ -125,7 +126,7 @@ mod tests {
         fn new() -> Outputs {
             let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
             let (queues, triggers) = Queues::new(&metrics);
-            let (table, writer) = table();
+            let (table, writer) = table(Default::default());
             Outputs { queues, triggers, table, writer: Some(writer), forgotten: Rc::default() }
         }
 
@@ -155,11 +156,11 @@ mod tests {
 
         /// Each of the calls below tells what happened since the last one.
         fn provider_triggers(&mut self) -> Vec<String> {
-            drain(&mut self.triggers.providers)
+            drain(&mut self.triggers.providers).into_iter().map(|p| p.name).collect()
         }
 
         fn lease_triggers(&mut self) -> Vec<String> {
-            drain(&mut self.triggers.leases)
+            names(drain(&mut self.triggers.leases))
         }
 
         fn forgotten(&self) -> Vec<String> {
@@ -167,30 +168,13 @@ mod tests {
         }
     }
 
-    fn drain<T: Named>(rx: &mut UnboundedReceiver<T>) -> Vec<String> {
-        names(std::iter::from_fn(|| rx.try_recv().ok()).collect())
+    fn drain<T>(rx: &mut UnboundedReceiver<T>) -> Vec<T> {
+        std::iter::from_fn(|| rx.try_recv().ok()).collect()
     }
 
-    /// A trigger as `<namespace>/<name>` (`<name>` for a cluster-scoped object).
-    trait Named {
-        fn named(&self) -> String;
-    }
-
-    impl Named for ObjectRef<SandboxProvider> {
-        fn named(&self) -> String {
-            self.name.clone()
-        }
-    }
-
-    impl Named for LeaseKey {
-        fn named(&self) -> String {
-            format!("{}/{}", self.namespace(), self.name())
-        }
-    }
-
-    /// Each object's name, sorted.
-    fn names<T: Named>(objects: Vec<T>) -> Vec<String> {
-        let mut names: Vec<String> = objects.iter().map(Named::named).collect();
+    /// Each lease as `<namespace>/<name>`, sorted.
+    fn names(leases: Vec<LeaseKey>) -> Vec<String> {
+        let mut names: Vec<String> = leases.iter().map(|l| format!("{l:?}")).collect();
         names.sort();
         names
     }

@@ -1,50 +1,24 @@
 //! The lease table: one entry per lease, holding everything the controllers keep of it: what the
-//! next reconcile reads ([`Kept`]), the generation its change detection compares, and what it reads
-//! (its provider, its `configFrom` Secrets), with the reverse index from each provider and Secret to
-//! its leases.
+//! next reconcile reads ([`Kept`]), the generation its change detection compares, what it reads
+//! (its provider, its `configFrom` Secrets) and what the audit found of its spec, with the reverse
+//! index from each provider and Secret to its leases.
 //!
 //! A key is allocated once per lease and shared by the table, the index and the queues (an `Arc`);
-//! namespaces, provider names and Secret names are interned, so a thousand leases of one namespace
-//! and provider hold one copy of each. Only the lease watch writes the table ([`Leases::apply`]).
+//! namespaces, provider names and Secret names are interned (`names.rs`), so a thousand leases of
+//! one namespace and provider hold one copy of each. Only the lease watch writes the leases
+//! ([`Writer::apply`]); a reconcile writes its lease's finding ([`Leases::judged`]).
 
 use std::collections::{HashMap, HashSet};
-use std::fmt;
 use std::sync::{Arc, RwLock};
 
 use kube::ResourceExt;
 use kube::runtime::watcher::Event;
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::watch;
 
+use super::names::{Interned, LeaseKey};
+use crate::controller::audit::Finding;
 use crate::controller::cached::{CachedLease, Kept};
-
-/// A lease's namespace and name: what the queues and the index hold of it.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct LeaseKey(Arc<(Arc<str>, Box<str>)>);
-
-impl LeaseKey {
-    /// The key of `lease`, allocated afresh: to look a lease up, not to keep.
-    pub fn of(lease: &CachedLease) -> LeaseKey {
-        LeaseKey::new(Arc::from(lease.namespace().unwrap_or_default()), &lease.name_any())
-    }
-
-    fn new(namespace: Arc<str>, name: &str) -> LeaseKey {
-        LeaseKey(Arc::new((namespace, name.into())))
-    }
-
-    pub fn namespace(&self) -> &str {
-        &self.0.0
-    }
-
-    pub fn name(&self) -> &str {
-        &self.0.1
-    }
-}
-
-impl fmt::Debug for LeaseKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace(), self.name())
-    }
-}
 
 /// The table, shared between the lease watch that writes it and everything that reads it.
 #[derive(Clone)]
@@ -68,12 +42,16 @@ struct Table {
     /// By namespace and name: a lease reads Secrets of its own namespace only.
     by_secret: HashMap<(Arc<str>, Arc<str>), HashSet<LeaseKey>>,
     names: Interned,
+    /// `sandcap_nonconforming_objects{kind="SandboxLease"}`: the leases whose finding does not conform.
+    nonconforming: Gauge,
 }
 
 struct Entry {
     kept: Kept,
     provider: Arc<str>,
     secrets: Box<[Arc<str>]>,
+    /// The audit's finding, and of which generation.
+    judged: Option<(Option<i64>, Arc<Finding>)>,
 }
 
 /// What one event changed: the leases to reconcile, and the uids of those deleted.
@@ -83,19 +61,35 @@ pub struct Changed {
     pub deleted: Vec<String>,
 }
 
-/// The table and the writer that fills it.
-pub fn table() -> (Leases, Writer) {
+/// The table and the writer that fills it; `nonconforming` counts the leases whose finding does
+/// not conform.
+pub fn table(nonconforming: Gauge) -> (Leases, Writer) {
     let (listed_tx, listed) = watch::channel(false);
-    let table = Arc::new(RwLock::new(Table::default()));
+    let table = Arc::new(RwLock::new(Table { nonconforming, ..Table::default() }));
     (Leases { table: table.clone(), listed }, Writer { table, listed: listed_tx, listing: None })
 }
 
 impl Leases {
-    /// The lease as the next reconcile reads it.
+    /// The lease as the next reconcile reads it, with the finding of its generation if it was
+    /// judged.
     pub fn get(&self, key: &LeaseKey) -> Option<Arc<CachedLease>> {
         let table = self.table.read().expect("not poisoned");
         let entry = table.entries.get(key)?;
-        entry.kept.view(key.namespace(), key.name()).map(Arc::new)
+        let judged = entry.judged.as_ref().filter(|(generation, _)| *generation == entry.kept.generation());
+        entry.kept.view(key.namespace(), key.name(), judged.map(|(_, finding)| finding.clone())).map(Arc::new)
+    }
+
+    /// Remembers what the audit found of `lease`'s generation (until a newer one is judged, or the
+    /// lease is deleted).
+    pub fn judged(&self, lease: &CachedLease, finding: Arc<Finding>) {
+        let mut table = self.table.write().expect("not poisoned");
+        let Table { entries, nonconforming, .. } = &mut *table;
+        let Some(entry) = entries.get_mut(&LeaseKey::of(lease)) else { return };
+        let old = entry.judged.replace((lease.metadata.generation, finding.clone()));
+        count(nonconforming, &finding, 1);
+        if let Some((_, old)) = old {
+            count(nonconforming, &old, -1);
+        }
     }
 
     /// Every lease's key (the hourly pass).
@@ -176,7 +170,8 @@ impl Table {
         if old.as_ref().is_none_or(|old| old.kept.generation() != kept.generation()) {
             changed.triggered.push(key.clone());
         }
-        let new = Entry { kept, provider, secrets };
+        let judged = old.as_ref().and_then(|old| old.judged.clone());
+        let new = Entry { kept, provider, secrets, judged };
         let moved = old.as_ref().is_none_or(|old| old.provider != new.provider || old.secrets != new.secrets);
         if moved {
             if let Some(old) = &old {
@@ -196,6 +191,9 @@ impl Table {
     fn remove(&mut self, key: &LeaseKey) -> Option<String> {
         let (key, old) = self.entries.remove_entry(key)?;
         self.unlink(&key, &old);
+        if let Some((_, finding)) = &old.judged {
+            count(&self.nonconforming, finding, -1);
+        }
         self.shrink();
         old.kept.uid().map(String::from)
     }
@@ -217,6 +215,12 @@ impl Table {
     }
 }
 
+fn count(nonconforming: &Gauge, finding: &Finding, by: i64) {
+    if !finding.conforms {
+        nonconforming.inc_by(by);
+    }
+}
+
 /// Takes `lease` out of `map[at]`, and the entry with it once empty, so the index holds no more
 /// keys than the leases name.
 fn remove_from<Q: std::hash::Hash + Eq>(map: &mut HashMap<Q, HashSet<LeaseKey>>, at: &Q, lease: &LeaseKey) {
@@ -225,35 +229,6 @@ fn remove_from<Q: std::hash::Hash + Eq>(map: &mut HashMap<Q, HashSet<LeaseKey>>,
         if leases.is_empty() {
             map.remove(at);
         }
-    }
-}
-
-/// Namespaces, provider and Secret names, one copy each. A name no lease holds any more is
-/// dropped by the next sweep, which runs once the set has doubled since the last one: the set
-/// stays within twice the names in use (and [`SWEEP_FROM`]), at a constant cost per name.
-#[derive(Default)]
-struct Interned {
-    names: HashSet<Arc<str>>,
-    swept_at: usize,
-}
-
-/// The size under which the set is never swept.
-const SWEEP_FROM: usize = 64;
-
-impl Interned {
-    fn get(&mut self, name: &str) -> Arc<str> {
-        if let Some(known) = self.names.get(name) {
-            return known.clone();
-        }
-        if self.names.len() >= 2 * self.swept_at.max(SWEEP_FROM) {
-            // Held by the set alone: no key, entry or index names it.
-            self.names.retain(|name| Arc::strong_count(name) > 1);
-            self.names.shrink_to_fit();
-            self.swept_at = self.names.len();
-        }
-        let name: Arc<str> = name.into();
-        self.names.insert(name.clone());
-        name
     }
 }
 
@@ -273,7 +248,7 @@ mod tests {
 
     #[test]
     fn a_lease_is_found_by_its_provider_and_by_each_secret_it_reads() {
-        let (leases, mut writer) = table();
+        let (leases, mut writer) = table(Gauge::default());
         apply(&mut writer, lease("team-a", "one").of("p", "k").config_from("s", "a").config_from("t", "b"));
         apply(&mut writer, lease("team-b", "two").of("p", "k"));
         apply(&mut writer, lease("team-a", "other").of("q", "k"));
@@ -287,7 +262,7 @@ mod tests {
 
     #[test]
     fn one_key_and_one_copy_of_each_name_are_kept_per_lease() {
-        let (leases, mut writer) = table();
+        let (leases, mut writer) = table(Gauge::default());
         apply(&mut writer, lease("team-a", "one").of("p", "k").config_from("s", "a"));
         apply(&mut writer, lease("team-a", "two").of("p", "k").config_from("s", "a"));
         let table = leases.table.read().unwrap();
@@ -302,7 +277,7 @@ mod tests {
 
     #[test]
     fn a_lease_is_triggered_when_new_or_when_its_generation_moves_not_by_a_status_write() {
-        let (leases, mut writer) = table();
+        let (leases, mut writer) = table(Gauge::default());
         assert_eq!(names(apply(&mut writer, lease("team-a", "l").of("p", "k")).triggered), ["team-a/l"]);
         let mut written = lease("team-a", "l").of("p", "k").build();
         written.status = Some(Default::default());
@@ -317,7 +292,7 @@ mod tests {
 
     #[test]
     fn a_renamed_secret_reference_no_longer_relates_the_old_secret() {
-        let (leases, mut writer) = table();
+        let (leases, mut writer) = table(Gauge::default());
         apply(&mut writer, lease("team-a", "one").of("p", "k").config_from("old", "a"));
         apply(&mut writer, lease("team-a", "one").of("p", "k").config_from("new", "a"));
         assert!(leases.of_secret("team-a", "old").is_empty());
@@ -326,7 +301,7 @@ mod tests {
 
     #[test]
     fn a_deleted_lease_is_in_no_relation_and_nothing_of_it_is_kept() {
-        let (leases, mut writer) = table();
+        let (leases, mut writer) = table(Gauge::default());
         apply(&mut writer, lease("team-a", "one").of("p", "k").config_from("s", "a"));
         apply(&mut writer, lease("team-a", "two").of("p", "k").config_from("s", "a"));
         let deleted = writer.apply(Event::Delete(lease("team-a", "one").of("p", "k").build().into()));
@@ -340,7 +315,7 @@ mod tests {
 
     #[test]
     fn names_no_lease_reads_any_more_are_dropped() {
-        let (leases, mut writer) = table();
+        let (leases, mut writer) = table(Gauge::default());
         for round in 0..4 {
             for i in 0..1000 {
                 apply(
@@ -353,9 +328,40 @@ mod tests {
         assert!(held <= 2 * 1002, "{held} names held for 1002 in use");
     }
 
+    #[test]
+    fn a_finding_is_kept_for_its_generation_and_counted_until_the_lease_is_gone() {
+        let gauge = Gauge::default();
+        let (leases, mut writer) = table(gauge.clone());
+        let at = |generation: i64| {
+            let mut l = lease("team-a", "l").of("p", "k").build();
+            l.metadata.generation = Some(generation);
+            l
+        };
+        writer.apply(Event::Apply(at(1).into()));
+        let key = LeaseKey::new("team-a".into(), "l");
+        let first = leases.get(&key).unwrap();
+        assert!(first.finding().is_none(), "not judged yet");
+        let broken = Arc::new(Finding { conforms: false, message: "breaks".into() });
+        leases.judged(&first, broken.clone());
+        assert_eq!(gauge.get(), 1);
+        let mut written = at(1);
+        written.status = Some(Default::default());
+        writer.apply(Event::Apply(written.into()));
+        assert!(Arc::ptr_eq(&leases.get(&key).unwrap().finding().unwrap(), &broken), "a status write keeps it");
+        writer.apply(Event::Apply(at(2).into()));
+        let second = leases.get(&key).unwrap();
+        assert!(second.finding().is_none(), "a new generation is judged again");
+        assert_eq!(gauge.get(), 1, "and counts as it was until then");
+        leases.judged(&second, Arc::new(Finding { conforms: true, message: "ok".into() }));
+        assert_eq!(gauge.get(), 0);
+        leases.judged(&second, broken);
+        writer.apply(Event::Delete(at(2).into()));
+        assert_eq!(gauge.get(), 0, "a deleted lease no longer counts");
+    }
+
     #[tokio::test]
     async fn a_relist_forgets_the_leases_it_no_longer_holds_and_marks_the_table_listed() {
-        let (leases, mut writer) = table();
+        let (leases, mut writer) = table(Gauge::default());
         let [kept, gone] = ["kept", "gone"].map(|name| CachedLease::from(lease("team-a", name).of("p", "k").build()));
         for event in [Event::Init, Event::InitApply(kept.clone()), Event::InitApply(gone), Event::InitDone] {
             writer.apply(event);
@@ -372,7 +378,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_table_whose_writer_is_gone_before_the_list_is_never_listed() {
-        let (leases, writer) = table();
+        let (leases, writer) = table(Gauge::default());
         drop(writer);
         assert!(!leases.listed().await);
     }

@@ -24,6 +24,7 @@
 mod events;
 pub(super) mod leases;
 mod listing;
+mod names;
 
 use std::collections::{BTreeMap, HashSet};
 use std::hash::Hash;
@@ -47,7 +48,8 @@ use crate::contract::SecretLookup;
 use crate::metrics::{KindLabels, Metrics};
 use crate::vocabulary::Kind;
 use events::{LeaseEvents, ProviderEvents, SecretEvents};
-pub use leases::{LeaseKey, Leases};
+pub use leases::Leases;
+pub use names::LeaseKey;
 
 /// The label a Secret must carry to serve as a lease's `configFrom` (an admin's explicit choice):
 /// only such Secrets are watched, so no other Secret is ever requested or held in memory.
@@ -246,7 +248,9 @@ impl Caches {
         let lease_events = logged(
             listing::watch(Api::<CachedLease>::all(client.clone()), watcher::Config::default()).default_backoff(),
         );
-        let (leases, lease_table) = leases::table();
+        let nonconforming =
+            metrics.nonconforming.get_or_create(&KindLabels { kind: Kind::SandboxLease.as_str() }).clone();
+        let (leases, lease_table) = leases::table(nonconforming);
         let selector = watcher::Config::default().labels(&format!("{CONFIG_SOURCE_LABEL}=true"));
         let mut secrets = SecretCache::default();
         let mut secret_watches = Vec::new();
