@@ -98,7 +98,6 @@ mod tests {
     use std::cell::RefCell;
     use std::rc::Rc;
 
-    use kube::runtime::reflector::ObjectRef;
     use serde_json::json;
     use tokio::sync::mpsc::UnboundedReceiver;
 
