@@ -19,9 +19,11 @@ pub(super) struct Crd {
 }
 
 /// The CRDs of each contract version, built once per thread (the compiled programs are not
-/// `Sync`) and only for a version the thread judges by: a process enforces one.
+/// `Sync`) and only for a version and kind the thread judges: a process enforces one version, and
+/// the controllers' audit judges each kind on a thread of its own.
 pub(super) struct Crds {
-    versions: [OnceCell<[Crd; 2]>; 2],
+    /// By version, then kind, in `Kind` order.
+    versions: [[OnceCell<Crd>; 2]; 2],
     pub(super) context: Context<'static>,
     pub(super) patterns: RefCell<HashMap<String, regex::Regex>>,
 }
@@ -39,14 +41,12 @@ impl Crds {
 
     /// The CRD of `kind` under `version`, compiled on first use.
     pub(super) fn crd(&self, version: ContractVersion, kind: Kind) -> &Crd {
-        let compile = |kind| {
+        self.versions[version as usize][kind as usize].get_or_init(|| {
             let schema = crd_schema(kind, version);
             let cel = kube_cel::compile_schema(&schema);
             assert!(!cel.has_errors(), "the CRDs' CEL rules compile: {:?}", cel.compilation_errors());
             Crd { schema, cel }
-        };
-        // In `Kind` order.
-        &self.versions[version as usize].get_or_init(|| Kind::ALL.map(compile))[kind as usize]
+        })
     }
 }
 

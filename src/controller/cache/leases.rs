@@ -16,6 +16,7 @@ use kube::runtime::watcher::Event;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::watch;
 
+use super::index::Index;
 use super::names::{Interned, LeaseKey};
 use crate::controller::audit::Finding;
 use crate::controller::cached::{CachedLease, Kept};
@@ -38,9 +39,7 @@ pub struct Writer {
 #[derive(Default)]
 struct Table {
     entries: HashMap<LeaseKey, Entry>,
-    by_provider: HashMap<Arc<str>, HashSet<LeaseKey>>,
-    /// By namespace and name: a lease reads Secrets of its own namespace only.
-    by_secret: HashMap<(Arc<str>, Arc<str>), HashSet<LeaseKey>>,
+    index: Index,
     names: Interned,
     /// `sandcap_nonconforming_objects{kind="SandboxLease"}`: the leases whose finding does not conform.
     nonconforming: Gauge,
@@ -104,14 +103,12 @@ impl Leases {
     /// The leases that resolve against provider `name`.
     pub fn of_provider(&self, name: &str) -> Vec<LeaseKey> {
         let table = self.table.read().expect("not poisoned");
-        table.by_provider.get(name).map(|leases| leases.iter().cloned().collect()).unwrap_or_default()
+        table.index.of_provider(name)
     }
 
     /// The leases whose `configFrom` reads Secret `name` in `namespace`.
     pub fn of_secret(&self, namespace: &str, name: &str) -> Vec<LeaseKey> {
-        let table = self.table.read().expect("not poisoned");
-        let key: (Arc<str>, Arc<str>) = (namespace.into(), name.into());
-        table.by_secret.get(&key).map(|leases| leases.iter().cloned().collect()).unwrap_or_default()
+        self.table.read().expect("not poisoned").index.of_secret(namespace, name)
     }
 
     /// Waits until the first list has completed; `false` if the writer is gone first.
@@ -167,21 +164,27 @@ impl Table {
             Some((key, old)) => (key, Some(old)),
             None => (probe, None),
         };
-        if old.as_ref().is_none_or(|old| old.kept.generation() != kept.generation()) {
+        // A lease deleted and created again under its name while the watch was away (a uid of its
+        // own) is a new lease: its generations count afresh, and nothing judged of the old holds.
+        let recreated = old.as_ref().filter(|old| old.kept.uid() != kept.uid());
+        if let Some(old) = recreated {
+            changed.deleted.extend(old.kept.uid().map(String::from));
+            if let Some((_, finding)) = &old.judged {
+                count(&self.nonconforming, finding, -1);
+            }
+        }
+        let same = old.as_ref().filter(|_| recreated.is_none());
+        if same.is_none_or(|old| old.kept.generation() != kept.generation()) {
             changed.triggered.push(key.clone());
         }
-        let judged = old.as_ref().and_then(|old| old.judged.clone());
+        let judged = same.and_then(|old| old.judged.clone());
         let new = Entry { kept, provider, secrets, judged };
         let moved = old.as_ref().is_none_or(|old| old.provider != new.provider || old.secrets != new.secrets);
         if moved {
             if let Some(old) = &old {
-                self.unlink(&key, old);
+                self.index.unlink(&key, &old.provider, &old.secrets);
             }
-            self.by_provider.entry(new.provider.clone()).or_default().insert(key.clone());
-            for secret in &new.secrets {
-                let at = (key.0.0.clone(), secret.clone());
-                self.by_secret.entry(at).or_default().insert(key.clone());
-            }
+            self.index.link(&key, &new.provider, &new.secrets);
         }
         self.entries.insert(key.clone(), new);
         key
@@ -190,7 +193,7 @@ impl Table {
     /// Forgets the lease at `key`; its uid, if it was kept.
     fn remove(&mut self, key: &LeaseKey) -> Option<String> {
         let (key, old) = self.entries.remove_entry(key)?;
-        self.unlink(&key, &old);
+        self.index.unlink(&key, &old.provider, &old.secrets);
         if let Some((_, finding)) = &old.judged {
             count(&self.nonconforming, finding, -1);
         }
@@ -198,19 +201,11 @@ impl Table {
         old.kept.uid().map(String::from)
     }
 
-    fn unlink(&mut self, key: &LeaseKey, old: &Entry) {
-        remove_from(&mut self.by_provider, &old.provider, key);
-        for secret in &old.secrets {
-            remove_from(&mut self.by_secret, &(key.0.0.clone(), secret.clone()), key);
-        }
-    }
-
     fn shrink(&mut self) {
         let capacity = self.entries.capacity();
         if capacity > SHRINK_ABOVE && capacity / 4 > self.entries.len() {
             self.entries.shrink_to_fit();
-            self.by_provider.shrink_to_fit();
-            self.by_secret.shrink_to_fit();
+            self.index.shrink();
         }
     }
 }
@@ -218,17 +213,6 @@ impl Table {
 fn count(nonconforming: &Gauge, finding: &Finding, by: i64) {
     if !finding.conforms {
         nonconforming.inc_by(by);
-    }
-}
-
-/// Takes `lease` out of `map[at]`, and the entry with it once empty, so the index holds no more
-/// keys than the leases name.
-fn remove_from<Q: std::hash::Hash + Eq>(map: &mut HashMap<Q, HashSet<LeaseKey>>, at: &Q, lease: &LeaseKey) {
-    if let Some(leases) = map.get_mut(at) {
-        leases.remove(lease);
-        if leases.is_empty() {
-            map.remove(at);
-        }
     }
 }
 
@@ -270,8 +254,8 @@ mod tests {
             ["one", "two"].map(|n| table.entries.get_key_value(&LeaseKey::new("team-a".into(), n)).unwrap());
         assert!(Arc::ptr_eq(&one.0.0.0, &two.0.0.0), "one namespace");
         assert!(Arc::ptr_eq(&one.1.provider, &two.1.provider) && Arc::ptr_eq(&one.1.secrets[0], &two.1.secrets[0]));
-        let indexed = table.by_provider["p"].get(one.0).unwrap();
-        assert!(Arc::ptr_eq(&indexed.0, &one.0.0), "the index holds the table's key");
+        let indexed = table.index.of_provider("p");
+        assert!(indexed.iter().all(|k| Arc::ptr_eq(&k.0, &one.0.0) || Arc::ptr_eq(&k.0, &two.0.0)), "the table's keys");
         assert_eq!(table.names.names.len(), 3, "team-a, p, s");
     }
 
@@ -287,7 +271,7 @@ mod tests {
         assert_eq!(names(writer.apply(Event::Apply(moved.into())).triggered), ["team-a/l"]);
         assert!(leases.of_provider("p").is_empty());
         assert_eq!(names(leases.of_provider("q")), ["team-a/l"]);
-        assert_eq!(leases.table.read().unwrap().by_provider.len(), 1, "no empty entry is kept");
+        assert!(leases.table.read().unwrap().index.is_empty_but(1), "no empty entry is kept");
     }
 
     #[test]
@@ -310,7 +294,7 @@ mod tests {
         assert_eq!(names(leases.of_secret("team-a", "s")), ["team-a/two"]);
         writer.apply(Event::Delete(lease("team-a", "two").of("p", "k").build().into()));
         let table = leases.table.read().unwrap();
-        assert!(table.entries.is_empty() && table.by_provider.is_empty() && table.by_secret.is_empty());
+        assert!(table.entries.is_empty() && table.index.is_empty_but(0));
     }
 
     #[test]
@@ -357,6 +341,21 @@ mod tests {
         leases.judged(&second, broken);
         writer.apply(Event::Delete(at(2).into()));
         assert_eq!(gauge.get(), 0, "a deleted lease no longer counts");
+    }
+
+    #[test]
+    fn a_lease_created_again_under_its_name_is_a_new_lease() {
+        let gauge = Gauge::default();
+        let (leases, mut writer) = table(gauge.clone());
+        writer.apply(Event::Apply(lease("team-a", "l").of("p", "k").build().into()));
+        let key = LeaseKey::new("team-a".into(), "l");
+        leases.judged(&leases.get(&key).unwrap(), Arc::new(Finding { conforms: false, message: "breaks".into() }));
+        let mut again = lease("team-a", "l").of("p", "k").build();
+        again.metadata.uid = Some("another-uid".into());
+        let changed = writer.apply(Event::Apply(again.into()));
+        assert_eq!(changed, Changed { triggered: vec![key.clone()], deleted: vec!["team-a-l-uid".into()] });
+        assert!(leases.get(&key).unwrap().finding().is_none(), "judged afresh");
+        assert_eq!(gauge.get(), 0, "the old one no longer counts");
     }
 
     #[tokio::test]

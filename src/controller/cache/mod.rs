@@ -22,6 +22,7 @@
 //! Each watch lists by a streaming list, or in pages where the apiserver refuses those (`listing.rs`).
 
 mod events;
+mod index;
 pub(super) mod leases;
 mod listing;
 mod names;
