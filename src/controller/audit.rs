@@ -52,11 +52,19 @@ impl Finding {
         Finding { conforms: false, message: "sandcap could not judge it: an internal error (see sandcap's log)".into() }
     }
 
-    /// The finding of a judgment: its problems bounded as the webhook's denials are.
-    pub fn of(judgment: &Judgment) -> Finding {
+    /// The finding of a judgment: its problems bounded as the webhook's denials are. Every
+    /// conforming object shares one finding: most objects conform.
+    pub fn of(judgment: &Judgment) -> Arc<Finding> {
         match judgment.refusal() {
-            None => Finding { conforms: true, message: CONFORMS.into() },
-            Some(message) => Finding { conforms: false, message },
+            None => CONFORMING.clone(),
+            Some(message) => Arc::new(Finding { conforms: false, message }),
+        }
+    }
+
+    /// Adds `by` to `gauge` if it does not conform (`sandcap_nonconforming_objects`).
+    pub fn count(&self, gauge: &Gauge, by: i64) {
+        if !self.conforms {
+            gauge.inc_by(by);
         }
     }
 
@@ -85,7 +93,7 @@ struct Judged {
 /// One object to judge, and where its finding goes.
 struct Job {
     object: Value,
-    reply: oneshot::Sender<Finding>,
+    reply: oneshot::Sender<Arc<Finding>>,
 }
 
 impl Audits {
@@ -132,11 +140,7 @@ impl Audits {
         let (reply, finding) = oneshot::channel();
         // The thread outlives `self` and answers every job (a panic is caught there).
         let _ = self.judges[kind as usize].send(Job { object: stored(obj, spec), reply });
-        match finding.await.unwrap_or_else(|_| Finding::unjudged()) {
-            // Every conforming object shares one finding: most objects conform.
-            finding if finding == **CONFORMING => CONFORMING.clone(),
-            finding => Arc::new(finding),
-        }
+        finding.await.unwrap_or_else(|_| Arc::new(Finding::unjudged()))
     }
 
     fn lookup(&self, uid: &str, generation: Option<i64>) -> Option<Arc<Finding>> {
@@ -161,9 +165,7 @@ impl Audits {
     }
 
     fn count(&self, judged: &Judged, by: i64) {
-        if !judged.finding.conforms {
-            self.nonconforming.get_or_create(&KindLabels { kind: judged.kind.as_str() }).inc_by(by);
-        }
+        judged.finding.count(&self.nonconforming.get_or_create(&KindLabels { kind: judged.kind.as_str() }), by);
     }
 }
 
@@ -180,7 +182,7 @@ fn judge_on_a_thread(kind: Kind, options: Options) -> Sender<Job> {
             let finding = judged.unwrap_or_else(|_| {
                 let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
                 tracing::error!(kind = kind.as_str(), name, "judging a stored object panicked");
-                Finding::unjudged()
+                Arc::new(Finding::unjudged())
             });
             let _ = reply.send(finding);
         }

@@ -23,23 +23,6 @@ use super::cached::CachedLease;
 use super::context::ReconcileFuture;
 use super::error::Error;
 
-/// Where the loop finds the objects it reconciles, by key.
-pub trait Lookup<Q, K> {
-    fn get(&self, key: &Q) -> Option<Arc<K>>;
-    /// Every object's key (the hourly pass).
-    fn keys(&self) -> Vec<Q>;
-}
-
-impl Lookup<LeaseKey, CachedLease> for Leases {
-    fn get(&self, key: &LeaseKey) -> Option<Arc<CachedLease>> {
-        Leases::get(self, key)
-    }
-
-    fn keys(&self) -> Vec<LeaseKey> {
-        Leases::keys(self)
-    }
-}
-
 /// How the loop runs.
 pub struct Settings {
     /// Reconciles at most at once.
@@ -98,20 +81,17 @@ impl<Q: Hash + Eq + Clone> State<Q> {
     }
 }
 
-/// Reconciles the objects `triggers` names (looked up in `cache` when their turn comes: a deleted
+/// Reconciles the leases `triggers` names (looked up in `leases` when their turn comes: a deleted
 /// one is skipped) until `shutdown`; then lets the reconciles in flight finish.
-pub async fn run<Q, K, Ctx>(
-    cache: impl Lookup<Q, K>,
-    triggers: impl Stream<Item = Q>,
+pub async fn run<Ctx>(
+    leases: Leases,
+    triggers: impl Stream<Item = LeaseKey>,
     settings: Settings,
-    mut reconcile: impl FnMut(Arc<K>, Arc<Ctx>) -> ReconcileFuture,
-    retry_delay: impl Fn(Arc<K>, &Error, Arc<Ctx>) -> Duration,
+    mut reconcile: impl FnMut(Arc<CachedLease>, Arc<Ctx>) -> ReconcileFuture,
+    retry_delay: impl Fn(Arc<CachedLease>, &Error, Arc<Ctx>) -> Duration,
     ctx: Arc<Ctx>,
     shutdown: CancellationToken,
-) where
-    Q: Hash + Eq + Clone + Send + 'static,
-    K: Send + Sync + 'static,
-{
+) {
     let mut state = State::new();
     let mut triggers = std::pin::pin!(triggers.take_until(shutdown.clone().cancelled_owned()));
     let mut triggers_open = true;
@@ -124,7 +104,7 @@ pub async fn run<Q, K, Ctx>(
                 break;
             };
             state.queued.remove(&object);
-            let Some(obj) = cache.get(&object) else { continue };
+            let Some(obj) = leases.get(&object) else { continue };
             state.running.insert(object.clone());
             let task = tokio::spawn(reconcile(obj.clone(), ctx.clone()));
             in_flight.push(async move {
@@ -163,7 +143,7 @@ pub async fn run<Q, K, Ctx>(
                 state.retrying.remove(&object);
                 state.trigger(object);
             }
-            _ = resync.tick() => cache.keys().into_iter().for_each(|key| state.trigger(key)),
+            _ = resync.tick() => leases.keys().into_iter().for_each(|key| state.trigger(key)),
             _ = shutdown.cancelled() => {}
         }
     }

@@ -84,10 +84,9 @@ impl Leases {
         let mut table = self.table.write().expect("not poisoned");
         let Table { entries, nonconforming, .. } = &mut *table;
         let Some(entry) = entries.get_mut(&LeaseKey::of(lease)) else { return };
-        let old = entry.judged.replace((lease.metadata.generation, finding.clone()));
-        count(nonconforming, &finding, 1);
-        if let Some((_, old)) = old {
-            count(nonconforming, &old, -1);
+        finding.count(nonconforming, 1);
+        if let Some((_, old)) = entry.judged.replace((lease.metadata.generation, finding)) {
+            old.count(nonconforming, -1);
         }
     }
 
@@ -102,8 +101,7 @@ impl Leases {
 
     /// The leases that resolve against provider `name`.
     pub fn of_provider(&self, name: &str) -> Vec<LeaseKey> {
-        let table = self.table.read().expect("not poisoned");
-        table.index.of_provider(name)
+        self.table.read().expect("not poisoned").index.of_provider(name)
     }
 
     /// The leases whose `configFrom` reads Secret `name` in `namespace`.
@@ -160,24 +158,19 @@ impl Table {
         let secrets: Box<[Arc<str>]> =
             lease.spec.config_from.iter().map(|c| self.names.get(&c.secret_key_ref.name)).collect();
         let kept = lease.keep();
+        // A lease deleted and created again under its name while the watch was away (a uid of its
+        // own) is a new lease: its generations count afresh, and nothing judged of the old holds.
+        if self.entries.get(&probe).is_some_and(|old| old.kept.uid() != kept.uid()) {
+            changed.deleted.extend(self.remove(&probe));
+        }
         let (key, old) = match self.entries.remove_entry(&probe) {
             Some((key, old)) => (key, Some(old)),
             None => (probe, None),
         };
-        // A lease deleted and created again under its name while the watch was away (a uid of its
-        // own) is a new lease: its generations count afresh, and nothing judged of the old holds.
-        let recreated = old.as_ref().filter(|old| old.kept.uid() != kept.uid());
-        if let Some(old) = recreated {
-            changed.deleted.extend(old.kept.uid().map(String::from));
-            if let Some((_, finding)) = &old.judged {
-                count(&self.nonconforming, finding, -1);
-            }
-        }
-        let same = old.as_ref().filter(|_| recreated.is_none());
-        if same.is_none_or(|old| old.kept.generation() != kept.generation()) {
+        if old.as_ref().is_none_or(|old| old.kept.generation() != kept.generation()) {
             changed.triggered.push(key.clone());
         }
-        let judged = same.and_then(|old| old.judged.clone());
+        let judged = old.as_ref().and_then(|old| old.judged.clone());
         let new = Entry { kept, provider, secrets, judged };
         let moved = old.as_ref().is_none_or(|old| old.provider != new.provider || old.secrets != new.secrets);
         if moved {
@@ -195,7 +188,7 @@ impl Table {
         let (key, old) = self.entries.remove_entry(key)?;
         self.index.unlink(&key, &old.provider, &old.secrets);
         if let Some((_, finding)) = &old.judged {
-            count(&self.nonconforming, finding, -1);
+            finding.count(&self.nonconforming, -1);
         }
         self.shrink();
         old.kept.uid().map(String::from)
@@ -207,12 +200,6 @@ impl Table {
             self.entries.shrink_to_fit();
             self.index.shrink();
         }
-    }
-}
-
-fn count(nonconforming: &Gauge, finding: &Finding, by: i64) {
-    if !finding.conforms {
-        nonconforming.inc_by(by);
     }
 }
 
