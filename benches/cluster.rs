@@ -46,7 +46,7 @@ use std::time::Duration;
 
 use sandcap::api::API_VERSION;
 use sandcap::versions::V1;
-use sandcap::vocabulary::{ConditionType, Kind, LeasePolicy, Reason};
+use sandcap::vocabulary::Kind;
 use serde_json::{Value, json};
 
 use cluster::Cluster;
@@ -76,21 +76,38 @@ fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
 }
 
-/// A lease status as sandcap writes it: six capabilities, their explanations, three conditions
-/// (no `pinned`: sandcap keeps a pin it finds, and this one would pin no real provider).
-fn typical_status() -> Value {
-    let condition = |t: ConditionType| json!({"type": t, "status": "True", "reason": t, "message": "a message of a typical length for this condition", "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1});
-    let lease_conditions = [ConditionType::Resolved, ConditionType::ConfigResolved, ConditionType::PluginIdentity];
-    json!({
-        "apiVersion": API_VERSION, "kind": Kind::SandboxLease,
-        "status": {
-            "observedGeneration": 1,
-            "effectivePolicy": LeasePolicy::Ephemeral,
-            "capabilities": V1.capabilities().map(|c| (c.to_string(), json!(false))).collect::<serde_json::Map<_, _>>(),
-            "explanations": V1.capabilities().map(|c| json!({"capability": c, "granted": false, "reason": Reason::NarrowedByLeasePolicy, "message": "the lease policy is Ephemeral, not ReuseByEnvironment"})).collect::<Vec<_>>(),
-            "conditions": lease_conditions.map(condition),
-        }
-    })
+/// The status sandcap writes for a lease of the bench's (every capability granted, one
+/// `configFrom` Secret), as the baselines' payload: taken from sandcap itself, resolving a sample
+/// lease before the parts run, so that a baseline writes exactly as much as sandcap does. Its pin
+/// is left out (sandcap keeps a pin it finds, and this one would pin the sample's provider), and
+/// its bytes go to the `Valid` condition's message instead, so the size stays.
+async fn sandcap_status(c: &Cluster, install: &Install, admin: &kube::Client) -> Value {
+    let worker = support::Worker::with_methods(&V1.worker_methods());
+    let sample = [
+        support::provider("sample", &worker.url, support::all_true()),
+        support::secret(NS, "sample-creds", "config.json", r#"{"apiToken": "s3cr3t-token-value"}"#, true),
+        support::lease(
+            NS,
+            "sample",
+            "sample",
+            json!({"configFrom": [{"secretKeyRef": {"name": "sample-creds", "key": "config.json"}}]}),
+        ),
+    ];
+    install::apply(c, &sample);
+    let sandcap = controllers(c, install, "bench-sample", &[]);
+    let mut status = controllers::lease_reason(admin, NS, "sample", "persistentProcessSessions", "Granted").await;
+    drop(sandcap);
+    let pin = status.as_object_mut().and_then(|s| s.remove("pinned")).expect("a granted lease is pinned");
+    let valid = status["conditions"].as_array_mut().and_then(|c| c.iter_mut().find(|c| c["type"] == "Valid"));
+    let message = &mut valid.expect("a Valid condition")["message"];
+    *message = json!(format!("{} {}", message.as_str().unwrap_or_default(), pin));
+    for (kind, name) in [("lease", "sample"), ("secret", "sample-creds")] {
+        let out = c.kubectl(&["delete", "-n", NS, kind, name]);
+        assert!(out.status.success(), "kubectl delete {kind} {name}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = c.kubectl(&["delete", "sandboxprovider", "sample"]);
+    assert!(out.status.success(), "kubectl delete sandboxprovider sample");
+    json!({"apiVersion": API_VERSION, "kind": Kind::SandboxLease, "status": status})
 }
 
 /// `sandcap run`, the controllers alone, without leader election, with `overrides` and what
@@ -121,11 +138,13 @@ fn main() {
         if part("webhook") {
             webhook::latency(&c, &install, &admin).await;
         }
+        let status = sandcap_status(&c, &install, &admin).await;
+        println!("sandcap's status of a granted lease, the baselines' payload: {} bytes", status["status"].to_string().len());
         if part("churn") {
-            churn::create_to_resolved(&c, &install, &admin).await;
+            churn::create_to_resolved(&c, &install, &admin, &status).await;
         }
         if part("scale") {
-            scale::controllers_at_scale(&c, &install, &admin).await;
+            scale::controllers_at_scale(&c, &install, &admin, &status).await;
         }
     });
 }

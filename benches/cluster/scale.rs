@@ -17,7 +17,7 @@ use crate::cluster::{self, Cluster};
 use crate::controllers::{explanation, resource};
 use crate::install::{self, Install};
 use crate::support::{Worker, all_true, lease, provider, secret};
-use crate::{NS, controllers, providers, typical_status};
+use crate::{NS, controllers, providers};
 
 const LEASES_PER_PROVIDER: usize = 100;
 /// The lease controller's concurrency: the baseline loop writes as many at once.
@@ -77,7 +77,7 @@ async fn resolved(admin: &Client, selector: &str, capability: &str, reason: &str
         .count()
 }
 
-pub async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client) {
+pub async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client, status: &Value) {
     let count = providers();
     let worker = Worker::with_methods(&V1.worker_methods());
     let mut objects: Vec<Value> = (0..count).map(|p| provider(&format!("p-{p}"), &worker.url, all_true())).collect();
@@ -110,7 +110,7 @@ pub async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client
     let api: Api<DynamicObject> = Api::namespaced_with(as_sandcap, NS, &resource("SandboxLease"));
     let names: Vec<String> =
         (0..count).flat_map(|p| (0..LEASES_PER_PROVIDER).map(move |l| format!("l-{p}-{l}"))).collect();
-    let before = loops(&api, &names, count).await;
+    let before = loops(&api, &names, count, status).await;
     let started = Instant::now();
     let sandcap = controllers(c, install, "bench-controllers", &[]);
     sandcap.ready().await;
@@ -182,7 +182,7 @@ pub async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client
     // The apiserver slows as etcd's history grows: the loops again, after everything sandcap did,
     // and sandcap's cold start against the mean of each loop's two runs, so that neither side gets
     // the fresher apiserver. The target is a ratio to the fastest.
-    let after = loops(&api, &names, count).await;
+    let after = loops(&api, &names, count, status).await;
     for ((name, first), (_, again)) in before.iter().zip(&after) {
         let mean = (*first + *again) / 2;
         println!(
@@ -200,17 +200,22 @@ pub async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client
 /// patch and a server-side apply of a status of sandcap's size (what sandcap wrote before; both not
 /// at 100,000 leases, to keep that run's time), and sandcap's own write, a JSON patch that
 /// replaces the whole status with one of sandcap's size.
-async fn loops(api: &Api<DynamicObject>, names: &[String], providers: usize) -> Vec<(&'static str, Duration)> {
+async fn loops(
+    api: &Api<DynamicObject>,
+    names: &[String],
+    providers: usize,
+    status: &Value,
+) -> Vec<(&'static str, Duration)> {
     let params = PatchParams { field_manager: Some("bench".into()), ..PatchParams::default() };
     let mut times = Vec::new();
     if providers == 100 {
         let small = Patch::Merge(json!({"status": {"observedGeneration": 0}}));
         times.push(("small merge patch loop", baseline(api, names, &small, params.clone()).await));
         let forced = PatchParams::apply("bench").force();
-        let apply = Patch::Apply(typical_status());
+        let apply = Patch::Apply(status.clone());
         times.push(("whole-status server-side apply loop", baseline(api, names, &apply, forced).await));
     }
-    let add = json!([{"op": "add", "path": "/status", "value": typical_status()["status"]}]);
+    let add = json!([{"op": "add", "path": "/status", "value": status["status"]}]);
     let replace = Patch::Json(serde_json::from_value(add).expect("a JSON patch"));
     times.push(("whole-status JSON patch loop", baseline(api, names, &replace, params).await));
     for (name, time) in &times {

@@ -177,6 +177,9 @@ impl Audits {
 fn judge_on_a_thread(kind: Kind, options: Options) -> Sender<Job> {
     let (jobs, queue) = mpsc::channel::<Job>();
     let judging = move || {
+        // Compiled before the first job, not by it: a lease created right after a start would
+        // wait for it.
+        crate::schema::prepare(kind, options.contract);
         for Job { object, reply } in queue {
             let judged = panic::catch_unwind(|| Finding::of(&judge(&object, &options, Server::default())));
             let finding = judged.unwrap_or_else(|_| {

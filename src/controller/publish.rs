@@ -7,7 +7,6 @@
 //! writes nothing and repeats no Event.
 
 use std::borrow::Cow;
-use std::fmt::Debug;
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation};
@@ -16,7 +15,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
-use serde::de::DeserializeOwned;
+use serde::de::IgnoredAny;
 
 use super::audit::Finding;
 use super::cached::CachedLease;
@@ -33,7 +32,7 @@ const MAX_NOTE: usize = 1024;
 /// An object whose status a controller publishes, as its cache holds it.
 pub trait Publish: Resource<DynamicType = ()> {
     /// The type its status is written as (a cached lease is trimmed; the apiserver's is whole).
-    type Written: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug;
+    type Written: Resource<DynamicType = ()>;
     type Status: Serialize;
 
     /// Where its status is written.
@@ -106,7 +105,7 @@ pub async fn publish<K: Publish>(
     now: &Time,
 ) -> Result<(), Error> {
     let Some(Write { status, events }) = decide(obj, desired, finding, now) else { return Ok(()) };
-    replace_status(&obj.api(ctx.client.clone()), &obj.name_any(), &status).await?;
+    replace_status(&ctx.client, &obj.api(ctx.client.clone()), &obj.name_any(), &status).await?;
     // kube's Recorder puts a cluster-scoped provider's Events in `default`, a lease's in its
     // namespace.
     let reference = obj.object_ref(&());
@@ -146,17 +145,22 @@ fn decide<K: Publish>(obj: &K, mut desired: K::Status, finding: &Finding, now: &
 /// apiserver records the fields it sets under `sandcap` (operation `Update`, subresource
 /// `status`). `add` replaces a member that exists (RFC 6902), so one patch serves a first status
 /// and a later one, and keys the new status leaves out (another contract version's) go with the
-/// old.
-async fn replace_status<K>(api: &Api<K>, name: &str, status: &impl Serialize) -> Result<(), Error>
+/// old. The apiserver answers with the whole object, which the watch brings back anyway: it is
+/// skipped, not decoded (its managed fields alone are as large as the rest).
+async fn replace_status<K>(client: &Client, api: &Api<K>, name: &str, status: &impl Serialize) -> Result<(), Error>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    K: Resource<DynamicType = ()>,
 {
     let failed = |source| Error::WriteStatus { kind: kind_label::<K>(), name: name.to_string(), source };
     let value = serde_json::to_value(status).map_err(|e| failed(kube::Error::SerdeError(e)))?;
     let add = AddOperation { path: PointerBuf::from_tokens(["status"]), value };
     let patch: Patch<()> = Patch::Json(json_patch::Patch(vec![PatchOperation::Add(add)]));
     let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() };
-    api.patch_status(name, &params, &patch).await.map(drop).map_err(failed)
+    let mut request = kube::core::Request::new(api.resource_url())
+        .patch_subresource("status", name, &params, &patch)
+        .map_err(|e| failed(kube::Error::BuildRequest(e)))?;
+    request.extensions_mut().insert("patch_status");
+    client.request::<IgnoredAny>(request).await.map(drop).map_err(failed)
 }
 
 /// The `Valid` condition of `finding`, among the status's other `conditions`.

@@ -70,6 +70,14 @@ impl Rejection {
     }
 }
 
+/// Compiles the CRD of `kind` under `version` on this thread now, not on the first [`check`]: a
+/// thread that judges only that kind is ready before its first object arrives.
+pub fn prepare(kind: Kind, version: ContractVersion) {
+    CRDS.with(|crds| {
+        crds.crd(version, kind);
+    });
+}
+
 /// Judges `object` as the apiserver would before any webhook sees it. `old` is the stored object
 /// on UPDATE (the transition rules: immutable fields). `server` names the minor whose message
 /// forms to write; the minors sandcap supports all write the same ones (see [`Server`]).
