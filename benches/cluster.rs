@@ -139,7 +139,10 @@ fn main() {
             webhook::latency(&c, &install, &admin).await;
         }
         let status = sandcap_status(&c, &install, &admin).await;
-        println!("sandcap's status of a granted lease, the baselines' payload: {} bytes", status["status"].to_string().len());
+        println!(
+            "sandcap's status of a granted lease, the baselines' payload: {} bytes",
+            status["status"].to_string().len()
+        );
         if part("churn") {
             churn::create_to_resolved(&c, &install, &admin, &status).await;
         }

@@ -15,9 +15,30 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// blocks); a controller start decodes every lease at once, and that delay alone held about 18 MiB
 /// more at 10,000 leases (docs/controller.md, "Scale"). 10 ms is mimalloc 2's default.
 /// `MIMALLOC_PURGE_DELAY` in the environment still decides.
+///
+/// Transparent huge pages are off for the process: mimalloc asks for them on the memory it maps
+/// (`madvise(MADV_HUGEPAGE)`), and where the kernel grants them (its THP setting `madvise`, the
+/// usual default, or `always`) each 2 MiB of heap is resident once one byte of it is touched and
+/// stays so until all of it is free: at 10,000 leases huge pages were half of sandcap's resident
+/// memory. A heap of tens of MiB gains little from them, and the pod's memory limit counts them.
+/// `MIMALLOC_ALLOW_THP` in the environment still decides.
 fn tune_allocator() {
     // SAFETY: called first in `main`, before any other thread exists (the option is not atomic).
     unsafe { libmimalloc_sys::mi_option_set_default(MI_OPTION_PURGE_DELAY, 10) };
+    #[cfg(target_os = "linux")]
+    if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
+        // SAFETY: a prctl with integer arguments; it fails only on kernels older than 3.15, where
+        // the memory is what it was.
+        unsafe {
+            libc::prctl(
+                libc::PR_SET_THP_DISABLE,
+                1 as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+            )
+        };
+    }
 }
 
 fn main() {

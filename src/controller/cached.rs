@@ -133,6 +133,21 @@ impl Kept {
         self.uid.as_deref()
     }
 
+    #[cfg(test)]
+    pub fn spec(&self) -> &[u8] {
+        &self.spec
+    }
+
+    /// Takes the published status (and pin) of `lease`, the same generation of this lease: its
+    /// spec is the one kept.
+    pub fn republish(&mut self, lease: CachedLease) {
+        let pinned = lease.lease.status.and_then(|s| s.pinned);
+        if self.pinned.as_deref() != pinned.as_ref() {
+            self.pinned = pinned.map(Box::new);
+        }
+        self.published = lease.published;
+    }
+
     /// The lease as a reconcile reads it. `None` (with an error in the log) should its spec not
     /// decode, which would be a bug: it is the JSON this process encoded.
     pub fn view(&self, namespace: &str, name: &str, finding: Option<Arc<Finding>>) -> Option<CachedLease> {

@@ -154,6 +154,10 @@ impl Table {
     fn insert(&mut self, lease: CachedLease, changed: &mut Changed) -> LeaseKey {
         let namespace = self.names.get(lease.namespace().as_deref().unwrap_or_default());
         let probe = LeaseKey::new(namespace, &lease.name_any());
+        let lease = match self.republish(&probe, lease) {
+            Ok(key) => return key,
+            Err(lease) => lease,
+        };
         let provider = self.names.get(&lease.spec.provider_ref.name);
         let secrets: Box<[Arc<str>]> =
             lease.spec.config_from.iter().map(|c| self.names.get(&c.secret_key_ref.name)).collect();
@@ -183,6 +187,23 @@ impl Table {
         key
     }
 
+    /// A new status of a lease kept at this generation (most often sandcap's own write, which the
+    /// watch brings back: at a cold start, once per lease) changes its published status alone:
+    /// the spec and what it reads are those kept, and are not allocated again, so that what lives
+    /// on stays where it was allocated instead of moving between the pages of each event's
+    /// transient allocations. The lease back if it is new, or another generation or uid.
+    fn republish(&mut self, probe: &LeaseKey, lease: CachedLease) -> Result<LeaseKey, CachedLease> {
+        let same = |entry: &Entry| {
+            entry.kept.uid() == lease.metadata.uid.as_deref() && entry.kept.generation() == lease.metadata.generation
+        };
+        let Some((key, _)) = self.entries.get_key_value(probe).filter(|(_, entry)| same(entry)) else {
+            return Err(lease);
+        };
+        let key = key.clone();
+        self.entries.get_mut(&key).expect("found above").kept.republish(lease);
+        Ok(key)
+    }
+
     /// Forgets the lease at `key`; its uid, if it was kept.
     fn remove(&mut self, key: &LeaseKey) -> Option<String> {
         let (key, old) = self.entries.remove_entry(key)?;
@@ -206,7 +227,9 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::SandboxLeaseStatus;
     use crate::controller::fixtures::{LeaseFixture, lease};
+    use crate::vocabulary::Capability;
 
     fn apply(writer: &mut Writer, lease: LeaseFixture) -> Changed {
         writer.apply(Event::Apply(lease.build().into()))
@@ -259,6 +282,23 @@ mod tests {
         assert!(leases.of_provider("p").is_empty());
         assert_eq!(names(leases.of_provider("q")), ["team-a/l"]);
         assert!(leases.table.read().unwrap().index.is_empty_but(1), "no empty entry is kept");
+    }
+
+    #[test]
+    fn a_status_write_changes_the_published_status_alone() {
+        let (leases, mut writer) = table(Gauge::default());
+        apply(&mut writer, lease("team-a", "l").of("p", "k").config_from("s", "a"));
+        let key = LeaseKey::new("team-a".into(), "l");
+        let spec = |leases: &Leases| leases.table.read().unwrap().entries[&key].kept.spec().as_ptr();
+        let before = spec(&leases);
+        let mut written = lease("team-a", "l").of("p", "k").config_from("s", "a").build();
+        let mut status = SandboxLeaseStatus::default();
+        status.capabilities.set(Capability::ReusableLeases, true);
+        written.status = Some(status);
+        assert_eq!(writer.apply(Event::Apply(written.into())), Changed::default());
+        assert!(leases.get(&key).unwrap().grants_any(), "the new status is the published one");
+        assert_eq!(spec(&leases), before, "the spec kept is not allocated again");
+        assert_eq!(names(leases.of_secret("team-a", "s")), ["team-a/l"]);
     }
 
     #[test]
