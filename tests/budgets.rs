@@ -59,3 +59,11 @@ async fn sixty_four_full_size_reviews_at_once_are_all_answered_within_budget() {
     eprintln!("64 at once: peak {} MiB", peak >> 20);
     assert!(peak <= CONCURRENT_PEAK, "peak {} MiB", peak >> 20);
 }
+
+/// Transparent huge pages would keep each 2 MiB of heap that holds one live byte resident
+/// (src/main.rs): sandcap turns them off for itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandcap_runs_without_transparent_huge_pages() {
+    let sandcap = Sandcap::start().await;
+    assert_eq!(sandcap.proc_status("THP_enabled").as_deref(), Some("0"));
+}

@@ -168,6 +168,11 @@ impl Sandcap {
     pub fn peak(&self) -> u64 {
         super::peak_rss(self.child.id())
     }
+
+    /// The field `name` of its /proc/<pid>/status.
+    pub fn proc_status(&self, name: &str) -> Option<String> {
+        super::proc_status(self.child.id(), name)
+    }
 }
 
 impl Drop for Sandcap {

@@ -101,13 +101,14 @@ fn worker_binary() -> PathBuf {
 
 /// Peak resident memory of process `pid` so far (`VmHWM` in /proc), in bytes.
 pub fn peak_rss(pid: u32) -> u64 {
+    let kib = proc_status(pid, "VmHWM").expect("VmHWM in /proc/<pid>/status");
+    kib.trim_end_matches("kB").trim().parse::<u64>().expect("VmHWM in kB") * 1024
+}
+
+/// The field `name` of /proc/`pid`/status, trimmed.
+pub fn proc_status(pid: u32, name: &str) -> Option<String> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/<pid>/status");
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM in /proc/<pid>/status");
-    kib * 1024
+    status.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')).map(|v| v.trim().to_string())
 }
 
 /// A provider of one `sandbox_provider` driver `kubernetes` whose worker is at `url` (the tests

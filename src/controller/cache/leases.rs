@@ -189,7 +189,8 @@ impl Table {
 
     /// A new status of a lease kept at this generation (most often sandcap's own write, which the
     /// watch brings back: at a cold start, once per lease) changes its published status alone:
-    /// the spec and what it reads are those kept, and are not allocated again, so that what lives
+    /// the apiserver moves the generation with every change of the spec (the CRD has a status
+    /// subresource), so the spec and what it reads are those kept, and are not allocated again, so that what lives
     /// on stays where it was allocated instead of moving between the pages of each event's
     /// transient allocations. The lease back if it is new, or another generation or uid.
     fn republish(&mut self, probe: &LeaseKey, lease: CachedLease) -> Result<LeaseKey, CachedLease> {
@@ -305,7 +306,10 @@ mod tests {
     fn a_renamed_secret_reference_no_longer_relates_the_old_secret() {
         let (leases, mut writer) = table(Gauge::default());
         apply(&mut writer, lease("team-a", "one").of("p", "k").config_from("old", "a"));
-        apply(&mut writer, lease("team-a", "one").of("p", "k").config_from("new", "a"));
+        // A spec change moves the generation (the CRDs have a status subresource).
+        let mut renamed = lease("team-a", "one").of("p", "k").config_from("new", "a").build();
+        renamed.metadata.generation = Some(2);
+        writer.apply(Event::Apply(renamed.into()));
         assert!(leases.of_secret("team-a", "old").is_empty());
         assert_eq!(names(leases.of_secret("team-a", "new")), ["team-a/one"]);
     }
