@@ -31,7 +31,7 @@ const MAX_NOTE: usize = 1024;
 
 /// An object whose status a controller publishes, as its cache holds it.
 pub trait Publish: Resource<DynamicType = ()> {
-    /// The type its status is written as (a cached lease is trimmed; the apiserver's is whole).
+    /// The resource its status is written to (a cached lease is trimmed; the apiserver's is whole).
     type Written: Resource<DynamicType = ()>;
     type Status: Serialize;
 
@@ -105,7 +105,7 @@ pub async fn publish<K: Publish>(
     now: &Time,
 ) -> Result<(), Error> {
     let Some(Write { status, events }) = decide(obj, desired, finding, now) else { return Ok(()) };
-    replace_status(&ctx.client, &obj.api(ctx.client.clone()), &obj.name_any(), &status).await?;
+    replace_status(obj.api(ctx.client.clone()), &obj.name_any(), &status).await?;
     // kube's Recorder puts a cluster-scoped provider's Events in `default`, a lease's in its
     // namespace.
     let reference = obj.object_ref(&());
@@ -147,7 +147,7 @@ fn decide<K: Publish>(obj: &K, mut desired: K::Status, finding: &Finding, now: &
 /// and a later one, and keys the new status leaves out (another contract version's) go with the
 /// old. The apiserver answers with the whole object, which the watch brings back anyway: it is
 /// skipped, not decoded (its managed fields alone are as large as the rest).
-async fn replace_status<K>(client: &Client, api: &Api<K>, name: &str, status: &impl Serialize) -> Result<(), Error>
+async fn replace_status<K>(api: Api<K>, name: &str, status: &impl Serialize) -> Result<(), Error>
 where
     K: Resource<DynamicType = ()>,
 {
@@ -160,7 +160,7 @@ where
         .patch_subresource("status", name, &params, &patch)
         .map_err(|e| failed(kube::Error::BuildRequest(e)))?;
     request.extensions_mut().insert("patch_status");
-    client.request::<IgnoredAny>(request).await.map(drop).map_err(failed)
+    api.into_client().request::<IgnoredAny>(request).await.map(drop).map_err(failed)
 }
 
 /// The `Valid` condition of `finding`, among the status's other `conditions`.

@@ -188,11 +188,11 @@ impl Table {
     }
 
     /// A new status of a lease kept at this generation (most often sandcap's own write, which the
-    /// watch brings back: at a cold start, once per lease) changes its published status alone:
-    /// the apiserver moves the generation with every change of the spec (the CRD has a status
-    /// subresource), so the spec and what it reads are those kept, and are not allocated again, so that what lives
-    /// on stays where it was allocated instead of moving between the pages of each event's
-    /// transient allocations. The lease back if it is new, or another generation or uid.
+    /// watch brings back: at a cold start, once per lease) changes its published status alone. The
+    /// apiserver moves the generation with every change of the spec (the CRD has a status
+    /// subresource), so the spec and what it reads are those kept, not allocated again: what
+    /// lives on stays where it was allocated instead of landing between each event's short-lived
+    /// allocations. The lease back if it is new, or another generation or uid.
     fn republish(&mut self, probe: &LeaseKey, lease: CachedLease) -> Result<LeaseKey, CachedLease> {
         let same = |entry: &Entry| {
             entry.kept.uid() == lease.metadata.uid.as_deref() && entry.kept.generation() == lease.metadata.generation
