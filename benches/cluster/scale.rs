@@ -111,9 +111,8 @@ pub async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client
     let names: Vec<String> =
         (0..count).flat_map(|p| (0..LEASES_PER_PROVIDER).map(move |l| format!("l-{p}-{l}"))).collect();
     if count == 100 {
-        // Every loop then replaces a status of sandcap's size, as sandcap's cold start does: the
-        // first loop would otherwise write onto leases with no status, a cheaper write than any
-        // that follows (in 0.78 of the time of the same loop after sandcap, in one run).
+        // Every loop then replaces a status of sandcap's size, as sandcap's cold start does,
+        // where the first loop would otherwise write onto leases with no status.
         prime(&api, &names, status).await;
     }
     let before = loops(&api, &names, count, status).await;
