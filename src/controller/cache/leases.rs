@@ -154,10 +154,10 @@ impl Table {
     fn insert(&mut self, lease: CachedLease, changed: &mut Changed) -> LeaseKey {
         let namespace = self.names.get(lease.namespace().as_deref().unwrap_or_default());
         let probe = LeaseKey::new(namespace, &lease.name_any());
-        let lease = match self.republish(&probe, lease) {
-            Ok(key) => return key,
-            Err(lease) => lease,
-        };
+        if let Some(key) = self.at_its_generation(&probe, &lease) {
+            self.entries.get_mut(&key).expect("found above").kept.republish(lease);
+            return key;
+        }
         let provider = self.names.get(&lease.spec.provider_ref.name);
         let secrets: Box<[Arc<str>]> =
             lease.spec.config_from.iter().map(|c| self.names.get(&c.secret_key_ref.name)).collect();
@@ -187,22 +187,17 @@ impl Table {
         key
     }
 
-    /// A new status of a lease kept at this generation (most often sandcap's own write, which the
-    /// watch brings back: at a cold start, once per lease) changes its published status alone. The
-    /// apiserver moves the generation with every change of the spec (the CRD has a status
-    /// subresource), so the spec and what it reads are those kept, not allocated again: what
-    /// lives on stays where it was allocated instead of landing between each event's short-lived
-    /// allocations. The lease back if it is new, or another generation or uid.
-    fn republish(&mut self, probe: &LeaseKey, lease: CachedLease) -> Result<LeaseKey, CachedLease> {
-        let same = |entry: &Entry| {
-            entry.kept.uid() == lease.metadata.uid.as_deref() && entry.kept.generation() == lease.metadata.generation
-        };
-        let Some((key, _)) = self.entries.get_key_value(probe).filter(|(_, entry)| same(entry)) else {
-            return Err(lease);
-        };
-        let key = key.clone();
-        self.entries.get_mut(&key).expect("found above").kept.republish(lease);
-        Ok(key)
+    /// The key of `lease`'s entry if it is kept at this generation: then the event is a new
+    /// status of it (most often sandcap's own write, which the watch brings back: at a cold start,
+    /// once per lease), which changes its published status alone. The apiserver moves the
+    /// generation with every change of the spec (the CRD has a status subresource), so the spec
+    /// and what it reads are those kept, not allocated again: what lives on stays where it was
+    /// allocated instead of landing between each event's short-lived allocations.
+    fn at_its_generation(&self, probe: &LeaseKey, lease: &CachedLease) -> Option<LeaseKey> {
+        let (key, entry) = self.entries.get_key_value(probe)?;
+        let same =
+            entry.kept.uid() == lease.metadata.uid.as_deref() && entry.kept.generation() == lease.metadata.generation;
+        same.then(|| key.clone())
     }
 
     /// Forgets the lease at `key`; its uid, if it was kept.
@@ -226,190 +221,4 @@ impl Table {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::api::SandboxLeaseStatus;
-    use crate::controller::fixtures::{LeaseFixture, lease};
-    use crate::vocabulary::Capability;
-
-    fn apply(writer: &mut Writer, lease: LeaseFixture) -> Changed {
-        writer.apply(Event::Apply(lease.build().into()))
-    }
-
-    fn names(mut leases: Vec<LeaseKey>) -> Vec<String> {
-        leases.sort_by(|a, b| (a.namespace(), a.name()).cmp(&(b.namespace(), b.name())));
-        leases.into_iter().map(|l| format!("{l:?}")).collect()
-    }
-
-    #[test]
-    fn a_lease_is_found_by_its_provider_and_by_each_secret_it_reads() {
-        let (leases, mut writer) = table(Gauge::default());
-        apply(&mut writer, lease("team-a", "one").of("p", "k").config_from("s", "a").config_from("t", "b"));
-        apply(&mut writer, lease("team-b", "two").of("p", "k"));
-        apply(&mut writer, lease("team-a", "other").of("q", "k"));
-        assert_eq!(names(leases.of_provider("p")), ["team-a/one", "team-b/two"]);
-        assert_eq!(names(leases.of_secret("team-a", "s")), ["team-a/one"]);
-        assert_eq!(names(leases.of_secret("team-a", "t")), ["team-a/one"]);
-        // A lease reads Secrets of its own namespace only.
-        assert!(leases.of_secret("team-b", "s").is_empty());
-        assert!(leases.of_provider("nobody").is_empty());
-    }
-
-    #[test]
-    fn one_key_and_one_copy_of_each_name_are_kept_per_lease() {
-        let (leases, mut writer) = table(Gauge::default());
-        apply(&mut writer, lease("team-a", "one").of("p", "k").config_from("s", "a"));
-        apply(&mut writer, lease("team-a", "two").of("p", "k").config_from("s", "a"));
-        let table = leases.table.read().unwrap();
-        let [one, two] =
-            ["one", "two"].map(|n| table.entries.get_key_value(&LeaseKey::new("team-a".into(), n)).unwrap());
-        assert!(Arc::ptr_eq(&one.0.0.0, &two.0.0.0), "one namespace");
-        assert!(Arc::ptr_eq(&one.1.provider, &two.1.provider) && Arc::ptr_eq(&one.1.secrets[0], &two.1.secrets[0]));
-        let indexed = table.index.of_provider("p");
-        assert!(indexed.iter().all(|k| Arc::ptr_eq(&k.0, &one.0.0) || Arc::ptr_eq(&k.0, &two.0.0)), "the table's keys");
-        assert_eq!(table.names.names.len(), 3, "team-a, p, s");
-    }
-
-    #[test]
-    fn a_lease_is_triggered_when_new_or_when_its_generation_moves_not_by_a_status_write() {
-        let (leases, mut writer) = table(Gauge::default());
-        assert_eq!(names(apply(&mut writer, lease("team-a", "l").of("p", "k")).triggered), ["team-a/l"]);
-        let mut written = lease("team-a", "l").of("p", "k").build();
-        written.status = Some(Default::default());
-        assert_eq!(writer.apply(Event::Apply(written.into())), Changed::default());
-        let mut moved = lease("team-a", "l").of("q", "k").build();
-        moved.metadata.generation = Some(2);
-        assert_eq!(names(writer.apply(Event::Apply(moved.into())).triggered), ["team-a/l"]);
-        assert!(leases.of_provider("p").is_empty());
-        assert_eq!(names(leases.of_provider("q")), ["team-a/l"]);
-        assert!(leases.table.read().unwrap().index.is_empty_but(1), "no empty entry is kept");
-    }
-
-    #[test]
-    fn a_status_write_changes_the_published_status_alone() {
-        let (leases, mut writer) = table(Gauge::default());
-        apply(&mut writer, lease("team-a", "l").of("p", "k").config_from("s", "a"));
-        let key = LeaseKey::new("team-a".into(), "l");
-        let spec = |leases: &Leases| leases.table.read().unwrap().entries[&key].kept.spec().as_ptr();
-        let before = spec(&leases);
-        let mut written = lease("team-a", "l").of("p", "k").config_from("s", "a").build();
-        let mut status = SandboxLeaseStatus::default();
-        status.capabilities.set(Capability::ReusableLeases, true);
-        written.status = Some(status);
-        assert_eq!(writer.apply(Event::Apply(written.into())), Changed::default());
-        assert!(leases.get(&key).unwrap().grants_any(), "the new status is the published one");
-        assert_eq!(spec(&leases), before, "the spec kept is not allocated again");
-        assert_eq!(names(leases.of_secret("team-a", "s")), ["team-a/l"]);
-    }
-
-    #[test]
-    fn a_renamed_secret_reference_no_longer_relates_the_old_secret() {
-        let (leases, mut writer) = table(Gauge::default());
-        apply(&mut writer, lease("team-a", "one").of("p", "k").config_from("old", "a"));
-        // A spec change moves the generation (the CRDs have a status subresource).
-        let mut renamed = lease("team-a", "one").of("p", "k").config_from("new", "a").build();
-        renamed.metadata.generation = Some(2);
-        writer.apply(Event::Apply(renamed.into()));
-        assert!(leases.of_secret("team-a", "old").is_empty());
-        assert_eq!(names(leases.of_secret("team-a", "new")), ["team-a/one"]);
-    }
-
-    #[test]
-    fn a_deleted_lease_is_in_no_relation_and_nothing_of_it_is_kept() {
-        let (leases, mut writer) = table(Gauge::default());
-        apply(&mut writer, lease("team-a", "one").of("p", "k").config_from("s", "a"));
-        apply(&mut writer, lease("team-a", "two").of("p", "k").config_from("s", "a"));
-        let deleted = writer.apply(Event::Delete(lease("team-a", "one").of("p", "k").build().into()));
-        assert_eq!(deleted, Changed { triggered: vec![], deleted: vec!["team-a-one-uid".into()] });
-        assert_eq!(names(leases.of_provider("p")), ["team-a/two"]);
-        assert_eq!(names(leases.of_secret("team-a", "s")), ["team-a/two"]);
-        writer.apply(Event::Delete(lease("team-a", "two").of("p", "k").build().into()));
-        let table = leases.table.read().unwrap();
-        assert!(table.entries.is_empty() && table.index.is_empty_but(0));
-    }
-
-    #[test]
-    fn names_no_lease_reads_any_more_are_dropped() {
-        let (leases, mut writer) = table(Gauge::default());
-        for round in 0..4 {
-            for i in 0..1000 {
-                apply(
-                    &mut writer,
-                    lease("team-a", &format!("l-{i}")).of("p", "k").config_from(&format!("s-{round}-{i}"), "a"),
-                );
-            }
-        }
-        let held = leases.table.read().unwrap().names.names.len();
-        assert!(held <= 2 * 1002, "{held} names held for 1002 in use");
-    }
-
-    #[test]
-    fn a_finding_is_kept_for_its_generation_and_counted_until_the_lease_is_gone() {
-        let gauge = Gauge::default();
-        let (leases, mut writer) = table(gauge.clone());
-        let at = |generation: i64| {
-            let mut l = lease("team-a", "l").of("p", "k").build();
-            l.metadata.generation = Some(generation);
-            l
-        };
-        writer.apply(Event::Apply(at(1).into()));
-        let key = LeaseKey::new("team-a".into(), "l");
-        let first = leases.get(&key).unwrap();
-        assert!(first.finding().is_none(), "not judged yet");
-        let broken = Arc::new(Finding { conforms: false, message: "breaks".into() });
-        leases.judged(&first, broken.clone());
-        assert_eq!(gauge.get(), 1);
-        let mut written = at(1);
-        written.status = Some(Default::default());
-        writer.apply(Event::Apply(written.into()));
-        assert!(Arc::ptr_eq(&leases.get(&key).unwrap().finding().unwrap(), &broken), "a status write keeps it");
-        writer.apply(Event::Apply(at(2).into()));
-        let second = leases.get(&key).unwrap();
-        assert!(second.finding().is_none(), "a new generation is judged again");
-        assert_eq!(gauge.get(), 1, "and counts as it was until then");
-        leases.judged(&second, Arc::new(Finding { conforms: true, message: "ok".into() }));
-        assert_eq!(gauge.get(), 0);
-        leases.judged(&second, broken);
-        writer.apply(Event::Delete(at(2).into()));
-        assert_eq!(gauge.get(), 0, "a deleted lease no longer counts");
-    }
-
-    #[test]
-    fn a_lease_created_again_under_its_name_is_a_new_lease() {
-        let gauge = Gauge::default();
-        let (leases, mut writer) = table(gauge.clone());
-        writer.apply(Event::Apply(lease("team-a", "l").of("p", "k").build().into()));
-        let key = LeaseKey::new("team-a".into(), "l");
-        leases.judged(&leases.get(&key).unwrap(), Arc::new(Finding { conforms: false, message: "breaks".into() }));
-        let mut again = lease("team-a", "l").of("p", "k").build();
-        again.metadata.uid = Some("another-uid".into());
-        let changed = writer.apply(Event::Apply(again.into()));
-        assert_eq!(changed, Changed { triggered: vec![key.clone()], deleted: vec!["team-a-l-uid".into()] });
-        assert!(leases.get(&key).unwrap().finding().is_none(), "judged afresh");
-        assert_eq!(gauge.get(), 0, "the old one no longer counts");
-    }
-
-    #[tokio::test]
-    async fn a_relist_forgets_the_leases_it_no_longer_holds_and_marks_the_table_listed() {
-        let (leases, mut writer) = table(Gauge::default());
-        let [kept, gone] = ["kept", "gone"].map(|name| CachedLease::from(lease("team-a", name).of("p", "k").build()));
-        for event in [Event::Init, Event::InitApply(kept.clone()), Event::InitApply(gone), Event::InitDone] {
-            writer.apply(event);
-        }
-        assert!(leases.listed().await);
-        assert_eq!(leases.count(), 2);
-        writer.apply(Event::Init);
-        assert_eq!(writer.apply(Event::InitApply(kept)), Changed::default(), "unchanged");
-        let relisted = writer.apply(Event::InitDone);
-        assert_eq!(relisted, Changed { triggered: vec![], deleted: vec!["team-a-gone-uid".into()] });
-        assert_eq!(names(leases.keys()), ["team-a/kept"]);
-        assert_eq!(leases.get(&LeaseKey::new("team-a".into(), "kept")).unwrap().metadata.name.as_deref(), Some("kept"));
-    }
-
-    #[tokio::test]
-    async fn a_table_whose_writer_is_gone_before_the_list_is_never_listed() {
-        let (leases, writer) = table(Gauge::default());
-        drop(writer);
-        assert!(!leases.listed().await);
-    }
-}
+mod tests;
