@@ -101,12 +101,9 @@ async fn sandcap_status(c: &Cluster, install: &Install, admin: &kube::Client) ->
     let valid = status["conditions"].as_array_mut().and_then(|c| c.iter_mut().find(|c| c["type"] == "Valid"));
     let message = &mut valid.expect("a Valid condition")["message"];
     *message = json!(format!("{} {}", message.as_str().unwrap_or_default(), pin));
-    for (kind, name) in [("sandboxlease", "sample"), ("secret", "sample-creds")] {
-        let out = c.kubectl(&["delete", "-n", NS, kind, name]);
-        assert!(out.status.success(), "kubectl delete {kind} {name}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    let out = c.kubectl(&["delete", "sandboxprovider", "sample"]);
-    assert!(out.status.success(), "kubectl delete sandboxprovider sample");
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": sample});
+    let out = c.kubectl_stdin(&["delete", "-f", "-"], &list.to_string());
+    assert!(out.status.success(), "kubectl delete the sample: {}", String::from_utf8_lossy(&out.stderr));
     json!({"apiVersion": API_VERSION, "kind": Kind::SandboxLease, "status": status})
 }
 

@@ -96,6 +96,13 @@ async fn trivial_controller(admin: &Client, tag: &str, status: &Value) -> tokio:
     task
 }
 
+/// Lease `name` of round `tag` (labelled so that the round's watches see it), with `spec`.
+fn round_lease(tag: &str, name: &str, spec: Value) -> DynamicObject {
+    let mut object = lease(NS, name, PROVIDER, spec);
+    object["metadata"]["labels"] = json!({"bench/round": tag});
+    serde_json::from_value(object).expect("lease")
+}
+
 /// Creates `count` leases of round `tag` at `rate` a second (each on time, not after the one
 /// before); returns when each create was answered.
 async fn create_at_rate(
@@ -116,9 +123,7 @@ async fn create_at_rate(
     for i in 0..count {
         tokio::time::sleep_until(started + Duration::from_secs_f64(i as f64 / f64::from(rate))).await;
         let name = format!("{tag}-{i}");
-        let mut object = lease(NS, &name, PROVIDER, spec.clone());
-        object["metadata"]["labels"] = json!({"bench/round": tag});
-        let object: DynamicObject = serde_json::from_value(object).expect("lease");
+        let object = round_lease(tag, &name, spec.clone());
         let api = api.clone();
         creates.push(tokio::spawn(async move {
             // An apiserver past its capacity may drop a connection: that lease counts as not resolved.
@@ -139,9 +144,7 @@ async fn create_at_rate(
 async fn warm_up(admin: &Client, tag: &str, resolved: &Mutex<HashMap<String, Instant>>) {
     let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource("SandboxLease"));
     let name = format!("{tag}-warm-up");
-    let mut object = lease(NS, &name, PROVIDER, json!({}));
-    object["metadata"]["labels"] = json!({"bench/round": tag});
-    api.create(&PostParams::default(), &serde_json::from_value(object).expect("lease")).await.expect("warm-up lease");
+    api.create(&PostParams::default(), &round_lease(tag, &name, json!({}))).await.expect("warm-up lease");
     install::eventually("the warm-up lease resolved", Duration::from_secs(60), || async {
         resolved.lock().unwrap().contains_key(&name).then_some(())
     })
@@ -155,6 +158,7 @@ async fn round(admin: &Client, tag: &str, rate: u32, config_from: bool) -> (Dura
     warm_up(admin, tag, &resolved).await;
     let created = create_at_rate(admin, tag, rate, count, config_from).await;
     let deadline = Instant::now() + Duration::from_secs(60);
+    // The round's leases and the warm-up lease.
     while resolved.lock().unwrap().len() < count + 1 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

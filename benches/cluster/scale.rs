@@ -99,8 +99,9 @@ pub async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client
         started.elapsed().as_secs_f64()
     );
 
-    // Resolved: every lease pinned and Granted by sandcap (all are: half read a valid `configFrom`), as a watch
-    // shows, open from here on, so that the baselines pay for a watcher as sandcap's start does.
+    // Resolved: every lease pinned and Granted by sandcap (all are: half read a valid
+    // `configFrom`), as a watch shows, open from here on, so that the baselines pay for a watcher
+    // as sandcap's start does.
     let (granted, watch) = granted_watch(admin).await;
 
     // Baselines: the same number of status writes, as fast as the apiserver takes them, with
@@ -203,8 +204,12 @@ pub async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client
 
 /// Writes `status` to every lease, unmeasured.
 async fn prime(api: &Api<DynamicObject>, names: &[String], status: &Value) {
-    let params = PatchParams { field_manager: Some("bench".into()), ..PatchParams::default() };
-    baseline(api, names, &Patch::Merge(status.clone()), params).await;
+    baseline(api, names, &Patch::Merge(status.clone()), patch_params()).await;
+}
+
+/// The loops' field manager.
+fn patch_params() -> PatchParams {
+    PatchParams { field_manager: Some("bench".into()), ..PatchParams::default() }
 }
 
 /// The baseline loops, each a write of sandcap's `status` to every lease, `CONCURRENCY` at a
@@ -217,7 +222,7 @@ async fn loops(
     providers: usize,
     status: &Value,
 ) -> Vec<(&'static str, Duration)> {
-    let params = PatchParams { field_manager: Some("bench".into()), ..PatchParams::default() };
+    let params = patch_params();
     let mut times = Vec::new();
     if providers == 100 {
         let merge = Patch::Merge(status.clone());
