@@ -116,7 +116,7 @@ pub async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client
         // where the first loop would otherwise write onto leases with no status.
         prime(&api, &names, status).await;
     }
-    let before = loops(&api, &names, count, status).await;
+    let before = loops(&api, &names, count, status, "before").await;
     let started = Instant::now();
     let sandcap = controllers(c, install, "bench-controllers", &[]);
     sandcap.ready().await;
@@ -188,7 +188,7 @@ pub async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client
     // The apiserver slows as etcd's history grows: the loops again, after everything sandcap did,
     // and sandcap's cold start against the mean of each loop's two runs, so that neither side gets
     // the fresher apiserver. The target is a ratio to the fastest.
-    let after = loops(&api, &names, count, status).await;
+    let after = loops(&api, &names, count, status, "after").await;
     for ((name, first), (_, again)) in before.iter().zip(&after) {
         let mean = (*first + *again) / 2;
         println!(
@@ -204,7 +204,19 @@ pub async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client
 
 /// Writes `status` to every lease, unmeasured.
 async fn prime(api: &Api<DynamicObject>, names: &[String], status: &Value) {
-    baseline(api, names, &Patch::Merge(status.clone()), patch_params()).await;
+    baseline(api, names, &Patch::Merge(marked(status, "primed")), patch_params()).await;
+}
+
+/// `status` with `mark` at the end of its Valid condition's message. Each loop writes its own
+/// mark, so that every write changes what the lease holds, as sandcap's does: the apiserver
+/// stores nothing for a write that leaves the object as it was, and a loop that wrote the
+/// status already there (the priming write's, say) measured no writes at all.
+fn marked(status: &Value, mark: &str) -> Value {
+    let mut status = status.clone();
+    let conditions = status["status"]["conditions"].as_array_mut().expect("conditions");
+    let valid = conditions.iter_mut().find(|c| c["type"] == "Valid").expect("a Valid condition");
+    valid["message"] = json!(format!("{} {mark}", valid["message"].as_str().unwrap_or_default()));
+    status
 }
 
 /// The loops' field manager.
@@ -212,25 +224,27 @@ fn patch_params() -> PatchParams {
     PatchParams { field_manager: Some("bench".into()), ..PatchParams::default() }
 }
 
-/// The baseline loops, each a write of sandcap's `status` to every lease, `CONCURRENCY` at a
-/// time: a merge patch (the churn part's limit), a server-side apply (what sandcap wrote before;
-/// both not at 100,000 leases, to keep that run's time), and sandcap's own write, a JSON patch
-/// that replaces the whole status.
+/// The baseline loops, each a write of sandcap's `status` (marked with the loop and `run`) to
+/// every lease, `CONCURRENCY` at a time: a merge patch (the churn part's limit), a server-side
+/// apply (what sandcap wrote before; both not at 100,000 leases, to keep that run's time), and
+/// sandcap's own write, a JSON patch that replaces the whole status.
 async fn loops(
     api: &Api<DynamicObject>,
     names: &[String],
     providers: usize,
     status: &Value,
+    run: &str,
 ) -> Vec<(&'static str, Duration)> {
     let params = patch_params();
     let mut times = Vec::new();
     if providers == 100 {
-        let merge = Patch::Merge(status.clone());
+        let merge = Patch::Merge(marked(status, &format!("merge {run}")));
         times.push(("whole-status merge patch loop", baseline(api, names, &merge, params.clone()).await));
         let forced = PatchParams::apply("bench").force();
-        let apply = Patch::Apply(status.clone());
+        let apply = Patch::Apply(marked(status, &format!("apply {run}")));
         times.push(("whole-status server-side apply loop", baseline(api, names, &apply, forced).await));
     }
+    let status = marked(status, &format!("json {run}"));
     let add = json!([{"op": "add", "path": "/status", "value": status["status"]}]);
     let replace = Patch::Json(serde_json::from_value(add).expect("a JSON patch"));
     times.push(("whole-status JSON patch loop", baseline(api, names, &replace, params).await));
