@@ -24,13 +24,15 @@ ARG RUST_VERSION=1.95
 ARG SANDCAP_BINARY=build
 
 FROM rust:${RUST_VERSION}-slim-bookworm AS build
+# The build context has no .git: the commit `sandcap version` prints comes from here.
+ARG REVISION=unknown
 WORKDIR /src
 COPY . .
 # Cache mounts keep the crate registry and target/ between builds without putting them in a layer.
 # --locked: build exactly the reviewed Cargo.lock. Symbols are stripped to keep the image small.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked --bin sandcap \
+    SANDCAP_GIT_COMMIT="${REVISION}" CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked --bin sandcap \
     && cp target/release/sandcap /sandcap
 
 FROM scratch AS prebuilt

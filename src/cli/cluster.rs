@@ -27,9 +27,15 @@ pub struct ClusterArgs {
     /// The kubeconfig user to use [default: the context's].
     #[arg(long, global = true, value_name = "NAME")]
     pub user: Option<String>,
-    /// How long one request to the apiserver may take.
+    /// How long one request to the apiserver may take; `0`, as for kubectl, means no limit.
     #[arg(long, global = true, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub request_timeout: Duration,
+    /// The user to impersonate for every request, as kubectl's `--as`.
+    #[arg(long = "as", global = true, value_name = "USER")]
+    pub impersonate: Option<String>,
+    /// A group to impersonate, with `--as`; repeat it for more than one, as kubectl's `--as-group`.
+    #[arg(long = "as-group", global = true, value_name = "GROUP", requires = "impersonate")]
+    pub impersonate_groups: Vec<String>,
 }
 
 /// A client, and the namespace of the kubeconfig context (or of the pod) for commands that
@@ -57,9 +63,13 @@ impl ClusterArgs {
             }
             None => Config::infer().await.map_err(|e| no_config(&e))?,
         };
-        config.connect_timeout = Some(self.request_timeout);
-        config.read_timeout = Some(self.request_timeout);
-        config.write_timeout = Some(self.request_timeout);
+        let limit = Some(self.request_timeout).filter(|t| !t.is_zero());
+        (config.connect_timeout, config.read_timeout, config.write_timeout) = (limit, limit, limit);
+        if let Some(user) = &self.impersonate {
+            config.auth_info.impersonate = Some(user.clone());
+            config.auth_info.impersonate_groups =
+                Some(self.impersonate_groups.clone()).filter(|groups| !groups.is_empty());
+        }
         let default_namespace = config.default_namespace.clone();
         let client = Client::try_from(crate::run::client_config(config)).map_err(|e| no_config(&e))?;
         Ok(Connection { client, default_namespace })
@@ -74,17 +84,27 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
         .map_err(|e| CliError::Usage(format!("cannot start the async runtime: {e}")))
 }
 
-/// `work`, or a failure naming `what` once `timeout` has passed: nothing may hang a command.
+/// `work`, or a failure naming `what` once `timeout` has passed: nothing may hang a command
+/// unless the caller said so (`--request-timeout 0`).
 pub async fn bounded<T>(
     timeout: Duration,
     what: &str,
     work: impl Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, String> {
-    match tokio::time::timeout(timeout, work).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(format!("{what}: {}", api_error(&e))),
-        Err(_) => Err(format!("{what}: no answer within {}", humantime::format_duration(timeout))),
+    match within(timeout, work).await {
+        Some(Ok(value)) => Ok(value),
+        Some(Err(e)) => Err(format!("{what}: {}", api_error(&e))),
+        None => Err(format!("{what}: no answer within {}", humantime::format_duration(timeout))),
     }
+}
+
+/// `work`'s output, or `None` once a `--request-timeout` has passed; a zero timeout is none, as
+/// kubectl reads it.
+pub async fn within<T>(timeout: Duration, work: impl Future<Output = T>) -> Option<T> {
+    if timeout.is_zero() {
+        return Some(work.await);
+    }
+    tokio::time::timeout(timeout, work).await.ok()
 }
 
 /// How many objects one list request asks for.

@@ -7,14 +7,18 @@
 
 mod check;
 mod cluster;
+mod completion;
 mod crds;
 mod error;
 mod explain;
 mod manifests;
+mod output;
 mod plan;
 mod resolve;
 mod validate;
+mod version;
 
+use std::ffi::OsString;
 use std::io::Write;
 use std::path::Path;
 
@@ -22,19 +26,22 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub use check::CheckArgs;
 pub use cluster::ClusterArgs;
+pub use completion::{CompletionArgs, HELPER_NAME};
 pub use crds::{CrdsArgs, crd_dir, crd_values, crds, crds_yaml};
 pub use error::CliError;
-pub use explain::{ExplainArgs, Explained, Format};
+pub use explain::{ExplainArgs, Explained};
 pub use manifests::{MAX_ENTRIES, MAX_INPUT, MAX_TOTAL, load_objects};
+pub use output::Output;
 pub use plan::PlanArgs;
-pub use resolve::{ResolveArgs, TableOutput};
-pub use validate::{Output, ValidateArgs};
+pub use resolve::ResolveArgs;
+pub use validate::ValidateArgs;
+pub use version::{VERSION, VersionArgs};
 
 /// The name kubectl finds a plugin by: `kubectl sandcap` runs `kubectl-sandcap` from the PATH.
 pub const PLUGIN_NAME: &str = "kubectl-sandcap";
 
 #[derive(Debug, Parser)]
-#[command(name = "sandcap", version, about = "Admission webhook and operator for sandbox-provider capabilities")]
+#[command(name = "sandcap", version = VERSION, about = "Admission webhook and operator for sandbox-provider capabilities")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -68,14 +75,31 @@ pub enum Tool {
     /// Before switching contract version: every stored object the new version would refuse and
     /// every lease that would gain or lose a capability, from the live cluster or from files.
     Plan(Box<PlanArgs>),
+    /// Print the release, the git commit it was built from, the platform and the contract
+    /// versions it enforces.
+    Version(VersionArgs),
+    /// Print a shell completion script. For `kubectl sandcap`, link or copy the binary as
+    /// `kubectl_complete-sandcap` next to `kubectl-sandcap` on the PATH instead.
+    Completion(CompletionArgs),
+    /// Answer a shell completion request as Cobra does (what `kubectl_complete-sandcap` runs).
+    #[command(name = "__complete", hide = true)]
+    Complete {
+        #[arg(num_args = 0.., trailing_var_arg = true, allow_hyphen_values = true)]
+        words: Vec<OsString>,
+    },
 }
 
 /// Parses the command line. Invoked as [`PLUGIN_NAME`] (by kubectl), usage and help say
-/// `kubectl sandcap`.
+/// `kubectl sandcap`; invoked as [`HELPER_NAME`] (kubectl completing `kubectl sandcap`), every
+/// argument is a word to complete.
 pub fn parse() -> Cli {
-    let invoked_as = std::env::args_os().next();
-    let plugin = invoked_as.as_deref().map(Path::new).and_then(Path::file_name).is_some_and(|n| n == PLUGIN_NAME);
-    let command = if plugin { plugin_command() } else { Cli::command() };
+    let mut args = std::env::args_os();
+    let invoked_as = args.next();
+    let name = invoked_as.as_deref().map(Path::new).and_then(Path::file_name);
+    if name.is_some_and(|n| n == HELPER_NAME) {
+        return Cli { command: Command::Tool(Tool::Complete { words: args.collect() }) };
+    }
+    let command = if name.is_some_and(|n| n == PLUGIN_NAME) { plugin_command() } else { Cli::command() };
     Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit())
 }
 
@@ -96,6 +120,9 @@ pub fn run(command: Tool, out: &mut dyn Write) -> Result<i32, CliError> {
         Tool::Explain(args) => explain::explain(&args, out)?,
         Tool::Check(args) => check::check(&args, out)?,
         Tool::Plan(args) => plan::plan(&args, out)?,
+        Tool::Version(args) => version::version(&args, out)?,
+        Tool::Completion(args) => completion::script(&args, out)?,
+        Tool::Complete { words } => completion::answer(&words, out)?,
     };
     out.flush()?;
     Ok(code)

@@ -6,12 +6,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
-use clap::ValueEnum;
 use serde::Serialize;
 use serde_json::Value;
 
 use super::error::CliError;
 use super::manifests::{Loaded, Manifests};
+use super::output::Output;
 use crate::addresses::WorkerPolicy;
 use crate::api::{Capabilities, Explanation, LeasePolicy, SandboxLease, SandboxProvider, SecretKeyRef};
 use crate::contract::{self, Refusals, SecretLookup, Verified};
@@ -21,13 +21,6 @@ use crate::run::RulesArgs;
 use crate::schema;
 use crate::validation::{self, Options};
 use crate::vocabulary::Kind;
-
-#[derive(Debug, Clone, Copy, Default, ValueEnum)]
-pub enum TableOutput {
-    #[default]
-    Table,
-    Json,
-}
 
 #[derive(Debug, clap::Args)]
 pub struct ResolveArgs {
@@ -55,7 +48,7 @@ pub struct ResolveArgs {
     #[arg(long)]
     pub worker_url: Option<String>,
     #[arg(short, long, value_enum, default_value_t)]
-    pub output: TableOutput,
+    pub output: Output,
     /// What today's rules refuse grants nothing; they are judged as by this operator.
     #[command(flatten)]
     pub rules: RulesArgs,
@@ -143,13 +136,13 @@ pub(super) fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, Cl
                 .collect()
         }
     };
-    match args.output {
-        TableOutput::Json if records.len() == 1 => {
-            writeln!(out, "{}", serde_json::to_string_pretty(&records[0]).expect("serializes"))
-        }
-        TableOutput::Json => writeln!(out, "{}", serde_json::to_string_pretty(&records).expect("serializes")),
-        TableOutput::Table => records.iter().try_for_each(|r| write_table(out, r)),
-    }?;
+    let written = match records.as_slice() {
+        [one] => args.output.write_data(out, one)?,
+        all => args.output.write_data(out, &all)?,
+    };
+    if !written {
+        records.iter().try_for_each(|r| write_table(out, r))?;
+    }
     Ok(0)
 }
 

@@ -3,23 +3,16 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use clap::ValueEnum;
 use serde::Serialize;
 
 use super::error::CliError;
 use super::manifests::{Loaded, Manifests};
+use super::output::Output;
 use crate::judge::judge;
 use crate::run::RulesArgs;
 use crate::schema;
 use crate::validation;
 use crate::vocabulary::Kind;
-
-#[derive(Debug, Clone, Copy, Default, ValueEnum)]
-pub enum Output {
-    #[default]
-    Text,
-    Json,
-}
 
 #[derive(Debug, clap::Args)]
 pub struct ValidateArgs {
@@ -86,16 +79,15 @@ pub(super) fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, 
         }
     }
     let denied = records.iter().any(|r| !r.allowed);
-    match args.output {
-        Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&records).expect("records serialize")),
-        Output::Text => records.iter().try_for_each(|r| {
+    if !args.output.write_data(out, &records)? {
+        for r in &records {
             if r.allowed {
                 writeln!(out, "ALLOWED {}/{}", r.kind, r.name)?;
             } else {
                 writeln!(out, "DENIED {}/{}: {}", r.kind, r.name, r.message)?;
             }
-            r.warnings.iter().try_for_each(|w| writeln!(out, "WARNING {}/{}: {w}", r.kind, r.name))
-        }),
-    }?;
+            r.warnings.iter().try_for_each(|w| writeln!(out, "WARNING {}/{}: {w}", r.kind, r.name))?;
+        }
+    }
     Ok(i32::from(denied))
 }

@@ -3,6 +3,7 @@
 //! deadline. The flags that choose the rules (`rules.rs`) are `validate`'s and `resolve`'s too.
 
 mod rules;
+mod signals;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -22,6 +23,7 @@ use crate::telemetry::{LogFormat, init_tracing};
 use crate::tls::{CertFiles, CertLoadError, CertSource};
 use crate::webhook::{Webhook, serve_webhook};
 pub use rules::{RulesArgs, WorkerPolicyArgs, contract_version};
+use signals::Signals;
 
 // Defaults that `explain` and `check` share with `sandcap run`, so they find what it uses.
 pub const LEADER_ELECTION_NAME: &str = "sandcap-controller";
@@ -340,18 +342,11 @@ fn cert_source(args: &RunArgs) -> Result<CertSource, RunError> {
 /// traffic to the process); then returns why the shutdown must be cut short: a second signal, or
 /// `deadline` (counted from the first signal) passed. Never returns while neither happens.
 pub async fn watch_signals(stop: Stop, drain_window: Duration, deadline: Duration) -> RunError {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let Ok(mut signals) = Signals::install() else {
         tracing::error!("cannot install signal handlers; stop with SIGKILL");
         return std::future::pending().await;
     };
-    let mut next = async || {
-        tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
-        }
-    };
-    let name = next().await;
+    let name = signals.next().await;
     let deadline_at = tokio::time::Instant::now() + deadline;
     let window = if name == "SIGTERM" { drain_window } else { Duration::ZERO };
     stop.terminating.cancel();
@@ -365,7 +360,7 @@ pub async fn watch_signals(stop: Stop, drain_window: Duration, deadline: Duratio
              signal exits at once"
         );
         tokio::select! {
-            name = next() => return RunError::SignalAgain(name),
+            name = signals.next() => return RunError::SignalAgain(name),
             () = tokio::time::sleep(window) => {}
         }
         tracing::info!("drain window over: no new connections; open ones close once their reviews are answered");
@@ -378,7 +373,7 @@ pub async fn watch_signals(stop: Stop, drain_window: Duration, deadline: Duratio
     }
     stop.closing.cancel();
     tokio::select! {
-        name = next() => RunError::SignalAgain(name),
+        name = signals.next() => RunError::SignalAgain(name),
         () = tokio::time::sleep_until(deadline_at) => RunError::ShutdownTimeout(deadline),
     }
 }

@@ -66,13 +66,16 @@ fn passes(c: &Cluster, args: &[&str]) -> Vec<(String, String, String)> {
     lines
 }
 
-/// A directory holding a `kubectl-sandcap` link to the built binary, for kubectl to find.
+/// A directory holding `kubectl-sandcap` and `kubectl_complete-sandcap` links to the built
+/// binary, for kubectl to find.
 fn plugin_dir(c: &Cluster) -> PathBuf {
     let dir = c.dir.join("plugin-path");
     let _ = std::fs::create_dir_all(&dir);
-    let link = dir.join(sandcap::cli::PLUGIN_NAME);
-    if !link.exists() {
-        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sandcap"), &link).expect("symlink");
+    for name in [sandcap::cli::PLUGIN_NAME, sandcap::cli::HELPER_NAME] {
+        let link = dir.join(name);
+        if !link.exists() {
+            std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sandcap"), &link).expect("symlink");
+        }
     }
     dir
 }
@@ -299,6 +302,21 @@ pub async fn explain_and_check_by_service_with_the_documented_rbac(c: Arc<Cluste
     let account = c.service_account_kubeconfig(NAMESPACE, "sandcap-check").await;
     let account = account.display().to_string();
     passes(&c, &["--kubeconfig", &account]);
+    // kubectl's conventions: the same account by impersonation, no request timeout with `0`,
+    // and the same checks as records.
+    let as_check = format!("system:serviceaccount:{NAMESPACE}:sandcap-check");
+    passes(&c, &["--as", &as_check, "--request-timeout", "0"]);
+    let refused = fails_at(&c, &["--as", "nobody", "--as-group", "nobodies"], &[], "crds", "\"nobody\"");
+    assert!(refused.contains("forbidden"), "{refused}");
+    let o = sandcap(&c, &["check", "--kubeconfig", &account, "-o", "json"]);
+    let records: Value = serde_json::from_slice(&o.stdout).expect("check -o json");
+    let levels: Vec<(&str, &str)> = records
+        .as_array()
+        .expect("a record per check")
+        .iter()
+        .map(|r| (r["check"].as_str().unwrap_or_default(), r["level"].as_str().unwrap_or_default()))
+        .collect();
+    assert_eq!(levels, ALL.map(|check| (check, "ok")), "{records:#}");
 
     // A lease whose Secret sandcap does not read: explain says so and how to fix it, and never
     // shows the value.
@@ -310,6 +328,14 @@ pub async fn explain_and_check_by_service_with_the_documented_rbac(c: Arc<Cluste
     install::apply(&c, &[lease(NS, "run-1", "e2e-explain", spec)]);
     lease_reason(&admin, NS, "run-1", "persistentProcessSessions", "NarrowedByConfigResolution").await;
     let dir = plugin_dir(&c);
+    // kubectl completes the plugin's words through kubectl_complete-sandcap.
+    let o = kubectl_with_plugin(&c, &dir, &["__complete", "sandcap", "explain", "le"]);
+    assert_eq!(
+        text(&o.stdout).lines().collect::<Vec<_>>()[..2],
+        ["lease\tA SandboxLease (`sbl`): its capabilities, pinned identity, narrowings and configFrom Secrets", ":4"],
+        "{}",
+        text(&o.stderr)
+    );
     // What sandcap runs with (the chart's secretNamespaces); the default is none.
     let scope = ["--secret-namespaces", NS];
     for output in ["table", "json", "yaml"] {

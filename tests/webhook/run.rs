@@ -328,6 +328,26 @@ fn sandcap_run_reports_the_ports_it_bound() {
     assert!(http_get(sandcap.admin, "/healthz").unwrap().ends_with("ok\n"));
 }
 
+/// The process metrics every exporter serves and dashboards expect, of this very process.
+#[test]
+fn sandcap_run_serves_the_process_metrics() {
+    let sandcap = Sandcap::start(|command| {
+        command.stdout(std::process::Stdio::null());
+    });
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let metrics = http_get(sandcap.admin, "/metrics").unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", sandcap.child.id())).unwrap();
+    let vm_rss = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).unwrap();
+    let vm_rss = vm_rss.trim().trim_end_matches(" kB").parse::<f64>().unwrap() * 1024.0;
+    let rss = sample(&metrics, "process_resident_memory_bytes");
+    assert!((rss - vm_rss).abs() < 16.0 * 1024.0 * 1024.0, "{rss} against VmRSS {vm_rss}");
+    let started = sample(&metrics, "process_start_time_seconds");
+    assert!(now - 60.0 < started && started <= now, "{started} against {now}");
+    assert!(sample(&metrics, "process_open_fds") >= 3.0, "{metrics}");
+    assert!(metrics.contains("# TYPE process_cpu_seconds counter\nprocess_cpu_seconds_total "), "{metrics}");
+    assert!(sample(&metrics, "process_threads") >= 2.0, "{metrics}");
+}
+
 /// A minimal HTTP/1.1 GET, so the polling loop needs no runtime.
 fn http_get(port: u16, path: &str) -> Option<String> {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;

@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
+use serde::Serialize;
+
 use crate::cli::cluster::ClusterArgs;
+use crate::cli::output::Output;
 
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
@@ -34,6 +37,10 @@ pub struct CheckArgs {
     /// refused (a policy takes effect a moment after it is created); one that is stored is deleted.
     #[arg(long)]
     pub confirm_dry_run_only: bool,
+    /// `table`: a line per check; `json` or `yaml`: a record per check (`check`, `level`,
+    /// `message`), the same ones.
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: Output,
     /// How long one check may take in all.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub timeout: Duration,
@@ -41,7 +48,8 @@ pub struct CheckArgs {
     pub cluster: ClusterArgs,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Level {
     Ok,
     /// Not a failure: the check could not tell, or something is due soon.
@@ -50,7 +58,7 @@ pub enum Level {
 }
 
 /// One check's answer.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Line {
     pub check: &'static str,
     pub level: Level,

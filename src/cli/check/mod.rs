@@ -45,13 +45,15 @@ pub(in crate::cli) fn check(args: &CheckArgs, out: &mut dyn Write) -> Result<i32
                 tokio::time::sleep(RETRY.min(left)).await;
                 continue;
             }
-            for l in &lines {
-                let level = match l.level {
-                    Level::Ok => "ok",
-                    Level::Warn => "warn",
-                    Level::Fail => "FAIL",
-                };
-                writeln!(out, "{level:<5} {:<12} {}", l.check, l.message)?;
+            if !args.output.write_data(out, &lines)? {
+                for l in &lines {
+                    let level = match l.level {
+                        Level::Ok => "ok",
+                        Level::Warn => "warn",
+                        Level::Fail => "FAIL",
+                    };
+                    writeln!(out, "{level:<5} {:<12} {}", l.check, l.message)?;
+                }
             }
             return Ok(i32::from(failed.is_some()));
         }

@@ -18,7 +18,7 @@ use super::certificate::{self, NotPresented};
 use super::verdicts::{self, Lagging, RealCreate};
 use crate::api::{SandboxLease, SandboxProvider};
 use crate::certs::TLS_CRT;
-use crate::cli::cluster::{bounded, list_pages};
+use crate::cli::cluster::{bounded, list_pages, within};
 use crate::cli::crds::crd_values;
 
 /// The unknown field of the dry run: the CRD keeps unknown fields for the webhook to refuse.
@@ -227,10 +227,10 @@ pub async fn admission(client: &Client, args: &CheckArgs) -> Line {
         String::new()
     };
     let params = PostParams { dry_run: true, field_manager: Some(crate::vocabulary::FIELD_MANAGER.into()) };
-    let result = match tokio::time::timeout(args.cluster.request_timeout, api.create(&params, &probe)).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(crate::cli::cluster::api_error(&e)),
-        Err(_) => Err("the dry run got no answer in time".to_string()),
+    let result = match within(args.cluster.request_timeout, api.create(&params, &probe)).await {
+        Some(Ok(_)) => Ok(()),
+        Some(Err(e)) => Err(crate::cli::cluster::api_error(&e)),
+        None => Err("the dry run got no answer in time".to_string()),
     };
     match verdicts::admission(result, &webhooks, DRY_RUN_FIELD) {
         Ok(text) => Line::ok(format!("{text}{confirmed}")),
@@ -243,11 +243,13 @@ pub async fn admission(client: &Client, args: &CheckArgs) -> Line {
 async fn dry_run_only(api: &Api<SandboxProvider>, probe: &SandboxProvider, args: &CheckArgs) -> Result<String, String> {
     let timeout = args.cluster.request_timeout;
     let params = PostParams { dry_run: false, field_manager: Some(crate::vocabulary::FIELD_MANAGER.into()) };
-    let outcome = match tokio::time::timeout(timeout, api.create(&params, probe)).await {
-        Ok(Ok(_)) => RealCreate::Stored,
-        Ok(Err(kube::Error::Api(status))) => RealCreate::Refused { code: status.code, message: status.message.clone() },
-        Ok(Err(e)) => RealCreate::Failed(e.to_string()),
-        Err(_) => RealCreate::Failed(format!("no answer within {}", humantime::format_duration(timeout))),
+    let outcome = match within(timeout, api.create(&params, probe)).await {
+        Some(Ok(_)) => RealCreate::Stored,
+        Some(Err(kube::Error::Api(status))) => {
+            RealCreate::Refused { code: status.code, message: status.message.clone() }
+        }
+        Some(Err(e)) => RealCreate::Failed(e.to_string()),
+        None => RealCreate::Failed(format!("no answer within {}", humantime::format_duration(timeout))),
     };
     let verdict = verdicts::dry_run_only(&outcome);
     if outcome != RealCreate::Stored {

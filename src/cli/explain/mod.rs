@@ -21,12 +21,12 @@ mod tests;
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use clap::ValueEnum;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
 
 use super::cluster::{ClusterArgs, bounded, runtime};
 use super::error::CliError;
+use super::output::Output;
 use crate::api::{SandboxLease, SandboxProvider};
 use crate::controller::SecretScope;
 use crate::controller::cache::CONFIG_SOURCE_LABEL;
@@ -35,14 +35,6 @@ use provider::{ProviderReport, provider_report};
 use secret::{Lookup, SecretReport};
 /// How a stored lease is resolved and what a `Valid` condition refuses, which `plan` shares.
 pub(super) use {gates::refusal, lease::LeaseInputs};
-
-#[derive(Debug, Clone, Copy, Default, ValueEnum)]
-pub enum Format {
-    #[default]
-    Table,
-    Json,
-    Yaml,
-}
 
 #[derive(Debug, clap::Args)]
 pub struct ExplainArgs {
@@ -53,7 +45,7 @@ pub struct ExplainArgs {
     pub namespace: Option<String>,
     /// Output format.
     #[arg(short, long, value_enum, default_value_t, global = true)]
-    pub output: Format,
+    pub output: Output,
     /// The namespaces sandcap reads configFrom Secrets in, as given to `sandcap run
     /// --secret-namespaces` (the chart's secretNamespaces): `*` every namespace, or a
     /// comma-separated list; empty, as there by default, none.
@@ -110,11 +102,11 @@ pub(in crate::cli) fn explain(args: &ExplainArgs, out: &mut dyn Write) -> Result
             }
         })
     })?;
-    match (args.output, report) {
-        (Format::Json, report) => writeln!(out, "{}", serde_json::to_string_pretty(&report).expect("serializes"))?,
-        (Format::Yaml, report) => out.write_all(serde_saphyr::to_string(&report).expect("serializes").as_bytes())?,
-        (Format::Table, Report::Lease(r)) => table::lease(out, &r)?,
-        (Format::Table, Report::Provider(r)) => table::provider(out, &r)?,
+    if !args.output.write_data(out, &report)? {
+        match report {
+            Report::Lease(r) => table::lease(out, &r)?,
+            Report::Provider(r) => table::provider(out, &r)?,
+        }
     }
     Ok(0)
 }

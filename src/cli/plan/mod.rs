@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use super::cluster::ClusterArgs;
 use super::error::CliError;
-use super::resolve::TableOutput;
+use super::output::Output;
 use crate::run::{WorkerPolicyArgs, contract_version};
 use crate::versions::ContractVersion;
 use crate::vocabulary::Kind;
@@ -37,7 +37,7 @@ pub struct PlanArgs {
     #[arg(short = 'R', long, requires = "filename")]
     pub recursive: bool,
     #[arg(short, long, value_enum, default_value_t)]
-    pub output: TableOutput,
+    pub output: Output,
     /// Judge as an operator started with these would.
     #[command(flatten)]
     pub workers: WorkerPolicyArgs,
@@ -53,9 +53,8 @@ pub(super) fn plan(args: &PlanArgs, out: &mut dyn Write) -> Result<i32, CliError
     };
     let switch = Switch { target: args.contract, from: args.from, workers: args.workers.policy() };
     let plan = diff::plan(&stored, &switch);
-    match args.output {
-        TableOutput::Json => writeln!(out, "{}", serde_json::to_string_pretty(&plan).expect("serializes"))?,
-        TableOutput::Table => write_table(out, &plan)?,
+    if !args.output.write_data(out, &plan)? {
+        write_table(out, &plan)?;
     }
     Ok(plan.exit_code())
 }

@@ -1,5 +1,8 @@
 //! Prometheus metrics for the webhook and the controllers, served on the admin port's `/metrics`.
-//! One registry per process; every family is created here so their names are in one place.
+//! One registry per process; every family is created here so their names are in one place, and
+//! the process metrics ([`process`]) join them.
+
+mod process;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -106,8 +109,10 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Creates the metrics and registers them (prefixed `sandcap_`) in `registry`, in this order.
+    /// Creates the metrics and registers them (prefixed `sandcap_`) in `registry`, in this order,
+    /// after the process metrics.
     pub fn register(registry: &mut Registry) -> Metrics {
+        registry.register_collector(Box::new(process::ProcessCollector));
         let r = registry.sub_registry_with_prefix("sandcap");
         Metrics {
             admission_requests: registered(
