@@ -61,9 +61,9 @@ TARGET_LABELS = {"namespace", "pod", "service", "endpoint", "container", "job", 
 
 
 def exported_metrics() -> dict[str, set[str]]:
-    """Every series name sandcap exports (src/metrics.rs) with its labels, as the Prometheus
+    """Every series name sandcap exports (src/metrics/mod.rs) with its labels, as the Prometheus
     client writes them: counters get `_total`, histograms `_bucket` (with `le`), `_sum`, `_count`."""
-    source = (REPO / "src" / "metrics.rs").read_text()
+    source = (REPO / "src" / "metrics" / "mod.rs").read_text()
     label_sets = {
         name: set(re.findall(r"pub (\w+):", body))
         for name, body in re.findall(r"pub struct (\w+) \{(.*?)\n\}", source, re.S)
@@ -180,7 +180,7 @@ def test_alert_expressions_read_real_metrics_with_real_labels(scenario: str) -> 
         found = selectors(expr)
         assert found, rule["alert"]
         for name, matchers in found:
-            assert name in metrics, f"{rule['alert']}: {name} is not exported by src/metrics.rs"
+            assert name in metrics, f"{rule['alert']}: {name} is not exported by src/metrics/mod.rs"
             assert re.sub(r"_(bucket|sum|count)$", "", name) in documented, f"{name} is not in README's metrics"
             assert set(matchers) <= metrics[name] | TARGET_LABELS, f"{rule['alert']}: {name} {matchers}"
             assert matchers.get("namespace") == ("=", NAMESPACE), f"{rule['alert']}: {name} {matchers}"

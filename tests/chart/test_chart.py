@@ -595,11 +595,11 @@ def test_security_context_hardened(scenario: str) -> None:
 def test_probes_and_ports() -> None:
     c = container(render({}))
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"webhook": 8443, "admin": 8080}
+    assert ports == {"webhook": 10250, "admin": 8080}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
     variables = env(render({}))
-    assert variables["SANDCAP_WEBHOOK_ADDR"] == "0.0.0.0:8443" and variables["SANDCAP_ADMIN_ADDR"] == "0.0.0.0:8080"
+    assert variables["SANDCAP_WEBHOOK_ADDR"] == "0.0.0.0:10250" and variables["SANDCAP_ADMIN_ADDR"] == "0.0.0.0:8080"
     assert variables["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert variables["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     service_ports = {p["name"]: (p["port"], p["targetPort"]) for p in one(render({}), "Service")["spec"]["ports"]}

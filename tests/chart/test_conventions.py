@@ -311,7 +311,7 @@ def test_helm_test_follows_the_install() -> None:
     assert args[args.index("--leader-election-name") + 1] == "", "an empty name skips the leader check"
     assert not of_kind(hooks(values), "Role"), "no Lease to read without leader election"
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
-    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
     assert pod["tolerations"] == values["tolerations"]
     digest = {"image": {"repository": "registry.example/sandcap", "digest": "sha256:" + "b" * 64}}
     assert one(hooks(digest), "Pod")["spec"]["containers"][0]["image"] == container(render(digest))["image"]

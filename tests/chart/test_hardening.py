@@ -219,7 +219,7 @@ def test_pods_get_no_service_links_and_run_on_linux(scenario: str) -> None:
 
 def test_a_node_selector_of_ones_own_replaces_the_os() -> None:
     for spec in pod_specs({"nodeSelector": {"kubernetes.io/os": "windows-but-linux-inside"}}).values():
-        assert spec["nodeSelector"] == {"kubernetes.io/os": "windows-but-linux-inside"}
+        assert spec["nodeSelector"] == {"kubernetes.io/os": "windows-but-linux-inside", "kubernetes.io/arch": "amd64"}
 
 
 # ---- NetworkPolicy: DNS and egress -------------------------------------------------------------

@@ -22,12 +22,43 @@ app.kubernetes.io/name: {{ include "sandcap.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* The labels of every object the chart renders: the chart's own, then commonLabels (values.yaml;
+the schema refuses a key of the chart's own). Never part of a selector. */}}
 {{- define "sandcap.labels" -}}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
-{{ include "sandcap.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- include "sandcap.labelsWith" (list . dict) }}
+{{- end }}
+
+{{/* sandcap.labels and `extra`, a dict of labels of the object's own (e.g. serviceMonitor.labels),
+which win over commonLabels. */}}
+{{- define "sandcap.labelsWith" -}}
+{{- $root := index . 0 }}
+{{- $extra := index . 1 | default dict -}}
+helm.sh/chart: {{ printf "%s-%s" $root.Chart.Name $root.Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "sandcap.selectorLabels" $root }}
+app.kubernetes.io/version: {{ $root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ $root.Release.Service }}
 app.kubernetes.io/part-of: sandcap
+{{- include "sandcap.commonLabels" (list $root $extra) }}
+{{- with $extra }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* commonLabels but for the keys of `extra` (labels the object carries of its own, which win), as
+lines that start with a newline; nothing without them. `default` keeps `helm upgrade --reuse-values`
+from a chart without the value rendering. */}}
+{{- define "sandcap.commonLabels" -}}
+{{- $root := index . 0 }}
+{{- $extra := index . 1 }}
+{{- $common := dict }}
+{{- range $key, $value := $root.Values.commonLabels | default dict }}
+{{- if not (hasKey $extra $key) }}
+{{- $_ := set $common $key $value }}
+{{- end }}
+{{- end }}
+{{- with $common }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{- define "sandcap.serviceAccountName" -}}
@@ -62,11 +93,33 @@ app.kubernetes.io/part-of: sandcap
 {{- end }}
 {{- end }}
 
+{{/* The image of sandcap's pods and the `helm test` pod: global.imageRegistry (the umbrella-chart
+convention), if set, before image.repository. */}}
 {{- define "sandcap.image" -}}
+{{- $repository := .Values.image.repository }}
+{{- with dig "imageRegistry" "" (.Values.global | default dict) }}
+{{- $repository = printf "%s/%s" (trimSuffix "/" .) $repository }}
+{{- end }}
 {{- if .Values.image.digest }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- printf "%s@%s" $repository .Values.image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* imagePullSecrets of every pod: the chart's own, then global.imagePullSecrets (names or
+{name: ...}, as umbrella charts give them), each name once. */}}
+{{- define "sandcap.imagePullSecrets" -}}
+{{- $names := list }}
+{{- range concat (.Values.imagePullSecrets | default list) (dig "imagePullSecrets" list (.Values.global | default dict)) }}
+{{- if kindIs "string" . }}
+{{- $names = append $names . }}
+{{- else if kindIs "map" . }}
+{{- $names = append $names (get . "name") }}
+{{- end }}
+{{- end }}
+{{- range $names | compact | uniq }}
+- name: {{ . }}
 {{- end }}
 {{- end }}
 
@@ -88,10 +141,29 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
-{{/* The node selector of every pod: the image is built for Linux only. A user's selector is merged
-in (and wins on kubernetes.io/os). */}}
+{{/* The node selector of every pod: nodeSelector, whose defaults (values.yaml) are Linux and amd64,
+the platform the image is built for. kubernetes.io/os: linux is merged in underneath as well, so
+that a release upgraded with --reuse-values from a chart without those defaults keeps it; a key of
+the admin's own wins. */}}
 {{- define "sandcap.nodeSelector" -}}
-{{- toYaml (merge (deepCopy .Values.nodeSelector) (dict "kubernetes.io/os" "linux")) }}
+{{- toYaml (merge (deepCopy (.Values.nodeSelector | default dict)) (dict "kubernetes.io/os" "linux")) }}
+{{- end }}
+
+{{/* The Deployment's strategy: updateStrategy (values.yaml), by default a rolling update that starts
+the new pod before it stops an old one. rollingUpdate is dropped for `Recreate` (Kubernetes refuses
+it there; Helm would keep the default's under an admin's `type: Recreate`). */}}
+{{- define "sandcap.updateStrategy" -}}
+{{- $default := dict "type" "RollingUpdate" "rollingUpdate" (dict "maxSurge" 1 "maxUnavailable" 0) }}
+{{- $strategy := merge (deepCopy (.Values.updateStrategy | default dict)) $default }}
+{{- if ne $strategy.type "RollingUpdate" }}
+{{- $_ := unset $strategy "rollingUpdate" }}
+{{- end }}
+{{- toYaml $strategy }}
+{{- end }}
+
+{{/* Whether the chart renders sandcap's own RBAC (rbac.create; templates/rbac.yaml). */}}
+{{- define "sandcap.rbacCreate" -}}
+{{- if dig "create" true (.Values.rbac | default dict) }}true{{ end }}
 {{- end }}
 
 
