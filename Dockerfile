@@ -9,12 +9,13 @@
 # Build args:
 #   VERSION, REVISION  the image's version and revision labels.
 #   RUST_VERSION       the rust:<version>-slim-bookworm image the binary is built in (1.95).
-#   SANDCAP_BINARY     where /sandcap comes from. `build` (default; release images use it): the
-#                      --locked release build below. `prebuilt`: a release binary built outside,
-#                      for a machine that cannot pull the rust image. It is taken from the named
-#                      build context `sandcap-bin`, a directory holding `sandcap` and best nothing
-#                      else (the build context excludes target/). Build it on glibc <= 2.36 (Debian 12):
-#     CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked --bin sandcap
+#   SANDCAP_BINARY     where /sandcap comes from. `build` (default): the --locked release build
+#                      below. `prebuilt` (release images use it): the release binary built
+#                      outside, with cargo-auditable's record of its crates, also for a machine
+#                      that cannot pull the rust image. It is taken from the named build context
+#                      `sandcap-bin`, a directory holding `sandcap` and best nothing else (the
+#                      build context excludes target/). Build it on glibc <= 2.36 (Debian 12):
+#     release/build-binary.sh
 #     mkdir -p target/sandcap-bin && cp target/release/sandcap target/sandcap-bin/
 #     docker build --build-arg SANDCAP_BINARY=prebuilt --build-context sandcap-bin=target/sandcap-bin ...
 #   Unused stages are skipped (BuildKit, buildah): `prebuilt` never pulls the rust image.

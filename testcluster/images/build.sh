@@ -34,9 +34,8 @@
 #   build finds the stand-in under that name (--pull=never: nothing is ever pulled). The sandcap
 #   image's org.opencontainers.image.base.name label names the stand-in.
 # - The binaries are built on this host (Debian 12, the base's glibc), not in an image:
-#   CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked --bin sandcap
-#   --example reference-worker, then copied each into a build context of its own under
-#   target/images/ctx/.
+#   release/build-binary.sh (the release binary, built with cargo-auditable, and the reference
+#   worker), then copied each into a build context of its own under target/images/ctx/.
 # - Storage: target/buildah (SANDCAP_BUILDAH_ROOT), configured by its own storage.conf there
 #   (CONTAINERS_STORAGE_CONF); the overlay driver, else vfs (SANDCAP_BUILDAH_DRIVER forces one).
 #   Nothing under /etc is changed.
@@ -322,6 +321,7 @@ verify_image() {
         --arg v "$version" --arg r "$revision" --arg b "$base_ref" <<<"$cfg" >/dev/null || fail "config: $cfg"
       out_v="$(chroot --userspec=65532:65532 "$m" /sandcap --version 2>&1)" || fail "/sandcap --version as 65532: $out_v"
       chroot --userspec=65532:65532 "$m" /sandcap crds 2>&1 | grep -q 'kind: CustomResourceDefinition' || fail "/sandcap crds as 65532"
+      objdump -h "$m/sandcap" | grep -q '\.dep-v0' || fail "/sandcap has no cargo-auditable section (.dep-v0)"
       [ "$failed" = 1 ] || say "verify $name: ok ($out_v as 65532; no shell; config and labels)"
       ;;
     worker)
@@ -392,7 +392,7 @@ built=()
 
 if [ "$cmd" = build ]; then
   # The binaries: a no-op when they are up to date.
-  CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --quiet --release --locked --bin sandcap --example reference-worker
+  bash release/build-binary.sh
   stage_bin target/release/sandcap "$out/ctx/sandcap"
   stage_bin target/release/examples/reference-worker "$out/ctx/worker"
 

@@ -273,7 +273,7 @@ def test_no_default_opens_a_metadata_service() -> None:
 def documented_wide_egress() -> list[dict[str, Any]]:
     """The example under networkPolicy.egress in values.yaml, uncommented."""
     text = (CHART / "values.yaml").read_text()
-    block = re.search(r"A wide ipBlock must `except` them, e\.g\.\n((?:  #   .*\n)+)", text)
+    block = re.search(r"A wide ipBlock that excepts the cloud metadata services, e\.g\.:\n((?:  #   .*\n)+)", text)
     assert block, "values.yaml shows how to except the metadata addresses"
     return yaml.safe_load("\n".join(line[5:] for line in block.group(1).splitlines()))
 
@@ -283,7 +283,7 @@ def test_the_documented_wide_egress_excepts_every_metadata_service() -> None:
     spec = one(render({"networkPolicy": {"enabled": True, "egress": egress}}), "NetworkPolicy")["spec"]
     assert opened(spec, "192.0.2.1") and opened(spec, "2001:db8::1"), "the example is wide"
     assert not [a for a in METADATA if opened(spec, a)]
-    named = re.search(r"\(AWS, GCP.*?\)\n", (CHART / "values.yaml").read_text(), re.S)
+    named = re.search(r"\(AWS, GCP.*?\)\.?\n", (CHART / "values.yaml").read_text(), re.S)
     assert named and all(a in named.group(0) for a in METADATA)
 
 

@@ -179,9 +179,9 @@ def test_extras_are_appended_after_the_charts_own() -> None:
 
 
 def documented_ca_example() -> dict[str, Any]:
-    """The private-CA example of values.yaml's extraVolumes comment, as values."""
-    comment = VALUES_YAML[VALUES_YAML.index("# -- Extra volumes of sandcap's pods") :]
-    comment = comment[: comment.index("\nextraVolumes:")]
+    """The private-CA example of values.yaml, above extraVolumes' `# --` comment, as values."""
+    comment = VALUES_YAML[VALUES_YAML.index("# A private CA for `https` worker URLs, for example:") :]
+    comment = comment[: comment.index("\n# -- Extra volumes of sandcap's pods")]
     lines = [line[len("#   ") :] for line in comment.splitlines() if line.startswith("#   ")]
     return yaml.safe_load("\n".join(lines))
 

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# The release artifacts of the checkout's version (Cargo.toml's), from a clean checkout, into
+# target/dist/v<version>/ (README.md, "Releasing"):
+#
+#   release/release.sh [--download-url URL] [--notes-from VERSION]
+#
+#   sandcap-v<V>-linux-amd64.tar.gz   `sandcap` built with cargo-auditable (its crates and their
+#                                     versions in a section of the binary, which scanners read,
+#                                     also from the image) and LICENSE
+#   sandcap-v<V>.cdx.json             CycloneDX SBOM of the binary's crates (cargo-cyclonedx)
+#   sandcap-<chart version>.tgz       the packaged chart, with `artifacthub.io/changes` from the
+#                                     version's CHANGELOG.md section
+#   sandcap.yaml                      the krew manifest of the archive, checked by krew's own
+#                                     validate-krew-manifest (uri: --download-url + the archive)
+#   RELEASE-NOTES.md                  the version's CHANGELOG.md section
+#   SHA256SUMS                        of all of the above
+#
+# --download-url: where the archives will be downloadable (default: a file:// URL of the output
+# directory, for trying the manifest with `kubectl krew install --manifest --archive` here).
+# --notes-from: the CHANGELOG.md section to use, default the version's own; `Unreleased` to try a
+# release of main. SANDCAP_RELEASE_ALLOW_DIRTY=1 builds from a checkout with changes (the
+# artifacts then say nothing reliable about a commit; for trying the command only).
+#
+# Tools, each built once into target/release-tools from the registries: cargo-auditable and
+# cargo-cyclonedx (crates.io, release/tools/cargo-tools.sh), helm (testcluster/node/helm),
+# validate-krew-manifest (release/tools/krew). The image (testcluster/images/build.sh builds it
+# from the same binary), its signatures and the OCI push are not made here yet.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+
+say() { echo "release.sh: $*"; }
+die() { echo "release.sh: $*" >&2; exit 1; }
+
+download_url=""
+notes_from=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --download-url) download_url="$2"; shift 2 ;;
+    --notes-from) notes_from="$2"; shift 2 ;;
+    *) die "unknown argument $1 (see the header of $0)" ;;
+  esac
+done
+
+version="$(cargo metadata --no-deps --format-version 1 --locked | python3 -c \
+  'import json, sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "sandcap"))')"
+chart_version="$(sed -n 's/^version: //p' charts/sandcap/Chart.yaml)"
+[ -n "$version" ] && [ -n "$chart_version" ] || die "cannot read the versions"
+if [ -n "$(git status --porcelain --untracked-files=no)" ] && [ "${SANDCAP_RELEASE_ALLOW_DIRTY:-}" != 1 ]; then
+  die "the checkout has changes: release from a clean checkout (SANDCAP_RELEASE_ALLOW_DIRTY=1 to try anyway)"
+fi
+commit="$(git rev-parse HEAD)"
+notes_from="${notes_from:-$version}"
+out="$repo/target/dist/v$version"
+rm -rf "$out" && mkdir -p "$out"
+download_url="${download_url:-file://$out}"
+say "sandcap $version (chart $chart_version) at $commit into $out"
+
+tools="$repo/target/release-tools"
+export PATH="$tools/bin:$PATH"
+bash release/tools/cargo-tools.sh cargo-cyclonedx
+helm="$repo/target/testcluster/node/helm"
+[ -x "$helm" ] || bash testcluster/node-build.sh helm
+validate="$tools/validate-krew-manifest"
+if [ ! -x "$validate" ]; then
+  (cd release/tools/krew && go build -trimpath -o "$validate" sigs.k8s.io/krew/cmd/validate-krew-manifest)
+fi
+
+# The binary the image holds (testcluster/images/build.sh builds it with the same script, so that
+# one of the two is a no-op).
+say "cargo auditable build"
+bash release/build-binary.sh
+platform=linux-amd64
+stage="$(mktemp -d)"
+trap 'rm -rf "$stage"' EXIT
+cp target/release/sandcap LICENSE "$stage/"
+archive="sandcap-v$version-$platform.tar.gz"
+# Reproducible: sorted names, fixed owner and time (the commit's).
+epoch="$(git log -1 --format=%ct)"
+tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" -C "$stage" -cf - sandcap LICENSE \
+  | gzip -n -9 >"$out/$archive"
+"$stage/sandcap" version | grep -q "(commit $commit)" || die "the binary does not name commit $commit"
+
+say "cargo cyclonedx"
+cargo cyclonedx --format json --spec-version 1.5 --target x86_64-unknown-linux-gnu \
+  --override-filename "sandcap-v$version.cdx" --quiet
+mv "sandcap-v$version.cdx.json" "$out/"
+rm -f core/sandcap-v*.cdx.json
+
+say "release notes and the chart"
+python3 release/notes.py "$notes_from" notes >"$out/RELEASE-NOTES.md"
+cp -r charts/sandcap "$stage/chart"
+# Chart.yaml ends with its annotations (tests/chart/test_artifacthub.py): the changes join them.
+{
+  echo "  artifacthub.io/changes: |"
+  python3 release/notes.py "$notes_from" changes | sed 's/^/    /'
+} >>"$stage/chart/Chart.yaml"
+"$helm" lint --strict "$stage/chart" >/dev/null
+"$helm" package "$stage/chart" --destination "$out" >/dev/null
+
+say "krew manifest"
+sha="$(sha256sum "$out/$archive" | cut -d' ' -f1)"
+cat >"$out/sandcap.yaml" <<YAML
+apiVersion: krew.googlecontainertools.github.com/v1alpha2
+kind: Plugin
+metadata:
+  name: sandcap
+spec:
+  version: v$version
+  shortDescription: Explain and check sandbox-provider capabilities
+  description: |
+    kubectl sandcap explains, from the live cluster, why each capability of a
+    SandboxLease or SandboxProvider is on or off and what to change (explain),
+    checks that sandcap works end to end (check), previews a contract switch
+    (plan), and judges manifests offline as the cluster would (validate,
+    resolve).
+  caveats: |
+    sandcap's CRDs and its controller must be installed in the cluster for
+    explain, check and plan; validate and resolve work offline.
+  platforms:
+    - selector:
+        matchLabels:
+          os: linux
+          arch: amd64
+      uri: $download_url/$archive
+      sha256: $sha
+      files:
+        - from: sandcap
+          to: .
+        - from: LICENSE
+          to: .
+      bin: sandcap
+YAML
+# Its own install check downloads the uri; .ci/release.sh installs from the archive instead.
+"$validate" --skip-install --manifest "$out/sandcap.yaml" >/dev/null 2>&1 \
+  || die "validate-krew-manifest: $("$validate" --skip-install --manifest "$out/sandcap.yaml" 2>&1 | grep "^[EF]" | head -3)"
+
+(cd "$out" && sha256sum -- * >SHA256SUMS)
+say "done:"
+(cd "$out" && ls -l)
