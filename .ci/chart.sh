@@ -45,12 +45,8 @@ export SANDCAP_CHECKOV="$checkov_venv/bin/checkov"
 
 # helm-docs, which writes the chart's README from values.yaml (tests/chart/test_readme.py), built
 # from its Go module (release/tools/helm-docs): about 30 s and 150 MB of modules cold.
-helm_docs="${SANDCAP_HELM_DOCS:-target/release-tools/helm-docs}"
-if [ ! -x "$helm_docs" ]; then
-  mkdir -p "$(dirname "$helm_docs")"
-  (cd release/tools/helm-docs && go build -trimpath -o "$OLDPWD/$helm_docs" github.com/norwoodj/helm-docs/cmd/helm-docs)
-fi
-export SANDCAP_HELM_DOCS="$helm_docs"
+SANDCAP_HELM_DOCS="${SANDCAP_HELM_DOCS:-$(bash release/tools/go-tool.sh helm-docs)}"
+export SANDCAP_HELM_DOCS
 
 echo "== hadolint Dockerfile"
 "$venv/bin/hadolint" Dockerfile && echo "hadolint: Dockerfile clean"

@@ -3,6 +3,7 @@
 # target/dist/v<version>/ (README.md, "Releasing"):
 #
 #   release/release.sh [--download-url URL] [--notes-from VERSION]
+#                      [--registry HOST[:PORT][/PATH] --key COSIGN_KEY [--plain-http]]
 #
 #   sandcap-v<V>-linux-amd64.tar.gz   `sandcap` built with cargo-auditable (its crates and their
 #                                     versions in a section of the binary, which scanners read,
@@ -15,16 +16,27 @@
 #   RELEASE-NOTES.md                  the version's CHANGELOG.md section
 #   SHA256SUMS                        of all of the above
 #
+# With --registry, also the OCI artifacts, pushed there and signed with cosign's --key (a key pair
+# of `cosign generate-key-pair`; COSIGN_PASSWORD in the environment; no transparency log, which
+# needs the internet: keyless signing in a release CI with an OIDC identity is the alternative):
+#   REGISTRY/sandcap:v<V>             the image (testcluster/images/build.sh, from the binary
+#                                     above), signed, with the SBOM attested (cosign attest
+#                                     --type cyclonedx)
+#   REGISTRY/charts/sandcap:<chart>   the chart, signed, its image.repository and image.digest
+#                                     set to the pushed image: `helm install oci://...` runs it
+#                                     by digest
+#   OCI.txt                           both references with their digests
+#
 # --download-url: where the archives will be downloadable (default: a file:// URL of the output
 # directory, for trying the manifest with `kubectl krew install --manifest --archive` here).
+# --plain-http: the registry speaks HTTP (a registry on loopback, as .ci/release.sh starts one).
 # --notes-from: the CHANGELOG.md section to use, default the version's own; `Unreleased` to try a
 # release of main. SANDCAP_RELEASE_ALLOW_DIRTY=1 builds from a checkout with changes (the
 # artifacts then say nothing reliable about a commit; for trying the command only).
 #
 # Tools, each built once into target/release-tools from the registries: cargo-auditable and
 # cargo-cyclonedx (crates.io, release/tools/cargo-tools.sh), helm (testcluster/node/helm),
-# validate-krew-manifest (release/tools/krew). The image (testcluster/images/build.sh builds it
-# from the same binary), its signatures and the OCI push are not made here yet.
+# validate-krew-manifest, crane and cosign (release/tools/go-tool.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -34,13 +46,20 @@ die() { echo "release.sh: $*" >&2; exit 1; }
 
 download_url=""
 notes_from=""
+registry=""
+key=""
+plain_http=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --download-url) download_url="$2"; shift 2 ;;
     --notes-from) notes_from="$2"; shift 2 ;;
+    --registry) registry="$2"; shift 2 ;;
+    --key) key="$(realpath "$2")"; shift 2 ;;
+    --plain-http) plain_http=1; shift ;;
     *) die "unknown argument $1 (see the header of $0)" ;;
   esac
 done
+[ -z "$registry" ] || [ -n "$key" ] || die "--registry needs --key: nothing is pushed unsigned"
 
 version="$(cargo metadata --no-deps --format-version 1 --locked | python3 -c \
   'import json, sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "sandcap"))')"
@@ -61,10 +80,7 @@ export PATH="$tools/bin:$PATH"
 bash release/tools/cargo-tools.sh cargo-cyclonedx
 helm="$repo/target/testcluster/node/helm"
 [ -x "$helm" ] || bash testcluster/node-build.sh helm
-validate="$tools/validate-krew-manifest"
-if [ ! -x "$validate" ]; then
-  (cd release/tools/krew && go build -trimpath -o "$validate" sigs.k8s.io/krew/cmd/validate-krew-manifest)
-fi
+validate="$(bash release/tools/go-tool.sh validate-krew-manifest)"
 
 # The binary the image holds (testcluster/images/build.sh builds it with the same script, so that
 # one of the two is a no-op).
@@ -95,6 +111,20 @@ cp -r charts/sandcap "$stage/chart"
   echo "  artifacthub.io/changes: |"
   python3 release/notes.py "$notes_from" changes | sed 's/^/    /'
 } >>"$stage/chart/Chart.yaml"
+if [ -n "$registry" ]; then
+  say "the image, pushed to $registry"
+  bash testcluster/images/build.sh >/dev/null
+  crane="$(bash release/tools/go-tool.sh crane)"
+  insecure=(); [ -z "$plain_http" ] || insecure=(--insecure)
+  mkdir "$stage/image" && tar -xf target/images/sandcap.tar -C "$stage/image"
+  "$crane" push "${insecure[@]}" "$stage/image" "$registry/sandcap:v$version" >/dev/null 2>&1
+  image="$registry/sandcap@$("$crane" digest "${insecure[@]}" "$registry/sandcap:v$version")"
+  # The chart runs exactly the image it was released with.
+  sed -i -e 's|^  repository: sandcap$|  repository: '"$registry/sandcap"'|' \
+    -e 's|^  digest: ""$|  digest: '"${image#*@}"'|' "$stage/chart/values.yaml"
+  sed -i 's|^      image: sandcap:.*$|      image: '"$image"'|' "$stage/chart/Chart.yaml"
+  grep -q "digest: ${image#*@}" "$stage/chart/values.yaml" || die "the chart's image.digest was not set"
+fi
 "$helm" lint --strict "$stage/chart" >/dev/null
 "$helm" package "$stage/chart" --destination "$out" >/dev/null
 
@@ -134,6 +164,22 @@ YAML
 # Its own install check downloads the uri; .ci/release.sh installs from the archive instead.
 "$validate" --skip-install --manifest "$out/sandcap.yaml" >/dev/null 2>&1 \
   || die "validate-krew-manifest: $("$validate" --skip-install --manifest "$out/sandcap.yaml" 2>&1 | grep "^[EF]" | head -3)"
+
+if [ -n "$registry" ]; then
+  say "the chart, pushed to $registry/charts; signing both"
+  pushed="$("$helm" push "$out/sandcap-$chart_version.tgz" "oci://$registry/charts" ${plain_http:+--plain-http} 2>&1)"
+  chart="$registry/charts/sandcap@$(sed -n 's/^Digest: //p' <<<"$pushed")"
+  [ "${chart#*@}" != "" ] || die "helm push: $pushed"
+  cosign="$(bash release/tools/go-tool.sh cosign)"
+  registry_flags=(--allow-insecure-registry); [ -z "$plain_http" ] || registry_flags+=(--allow-http-registry)
+  signing=(--key "$key" --yes --use-signing-config=false --tlog-upload=false "${registry_flags[@]}")
+  for ref in "$image" "$chart"; do
+    "$cosign" sign "${signing[@]}" "$ref" >/dev/null 2>&1 || die "cosign sign $ref: $("$cosign" sign "${signing[@]}" "$ref" 2>&1 | tail -1)"
+  done
+  "$cosign" attest "${signing[@]}" --type cyclonedx --predicate "$out/sandcap-v$version.cdx.json" "$image" >/dev/null 2>&1 \
+    || die "cosign attest: $("$cosign" attest "${signing[@]}" --type cyclonedx --predicate "$out/sandcap-v$version.cdx.json" "$image" 2>&1 | tail -1)"
+  printf 'image %s\nchart %s\n' "$image" "$chart" >"$out/OCI.txt"
+fi
 
 (cd "$out" && sha256sum -- * >SHA256SUMS)
 say "done:"
