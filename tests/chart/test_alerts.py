@@ -17,7 +17,7 @@ import promql_parser
 import pytest
 import yaml
 
-from test_chart import CHART, KUBE_VERSION_RANGE, NAMESPACE, of_kind, one, render, validate_object
+from test_chart import KUBE_VERSION_RANGE, NAMESPACE, assert_lints_strict, of_kind, one, render, validate_object
 from test_conventions import README, REPO, section
 
 ALERTS_ON = {"prometheusRule": {"enabled": True, "labels": {"release": "prometheus"}}}
@@ -29,8 +29,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_lint_strict(scenario: str) -> None:
-    report = helm.lint(CHART, SCENARIOS[scenario], strict=True, namespace=NAMESPACE)
-    assert not [m for m in report["messages"] if m["severity"] >= 2] and not report["errors"], report
+    assert_lints_strict(SCENARIOS[scenario])
 
 
 @pytest.mark.parametrize("kube_version", KUBE_VERSION_RANGE)

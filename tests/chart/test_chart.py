@@ -157,6 +157,12 @@ def rbac_rules(objects: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict
     return [(o, rule) for o in objects if o["kind"] in ("Role", "ClusterRole") for rule in o.get("rules", [])]
 
 
+def assert_lints_strict(values: dict[str, Any]) -> None:
+    """`helm lint --strict` of the chart with `values` finds no warning and no error."""
+    report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE)
+    assert not [m for m in report["messages"] if m["severity"] >= 2] and not report["errors"], report
+
+
 def validate_object(obj: dict[str, Any], kube_version: str = KUBE_VERSION) -> None:
     model = CRD_MODELS.get((obj["apiVersion"], obj["kind"]))
     if model is None:
@@ -172,9 +178,7 @@ def validate_object(obj: dict[str, Any], kube_version: str = KUBE_VERSION) -> No
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_lint_strict(scenario: str) -> None:
-    report = helm.lint(CHART, SCENARIOS[scenario], strict=True, namespace=NAMESPACE)
-    problems = [m for m in report["messages"] if m["severity"] >= 2]
-    assert not problems and not report["errors"], report
+    assert_lints_strict(SCENARIOS[scenario])
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from test_chart import (
+    assert_lints_strict,
     REPO,
     CHART,
     NAMESPACE,
@@ -57,8 +58,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_lint_strict(scenario: str) -> None:
-    report = helm.lint(CHART, SCENARIOS[scenario], strict=True, namespace=NAMESPACE)
-    assert not [m for m in report["messages"] if m["severity"] >= 2] and not report["errors"], report
+    assert_lints_strict(SCENARIOS[scenario])
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from test_chart import (
+    assert_lints_strict,
     CHART,
     KUBE_VERSION_RANGE,
     NAMESPACE,
@@ -93,8 +94,7 @@ def check_pod(values: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_lint_strict(scenario: str) -> None:
-    report = helm.lint(CHART, SCENARIOS[scenario], strict=True, namespace=NAMESPACE)
-    assert not [m for m in report["messages"] if m["severity"] >= 2] and not report["errors"], report
+    assert_lints_strict(SCENARIOS[scenario])
 
 
 @pytest.mark.parametrize("kube_version", KUBE_VERSION_RANGE)
