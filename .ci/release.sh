@@ -43,8 +43,10 @@ done
   || fail "the image verified with a key that never signed it"
 helm="target/testcluster/node/helm"
 chart_version="$(sed -n 's/^version: //p' charts/sandcap/Chart.yaml)"
-"$helm" template sandcap "oci://$registry/charts/sandcap" --version "$chart_version" --plain-http --namespace sandcap-system \
-  | grep -q "image: \"\?$image\"\?$" || fail "the chart from $registry does not run $image"
+# Whole outputs before grep: `cmd | grep -q` fails under pipefail when grep stops reading first.
+rendered="$("$helm" template sandcap "oci://$registry/charts/sandcap" --version "$chart_version" --plain-http \
+  --namespace sandcap-system 2>/dev/null)"
+grep -q "image: \"\?$image\"\?$" <<<"$rendered" || fail "the chart from $registry does not run $image"
 
 (cd "$out" && sha256sum --quiet -c SHA256SUMS) || fail "checksums"
 
@@ -52,7 +54,7 @@ unpacked="$work/archive"
 mkdir "$unpacked" && tar -xzf "$out/sandcap-v$version-linux-amd64.tar.gz" -C "$unpacked"
 [ "$(cd "$unpacked" && ls)" = "$(printf 'LICENSE\nsandcap')" ] || fail "the archive holds $(ls "$unpacked")"
 # cargo-auditable's section: the crates a scanner (trivy, grype, cargo audit bin) reads.
-objdump -h "$unpacked/sandcap" | grep -q '\.dep-v0' || fail "no .dep-v0 section in the binary"
+grep -q '\.dep-v0' <<<"$(objdump -h "$unpacked/sandcap")" || fail "no .dep-v0 section in the binary"
 python3 - "$out/sandcap-v$version.cdx.json" <<'PY' || fail "SBOM"
 import json, sys
 sbom = json.load(open(sys.argv[1]))
@@ -65,7 +67,7 @@ print(f"SBOM: {len(names)} crates")
 PY
 
 chart="$out/sandcap-$chart_version.tgz"
-"$helm" show chart "$chart" | grep -q 'artifacthub.io/changes' || fail "no artifacthub.io/changes in $chart"
+grep -q 'artifacthub.io/changes' <<<"$("$helm" show chart "$chart")" || fail "no artifacthub.io/changes in $chart"
 "$helm" template sandcap "$chart" --namespace sandcap-system >/dev/null || fail "the packaged chart does not render"
 
 # krew, as a user installs a plugin from a manifest and an archive, into a KREW_ROOT of its own.
@@ -75,6 +77,6 @@ mkdir -p "$work/bin" && ln -s "$repo/$kubectl" "$work/bin/kubectl" && ln -s "$kr
 export KREW_ROOT="$work/krew" PATH="$work/krew/bin:$work/bin:$PATH"
 kubectl krew install --manifest="$out/sandcap.yaml" --archive="$out/sandcap-v$version-linux-amd64.tar.gz" >/dev/null 2>&1 \
   || fail "kubectl krew install: $(kubectl krew install --manifest="$out/sandcap.yaml" --archive="$out/sandcap-v$version-linux-amd64.tar.gz" 2>&1 | tail -3)"
-kubectl sandcap version | grep -q "sandcap $version (commit $(git rev-parse HEAD))" || fail "kubectl sandcap version: $(kubectl sandcap version 2>&1)"
-kubectl sandcap validate examples/provider-full.yaml | grep -q '^ALLOWED SandboxProvider/' || fail "kubectl sandcap validate"
+grep -q "sandcap $version (commit $(git rev-parse HEAD))" <<<"$(kubectl sandcap version)" || fail "kubectl sandcap version: $(kubectl sandcap version 2>&1)"
+grep -q '^ALLOWED SandboxProvider/' <<<"$(kubectl sandcap validate examples/provider-full.yaml)" || fail "kubectl sandcap validate"
 echo "release: every artifact checked; kubectl sandcap $version installed by krew"

@@ -95,7 +95,7 @@ archive="sandcap-v$version-$platform.tar.gz"
 epoch="$(git log -1 --format=%ct)"
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" -C "$stage" -cf - sandcap LICENSE \
   | gzip -n -9 >"$out/$archive"
-"$stage/sandcap" version | grep -q "(commit $commit)" || die "the binary does not name commit $commit"
+grep -q "(commit $commit)" <<<"$("$stage/sandcap" version)" || die "the binary does not name commit $commit"
 
 say "cargo cyclonedx"
 cargo cyclonedx --format json --spec-version 1.5 --target x86_64-unknown-linux-gnu \

@@ -321,7 +321,7 @@ verify_image() {
         --arg v "$version" --arg r "$revision" --arg b "$base_ref" <<<"$cfg" >/dev/null || fail "config: $cfg"
       out_v="$(chroot --userspec=65532:65532 "$m" /sandcap --version 2>&1)" || fail "/sandcap --version as 65532: $out_v"
       chroot --userspec=65532:65532 "$m" /sandcap crds 2>&1 | grep -q 'kind: CustomResourceDefinition' || fail "/sandcap crds as 65532"
-      objdump -h "$m/sandcap" | grep -q '\.dep-v0' || fail "/sandcap has no cargo-auditable section (.dep-v0)"
+      grep -q '\.dep-v0' <<<"$(objdump -h "$m/sandcap")" || fail "/sandcap has no cargo-auditable section (.dep-v0)"
       [ "$failed" = 1 ] || say "verify $name: ok ($out_v as 65532; no shell; config and labels)"
       ;;
     worker)
