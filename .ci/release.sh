@@ -75,8 +75,9 @@ krew="$(bash release/tools/go-tool.sh krew)"
 kubectl="$(ls -d target/testcluster/v*/kubectl | sort -V | tail -1)"
 mkdir -p "$work/bin" && ln -s "$repo/$kubectl" "$work/bin/kubectl" && ln -s "$krew" "$work/bin/kubectl-krew"
 export KREW_ROOT="$work/krew" PATH="$work/krew/bin:$work/bin:$PATH"
-kubectl krew install --manifest="$out/sandcap.yaml" --archive="$out/sandcap-v$version-linux-amd64.tar.gz" >/dev/null 2>&1 \
-  || fail "kubectl krew install: $(kubectl krew install --manifest="$out/sandcap.yaml" --archive="$out/sandcap-v$version-linux-amd64.tar.gz" 2>&1 | tail -3)"
-grep -q "sandcap $version (commit $(git rev-parse HEAD))" <<<"$(kubectl sandcap version)" || fail "kubectl sandcap version: $(kubectl sandcap version 2>&1)"
+said="$(kubectl krew install --manifest="$out/sandcap.yaml" --archive="$out/sandcap-v$version-linux-amd64.tar.gz" 2>&1)" \
+  || fail "kubectl krew install: $(tail -3 <<<"$said")"
+said="$(kubectl sandcap version 2>&1)"
+grep -q "sandcap $version (commit $(git rev-parse HEAD))" <<<"$said" || fail "kubectl sandcap version: $said"
 grep -q '^ALLOWED SandboxProvider/' <<<"$(kubectl sandcap validate examples/provider-full.yaml)" || fail "kubectl sandcap validate"
 echo "release: every artifact checked; kubectl sandcap $version installed by krew"

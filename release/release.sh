@@ -43,6 +43,8 @@ repo=$PWD
 
 say() { echo "release.sh: $*"; }
 die() { echo "release.sh: $*" >&2; exit 1; }
+# Runs a command, silent while it succeeds; when it fails, dies with its last lines.
+quietly() { local said; said="$("$@" 2>&1)" || die "$(basename "$1") ${2:-}: $(tail -3 <<<"$said")"; }
 
 download_url=""
 notes_from=""
@@ -162,8 +164,7 @@ spec:
       bin: sandcap
 YAML
 # Its own install check downloads the uri; .ci/release.sh installs from the archive instead.
-"$validate" --skip-install --manifest "$out/sandcap.yaml" >/dev/null 2>&1 \
-  || die "validate-krew-manifest: $("$validate" --skip-install --manifest "$out/sandcap.yaml" 2>&1 | grep "^[EF]" | head -3)"
+quietly "$validate" --skip-install --manifest "$out/sandcap.yaml"
 
 if [ -n "$registry" ]; then
   say "the chart, pushed to $registry/charts; signing both"
@@ -174,10 +175,9 @@ if [ -n "$registry" ]; then
   registry_flags=(--allow-insecure-registry); [ -z "$plain_http" ] || registry_flags+=(--allow-http-registry)
   signing=(--key "$key" --yes --use-signing-config=false --tlog-upload=false "${registry_flags[@]}")
   for ref in "$image" "$chart"; do
-    "$cosign" sign "${signing[@]}" "$ref" >/dev/null 2>&1 || die "cosign sign $ref: $("$cosign" sign "${signing[@]}" "$ref" 2>&1 | tail -1)"
+    quietly "$cosign" sign "${signing[@]}" "$ref"
   done
-  "$cosign" attest "${signing[@]}" --type cyclonedx --predicate "$out/sandcap-v$version.cdx.json" "$image" >/dev/null 2>&1 \
-    || die "cosign attest: $("$cosign" attest "${signing[@]}" --type cyclonedx --predicate "$out/sandcap-v$version.cdx.json" "$image" 2>&1 | tail -1)"
+  quietly "$cosign" attest "${signing[@]}" --type cyclonedx --predicate "$out/sandcap-v$version.cdx.json" "$image"
   printf 'image %s\nchart %s\n' "$image" "$chart" >"$out/OCI.txt"
 fi
 
