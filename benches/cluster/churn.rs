@@ -68,7 +68,7 @@ async fn watch_resolved(
 }
 
 /// The limit: for each new lease of round `tag`, one merge patch of `status`, sandcap's own (the
-/// fastest write of a whole status this apiserver serves; sandcap's JSON patch costs the same).
+/// fastest write of a whole status this apiserver serves, and sandcap's own kind of write).
 async fn trivial_controller(admin: &Client, tag: &str, status: &Value) -> tokio::task::JoinHandle<()> {
     let status = Arc::new(status.clone());
     let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource("SandboxLease"));

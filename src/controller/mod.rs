@@ -9,7 +9,7 @@
 //!   provider's changes and by changes of a Secret it references, not by a full resync.
 //!
 //! Both end in one step, `publish.rs`: the status with the audit's `Valid` condition, replacing the
-//! published one (one JSON patch, field manager [`crate::vocabulary::FIELD_MANAGER`]) only when it
+//! published one (one merge patch, field manager [`crate::vocabulary::FIELD_MANAGER`]) only when it
 //! differs, and the Events of what turned. With leader election only the
 //! holder of the `coordination.k8s.io/v1` Lease runs them.
 //!

@@ -1,15 +1,14 @@
 //! The step both reconciles end with, written once so that both kinds publish alike: the status a
 //! reconcile computed, with the audit's `Valid` condition added, replaces the published one (one
-//! JSON patch, field manager [`FIELD_MANAGER`]) only if it differs, and only then are the Events of
+//! merge patch, field manager [`FIELD_MANAGER`]) only if it differs, and only then are the Events of
 //! what turned recorded: a provider's capabilities, either kind's `Valid`.
 //!
 //! So a status write that the watch brings back, or a restart that finds every status published,
 //! writes nothing and repeats no Event.
 
 use std::borrow::Cow;
+use std::sync::LazyLock;
 
-use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, PatchOperation};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
@@ -22,15 +21,16 @@ use super::cached::CachedLease;
 use super::context::Context;
 use super::error::Error;
 use super::status::{Conditions, kind_label};
-use crate::api::{DriverStatus, SandboxLease, SandboxLeaseStatus, SandboxProvider, SandboxProviderStatus};
+use crate::api::{DriverStatus, SandboxLease, SandboxLeaseStatus, SandboxProvider, SandboxProviderStatus, StatusPatch};
 use crate::text;
-use crate::vocabulary::{ConditionReason as Why, ConditionStatus, ConditionType as Type, FIELD_MANAGER};
+use crate::vocabulary::{ConditionReason as Why, ConditionStatus, ConditionType as Type, FIELD_MANAGER, Kind};
 
 /// The apiserver refuses an Event whose note is longer.
 const MAX_NOTE: usize = 1024;
 
 /// An object whose status a controller publishes, as its cache holds it.
 pub trait Publish: Resource<DynamicType = ()> {
+    const KIND: Kind;
     /// The resource its status is written to (a cached lease is trimmed; the apiserver's is whole).
     type Written: Resource<DynamicType = ()>;
     type Status: Serialize;
@@ -49,6 +49,7 @@ pub trait Publish: Resource<DynamicType = ()> {
 }
 
 impl Publish for SandboxProvider {
+    const KIND: Kind = Kind::SandboxProvider;
     type Written = SandboxProvider;
     type Status = SandboxProviderStatus;
 
@@ -75,6 +76,7 @@ impl Publish for SandboxProvider {
 
 /// A lease's published status is known by its digest and its conditions' times ([`CachedLease`]).
 impl Publish for CachedLease {
+    const KIND: Kind = Kind::SandboxLease;
     type Written = SandboxLease;
     type Status = SandboxLeaseStatus;
 
@@ -105,7 +107,7 @@ pub async fn publish<K: Publish>(
     now: &Time,
 ) -> Result<(), Error> {
     let Some(Write { status, events }) = decide(obj, desired, finding, now) else { return Ok(()) };
-    replace_status(obj.api(ctx.client.clone()), &obj.name_any(), &status).await?;
+    replace_status(obj.api(ctx.client.clone()), K::KIND, &obj.name_any(), &status).await?;
     // kube's Recorder puts a cluster-scoped provider's Events in `default`, a lease's in its
     // namespace.
     let reference = obj.object_ref(&());
@@ -137,24 +139,26 @@ fn decide<K: Publish>(obj: &K, mut desired: K::Status, finding: &Finding, now: &
     Some(Write { status: desired, events })
 }
 
+/// Each kind's status write, by [`Kind`].
+static STATUS_PATCHES: LazyLock<[StatusPatch; 2]> =
+    LazyLock::new(|| [Kind::SandboxProvider, Kind::SandboxLease].map(StatusPatch::new));
+
 /// Replaces the whole status with `status`, as field manager [`FIELD_MANAGER`].
 ///
 /// sandcap owns every field of the status, so it needs none of the per-field ownership a
-/// server-side apply computes, and the apiserver serves this JSON patch in about half the time of
-/// the apply (docs/controller.md, "Scale"). `managedFields` stays true for `kubectl` users: the
-/// apiserver records the fields it sets under `sandcap` (operation `Update`, subresource
-/// `status`). `add` replaces a member that exists (RFC 6902), so one patch serves a first status
-/// and a later one, and keys the new status leaves out (another contract version's) go with the
-/// old. The apiserver answers with the whole object, which the watch brings back anyway: it is
-/// skipped, not decoded (its managed fields alone are as large as the rest).
-async fn replace_status<K>(api: Api<K>, name: &str, status: &impl Serialize) -> Result<(), Error>
+/// server-side apply computes; of the writes that replace a whole status the apiserver serves a
+/// merge patch fastest (docs/controller.md, "Scale"), and [`StatusPatch`] names null what the new
+/// status leaves out. `managedFields` stays true for `kubectl` users: the apiserver records the
+/// fields it sets under `sandcap` (operation `Update`, subresource `status`). The apiserver
+/// answers with the whole object, which the watch brings back anyway: it is skipped, not decoded
+/// (its managed fields alone are as large as the rest).
+async fn replace_status<K>(api: Api<K>, kind: Kind, name: &str, status: &impl Serialize) -> Result<(), Error>
 where
     K: Resource<DynamicType = ()>,
 {
     let failed = |source| Error::WriteStatus { kind: kind_label::<K>(), name: name.to_string(), source };
     let value = serde_json::to_value(status).map_err(|e| failed(kube::Error::SerdeError(e)))?;
-    let add = AddOperation { path: PointerBuf::from_tokens(["status"]), value };
-    let patch: Patch<()> = Patch::Json(json_patch::Patch(vec![PatchOperation::Add(add)]));
+    let patch = Patch::Merge(STATUS_PATCHES[kind as usize].patch(value));
     let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() };
     let mut request = kube::core::Request::new(api.resource_url())
         .patch_subresource("status", name, &params, &patch)

@@ -70,7 +70,7 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         versions::the_corpus_under_contract_v2,
         versions::leases_resolve_the_nine_keys_of_contract_v2,
         switching::switching_v1_v2_v1_keeps_every_object,
-        writes::a_status_is_one_json_patch_written_once_per_new_lease,
+        writes::a_status_is_one_merge_patch_written_once_per_new_lease,
         crds::an_upgrade_brings_the_crds_new_rules_and_uninstall_keeps_them,
     ]
 }

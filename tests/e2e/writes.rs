@@ -1,4 +1,4 @@
-//! What sandcap's status writes look like to the apiserver and to `kubectl` users: a patch of the
+//! What sandcap's status writes look like to the apiserver and to `kubectl` users: a merge patch of the
 //! whole status per change (no server-side apply), recorded under the `sandcap` field manager, and a new lease of
 //! a provider not probed yet written once, when the probe is published.
 
@@ -30,7 +30,7 @@ fn status_owners(object: &Value) -> Vec<(String, String, String)> {
         .collect()
 }
 
-pub async fn a_status_is_one_json_patch_written_once_per_new_lease(c: Arc<Cluster>) {
+pub async fn a_status_is_one_merge_patch_written_once_per_new_lease(c: Arc<Cluster>) {
     install::crds(&c);
     let install = Install::chart(&c, json!({})).await;
     install::namespaces(&c, &[NS]);

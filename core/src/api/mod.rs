@@ -13,6 +13,7 @@ mod crd;
 mod lease;
 mod provider;
 mod rules;
+mod status_patch;
 
 pub use crate::vocabulary::LeasePolicy;
 pub use capabilities::{Capabilities, DeclaredCapabilities};
@@ -20,6 +21,7 @@ pub use crd::{crd, crd_schema};
 pub use lease::*;
 pub use provider::*;
 pub use rules::{is_dns_label, is_dns_subdomain};
+pub use status_patch::StatusPatch;
 
 pub const GROUP: &str = "sandcap.dev";
 pub const VERSION: &str = "v1alpha1";
