@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# A single-node Kubernetes on this machine, with no Docker engine and no registry, where sandcap's
+# A single-node Kubernetes on this machine, with no Docker engine, where sandcap's
 # Helm chart runs as real pods (kind's idea without its container). Built from the same sources as
 # the end-to-end tests: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
 # kube-proxy and kubectl of the newest minor in testcluster/, containerd 2, CoreDNS, helm and the
 # pause binary from their Go modules (testcluster/build.sh --node, testcluster/node-build.sh); runc and
 # the CNI plugins from Debian; the images (sandcap, the reference worker, pause) from the
 # repository's Dockerfile on local stand-in bases (testcluster/images/build.sh), imported into the
-# node's containerd, never pulled.
+# node's containerd. The node also has an OCI registry of its own, `127.0.0.1:5000` inside its network
+# namespace (crane's, in memory; release/tools/go-tool.sh): containerd pulls from it over plain
+# HTTP, so what `release/release.sh --registry 127.0.0.1:5000 --plain-http` publishes there installs as
+# an admin installs a release, `helm install oci://127.0.0.1:5000/charts/sandcap --plain-http`.
 #
 #   ./examples/node.sh up          build what is missing, start the node (idempotent); prints the
 #                                  KUBECONFIG to use inside it and the images the node holds
@@ -31,6 +34,8 @@ node_ip=10.200.0.2
 pod_cidr=10.244.0.0/24
 service_cidr=10.96.0.0/16
 dns_ip=10.96.0.10
+# Inside the node's own network namespace: no other process on this machine can hold the port.
+registry=127.0.0.1:5000
 cgroup_root=/sandcap-node
 tunables=(vm.overcommit_memory kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 
@@ -52,6 +57,7 @@ inside() {
 binaries() {
   k8s_bin="$(bash "$root/testcluster/build.sh" --node "$minor" | awk '{print $2}')"
   node_bin="$(bash "$root/testcluster/node-build.sh" | tail -1)"
+  crane="$(bash "$root/release/tools/go-tool.sh" crane)"
 }
 
 minor="$(ls -d "$root"/testcluster/k8s-*/ | sed 's|.*/k8s-||; s|/$||' | sort -V | tail -1)"
@@ -156,8 +162,16 @@ state = "$state/containerd/state"
 
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "$state/containerd/certs.d"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "$pause_image"
+EOF
+  mkdir -p "$state/containerd/certs.d/$registry"
+  cat >"$state/containerd/certs.d/$registry/hosts.toml" <<EOF
+server = "http://$registry"
+[host."http://$registry"]
+  capabilities = ["pull", "resolve"]
 EOF
   echo "nameserver $dns_ip" >"$state/kubelet/resolv.conf"
   cat >"$state/kubelet/config.yaml" <<EOF
@@ -308,6 +322,8 @@ up() {
   start kube-scheduler "$k8s_bin/kube-scheduler" --kubeconfig "$state/scheduler.kubeconfig" \
     --authentication-kubeconfig "$state/scheduler.kubeconfig" --authorization-kubeconfig "$state/scheduler.kubeconfig" \
     --bind-address 127.0.0.1 --leader-elect=false
+  start registry "$crane" registry serve --address "$registry"
+  wait_for registry 30 inside "$crane" catalog --insecure "$registry"
   start containerd "$node_bin/containerd" --config "$state/containerd/config.toml"
   wait_for containerd 30 inside "$node_bin/ctr" --address "$state/containerd/containerd.sock" version
   for archive in $archives; do
@@ -366,6 +382,7 @@ print_info() {
   cat <<EOF
 export KUBECONFIG=$state/admin.kubeconfig
 $(cat "$state/images")
+registry: $registry
 Kubernetes $k8s_version, one node ($node_name, $node_ip) in network namespace $netns; run commands in it with
   ./examples/node.sh exec -- kubectl get nodes
   ./examples/node.sh exec -- helm install ...

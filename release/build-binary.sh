@@ -8,5 +8,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash release/tools/cargo-tools.sh cargo-auditable
+# The commit `sandcap version` names, set here whoever calls: cargo sets it, from build.rs, in the
+# environment of every test it runs, and build.rs reruns (and sandcap is built again, minutes)
+# whenever it differs from the last build's, so the node suite's build and release.sh's would
+# each undo the other's.
+if commit="$(git rev-parse HEAD 2>/dev/null)"; then
+  export SANDCAP_GIT_COMMIT="$commit"
+fi
 PATH="$PWD/target/release-tools/bin:$PATH" CARGO_PROFILE_RELEASE_STRIP=symbols \
   cargo auditable build --quiet --release --locked --bin sandcap --example reference-worker

@@ -13,6 +13,7 @@
 //! docs/testing.md, "The node".
 
 mod node;
+mod release;
 mod scenarios;
 #[path = "../support/mod.rs"]
 mod support;

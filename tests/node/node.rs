@@ -17,6 +17,8 @@ pub fn repo_root() -> PathBuf {
 pub struct Node {
     pub image: String,
     pub worker_image: String,
+    /// The node's own OCI registry, `HOST:PORT` inside its network namespace.
+    pub registry: String,
     pub state: PathBuf,
 }
 
@@ -35,7 +37,12 @@ impl Node {
                 .to_string()
         };
         println!("node: up in {:.0?}", started.elapsed());
-        Node { image: line("image:"), worker_image: line("worker-image:"), state: repo_root().join("target/node") }
+        Node {
+            image: line("image:"),
+            worker_image: line("worker-image:"),
+            registry: line("registry:"),
+            state: repo_root().join("target/node"),
+        }
     }
 
     /// `node.sh down`: stops the node and everything it started.
@@ -71,6 +78,15 @@ impl Node {
     pub fn apply(&self, objects: &[Value]) {
         let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
         self.ok_with(&["kubectl", "apply", "-f", "-"], &list.to_string());
+    }
+
+    /// `args` as a command run in the node's network namespace only: this machine's files and
+    /// environment (cargo, the release tools), the node's addresses (its registry).
+    pub fn in_network(&self, args: &[&str]) -> Command {
+        let holder = fs::read_to_string(self.state.join("holder.pid")).expect("the node runs");
+        let mut command = Command::new("nsenter");
+        command.args(["--target", holder.trim(), "--net", "--"]).args(args).current_dir(repo_root());
+        command
     }
 
     /// Runs `f` on a thread that joined the node's network namespace: every connection it opens

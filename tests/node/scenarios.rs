@@ -11,6 +11,7 @@ use sandcap::versions::ContractVersion;
 use serde_json::{Value, json};
 
 use crate::node::{Node, eventually, repo_root, sandcap_binary};
+use crate::release::published;
 use crate::support::methods_of;
 
 pub const NS: &str = "sandcap-system";
@@ -33,36 +34,32 @@ pub fn all() -> Vec<(&'static str, Scenario)> {
     ]
 }
 
-/// `helm install` as README's "Install on a cluster" gives it, with the image the node holds and
-/// otherwise default values; checked once, whichever scenarios a filter selects.
+/// `helm install oci://...` as README's "Install on a cluster" gives it: the chart the release
+/// published to the node's registry, with default values, its image pulled from there by digest;
+/// checked once, whichever scenarios a filter selects.
 pub fn install(node: &Node) {
     static INSTALLED: OnceLock<()> = OnceLock::new();
     INSTALLED.get_or_init(|| {
         if node.exec(&["helm", "status", RELEASE, "-n", NS], "").status.success() {
             return; // a node kept from an earlier run (SANDCAP_NODE_KEEP=1)
         }
-        let (repository, tag) = node.image.rsplit_once(':').expect("an image reference with a tag");
+        let published = published(node);
         let started = Instant::now();
-        let chart = repo_root().join("charts/sandcap");
-        node.ok(&[
-            "helm",
-            "install",
-            RELEASE,
-            &chart.display().to_string(),
-            "-n",
-            NS,
-            "--create-namespace",
-            "--set",
-            &format!("image.repository={repository}"),
-            "--set",
-            &format!("image.tag={tag}"),
-            "--wait",
-            "--timeout",
-            "5m",
-        ]);
-        println!("install: helm install --wait took {:.0?}", started.elapsed());
+        let install = ["helm", "install", RELEASE, "-n", NS, "--create-namespace", "--wait", "--timeout", "5m"];
+        node.ok(&[&install[..], &published.chart_args()].concat());
+        println!("install: helm install oci://... --wait took {:.0?}", started.elapsed());
         let deployment = node.kubectl_json(&["get", "deployment", RELEASE, "-n", NS]);
         assert_eq!(deployment["status"]["readyReplicas"], json!(2), "both replicas Ready: {deployment:#}");
+        // Every pod runs the image the release signed, by digest, and containerd pulled it from the
+        // registry: only a pull records that name (the node's own import of the image is named
+        // otherwise).
+        let listed = node.kubectl_json(&["get", "pods", "-n", NS, "-l", "app.kubernetes.io/name=sandcap"]);
+        for pod in listed["items"].as_array().expect("pods") {
+            assert_eq!(pod["spec"]["containers"][0]["image"], json!(published.image), "{pod:#}");
+        }
+        let socket = node.state.join("containerd/containerd.sock").display().to_string();
+        let images = node.ok(&["ctr", "--address", &socket, "-n", "k8s.io", "images", "ls", "-q"]);
+        assert!(images.lines().any(|i| i == published.image), "{} not pulled:\n{images}", published.image);
         let secret = node.kubectl_json(&["get", "secret", "sandcap-webhook-tls", "-n", NS]);
         assert!(secret["data"]["tls.crt"].as_str().is_some_and(|c| !c.is_empty()), "the certificate Secret");
         eventually("the caBundle written", WAIT, || {
@@ -220,7 +217,7 @@ fn rollouts_refuse_nothing(node: &Node) {
     worker(node);
     let namespace = "node-rollout";
     node.apply(&[json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})]);
-    let chart = repo_root().join("charts/sandcap").display().to_string();
+    let chart = published(node).chart_args();
     let rollouts: [(&str, Vec<&str>); 2] = [
         ("restart", vec!["kubectl", "rollout", "restart", "deployment/sandcap", "-n", NS]),
         (
@@ -229,7 +226,10 @@ fn rollouts_refuse_nothing(node: &Node) {
                 "helm",
                 "upgrade",
                 RELEASE,
-                &chart,
+                chart[0],
+                chart[1],
+                chart[2],
+                chart[3],
                 "-n",
                 NS,
                 "--reuse-values",

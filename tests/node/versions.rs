@@ -3,7 +3,8 @@
 
 use serde_json::{Value, json};
 
-use crate::node::{Node, repo_root, sandcap_binary};
+use crate::node::{Node, sandcap_binary};
+use crate::release::published;
 use crate::scenarios::{NS, RELEASE, condition, worker};
 use sandcap::versions::ContractVersion;
 
@@ -33,10 +34,9 @@ fn nine_keys() -> [Value; 2] {
 
 /// Upgrades the release to `version` and waits until `sandcap check` and `helm test` pass under it.
 fn upgrade(node: &Node, version: ContractVersion) {
-    let chart = repo_root().join("charts/sandcap").display().to_string();
     let value = format!("contract.version={version}");
-    let upgrade = ["helm", "upgrade", RELEASE, &chart, "-n", NS, "--reuse-values", "--set", &value];
-    node.ok(&[&upgrade[..], &["--wait", "--timeout", "5m"]].concat());
+    let upgrade = ["helm", "upgrade", RELEASE, "-n", NS, "--reuse-values", "--set", &value, "--wait", "--timeout", "5m"];
+    node.ok(&[&upgrade[..], &published(node).chart_args()].concat());
     node.ok(&["kubectl", "rollout", "status", "deployment/sandcap", "-n", NS, "--timeout", "5m"]);
     node.ok(&[&sandcap_binary().display().to_string(), "check", "--contract", version.as_str(), "--wait", "2m"]);
     node.ok(&["helm", "test", RELEASE, "-n", NS, "--timeout", "3m"]);
