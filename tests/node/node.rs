@@ -15,7 +15,6 @@ pub fn repo_root() -> PathBuf {
 
 /// The running node; [`Node::down`] stops it.
 pub struct Node {
-    pub image: String,
     pub worker_image: String,
     /// The node's own OCI registry, `HOST:PORT` inside its network namespace.
     pub registry: String,
@@ -38,7 +37,6 @@ impl Node {
         };
         println!("node: up in {:.0?}", started.elapsed());
         Node {
-            image: line("image:"),
             worker_image: line("worker-image:"),
             registry: line("registry:"),
             state: repo_root().join("target/node"),

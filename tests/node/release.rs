@@ -40,6 +40,15 @@ pub fn published(node: &Node) -> &'static Published {
         generate.args(["generate-key-pair"]).current_dir(&keys).env("COSIGN_PASSWORD", &password);
         ok("cosign generate-key-pair", output_with_stdin(&mut generate, b""));
 
+        // release.sh builds its tools on first use, from registries the node's network cannot
+        // reach: they are built here first.
+        let mut cargo_tools = Command::new("bash");
+        cargo_tools.arg(repo_root().join("release/tools/cargo-tools.sh")).args(["cargo-auditable", "cargo-cyclonedx"]);
+        ok("cargo-tools.sh", output_with_stdin(&mut cargo_tools, b""));
+        for name in ["crane", "validate-krew-manifest"] {
+            tool(name);
+        }
+
         let key = keys.join("cosign.key").display().to_string();
         let release = ["bash", "release/release.sh", "--notes-from", "Unreleased", "--registry", &node.registry];
         let mut publish = node.in_network(&release);

@@ -35,7 +35,8 @@ fn nine_keys() -> [Value; 2] {
 /// Upgrades the release to `version` and waits until `sandcap check` and `helm test` pass under it.
 fn upgrade(node: &Node, version: ContractVersion) {
     let value = format!("contract.version={version}");
-    let upgrade = ["helm", "upgrade", RELEASE, "-n", NS, "--reuse-values", "--set", &value, "--wait", "--timeout", "5m"];
+    let upgrade =
+        ["helm", "upgrade", RELEASE, "-n", NS, "--reuse-values", "--set", &value, "--wait", "--timeout", "5m"];
     node.ok(&[&upgrade[..], &published(node).chart_args()].concat());
     node.ok(&["kubectl", "rollout", "status", "deployment/sandcap", "-n", NS, "--timeout", "5m"]);
     node.ok(&[&sandcap_binary().display().to_string(), "check", "--contract", version.as_str(), "--wait", "2m"]);
