@@ -31,7 +31,8 @@
 # directory, for trying the manifest with `kubectl krew install --manifest --archive` here).
 # --plain-http: the registry speaks HTTP (a registry on loopback, as .ci/release.sh starts one).
 # --notes-from: the CHANGELOG.md section to use, default the version's own; `Unreleased` to try a
-# release of main. SANDCAP_RELEASE_ALLOW_DIRTY=1 builds from a checkout with changes (the
+# release of main. --tools-only builds the tools below and stops (before running the command
+# where the registries they come from cannot be reached). SANDCAP_RELEASE_ALLOW_DIRTY=1 builds from a checkout with changes (the
 # artifacts then say nothing reliable about a commit; for trying the command only).
 #
 # Tools, each built once into target/release-tools from the registries: cargo-auditable and
@@ -51,6 +52,7 @@ notes_from=""
 registry=""
 key=""
 plain_http=""
+tools_only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --download-url) download_url="$2"; shift 2 ;;
@@ -58,10 +60,22 @@ while [ $# -gt 0 ]; do
     --registry) registry="$2"; shift 2 ;;
     --key) key="$(realpath "$2")"; shift 2 ;;
     --plain-http) plain_http=1; shift ;;
+    --tools-only) tools_only=1; shift ;;
     *) die "unknown argument $1 (see the header of $0)" ;;
   esac
 done
 [ -z "$registry" ] || [ -n "$key" ] || die "--registry needs --key: nothing is pushed unsigned"
+
+export PATH="$repo/target/release-tools/bin:$PATH"
+bash release/tools/cargo-tools.sh cargo-auditable cargo-cyclonedx
+helm="$repo/target/testcluster/node/helm"
+[ -x "$helm" ] || bash testcluster/node-build.sh helm
+validate="$(bash release/tools/go-tool.sh validate-krew-manifest)"
+if [ -n "$registry$tools_only" ]; then
+  crane="$(bash release/tools/go-tool.sh crane)"
+  cosign="$(bash release/tools/go-tool.sh cosign)"
+fi
+[ -z "$tools_only" ] || { say "tools built"; exit 0; }
 
 version="$(cargo metadata --no-deps --format-version 1 --locked | python3 -c \
   'import json, sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "sandcap"))')"
@@ -77,12 +91,6 @@ rm -rf "$out" && mkdir -p "$out"
 download_url="${download_url:-file://$out}"
 say "sandcap $version (chart $chart_version) at $commit into $out"
 
-tools="$repo/target/release-tools"
-export PATH="$tools/bin:$PATH"
-bash release/tools/cargo-tools.sh cargo-cyclonedx
-helm="$repo/target/testcluster/node/helm"
-[ -x "$helm" ] || bash testcluster/node-build.sh helm
-validate="$(bash release/tools/go-tool.sh validate-krew-manifest)"
 
 # The binary the image holds (testcluster/images/build.sh builds it with the same script, so that
 # one of the two is a no-op).
@@ -116,7 +124,6 @@ cp -r charts/sandcap "$stage/chart"
 if [ -n "$registry" ]; then
   say "the image, pushed to $registry"
   bash testcluster/images/build.sh >/dev/null
-  crane="$(bash release/tools/go-tool.sh crane)"
   insecure=(); [ -z "$plain_http" ] || insecure=(--insecure)
   mkdir "$stage/image" && tar -xf target/images/sandcap.tar -C "$stage/image"
   "$crane" push "${insecure[@]}" "$stage/image" "$registry/sandcap:v$version" >/dev/null 2>&1
@@ -171,7 +178,6 @@ if [ -n "$registry" ]; then
   pushed="$("$helm" push "$out/sandcap-$chart_version.tgz" "oci://$registry/charts" ${plain_http:+--plain-http} 2>&1)"
   chart="$registry/charts/sandcap@$(sed -n 's/^Digest: //p' <<<"$pushed")"
   [ "${chart#*@}" != "" ] || die "helm push: $pushed"
-  cosign="$(bash release/tools/go-tool.sh cosign)"
   registry_flags=(--allow-insecure-registry); [ -z "$plain_http" ] || registry_flags+=(--allow-http-registry)
   signing=(--key "$key" --yes --use-signing-config=false --tlog-upload=false "${registry_flags[@]}")
   for ref in "$image" "$chart"; do

@@ -189,7 +189,8 @@ pub async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client
     // and sandcap's cold start against the mean of each loop's two runs, so that neither side gets
     // the fresher apiserver. The target is a ratio to the fastest.
     let after = loops(&api, &names, count, status, "after").await;
-    for ((name, first), (_, again)) in before.iter().zip(&after) {
+    for (name, first) in &before {
+        let again = after.iter().find(|(n, _)| n == name).map(|(_, t)| t).expect("each loop ran again");
         let mean = (*first + *again) / 2;
         println!(
             "{name}: {:.2} s before sandcap, {:.2} s after; mean / sandcap's cold start = {:.2} / {:.2} s = {:.2}",
@@ -239,9 +240,9 @@ async fn loops(
     run: &str,
 ) -> Vec<(&'static str, Duration)> {
     let params = patch_params();
-    let mut order = vec!["whole-status merge patch loop"];
+    let mut order = vec![MERGE_LOOP];
     if providers == 100 {
-        order.push("whole-status JSON patch loop");
+        order.push(JSON_LOOP);
     }
     if run == "after" {
         order.reverse();
@@ -249,7 +250,7 @@ async fn loops(
     let mut times = Vec::new();
     for name in order {
         let status = marked(status, &format!("{name} {run}"));
-        let patch = if name.contains("JSON") {
+        let patch = if name == JSON_LOOP {
             let add = json!([{"op": "add", "path": "/status", "value": status["status"]}]);
             Patch::Json(serde_json::from_value(add).expect("a JSON patch"))
         } else {
@@ -259,9 +260,11 @@ async fn loops(
         println!("{name}: {} status writes ({CONCURRENCY} at a time) in {:.2} s", names.len(), time.as_secs_f64());
         times.push((name, time));
     }
-    times.sort_by_key(|(name, _)| *name);
     times
 }
+
+const MERGE_LOOP: &str = "whole-status merge patch loop";
+const JSON_LOOP: &str = "whole-status JSON patch loop";
 
 /// How many leases of the bench a watch shows resolved by sandcap (pinned, with
 /// `persistentProcessSessions` Granted); returns once the watch has listed.

@@ -40,14 +40,10 @@ pub fn published(node: &Node) -> &'static Published {
         generate.args(["generate-key-pair"]).current_dir(&keys).env("COSIGN_PASSWORD", &password);
         ok("cosign generate-key-pair", output_with_stdin(&mut generate, b""));
 
-        // release.sh builds its tools on first use, from registries the node's network cannot
-        // reach: they are built here first.
-        let mut cargo_tools = Command::new("bash");
-        cargo_tools.arg(repo_root().join("release/tools/cargo-tools.sh")).args(["cargo-auditable", "cargo-cyclonedx"]);
-        ok("cargo-tools.sh", output_with_stdin(&mut cargo_tools, b""));
-        for name in ["crane", "validate-krew-manifest"] {
-            tool(name);
-        }
+        // release.sh builds its tools from registries the node's network cannot reach: here first.
+        let mut tools = Command::new("bash");
+        tools.arg(repo_root().join("release/release.sh")).arg("--tools-only");
+        ok("release/release.sh --tools-only", output_with_stdin(&mut tools, b""));
 
         let key = keys.join("cosign.key").display().to_string();
         let release = ["bash", "release/release.sh", "--notes-from", "Unreleased", "--registry", &node.registry];
