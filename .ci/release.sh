@@ -2,11 +2,13 @@
 # The release command on this checkout (release/release.sh, with main's Unreleased notes),
 # publishing to an OCI registry on loopback (crane's, in memory) with a throwaway cosign key, then
 # what an admin and a scanner do with its artifacts: cosign verify of image and chart and of the
-# SBOM attestation, the chart pulled from the registry pointing at the image by digest, the
-# checksums, the crates recorded in the binary, the SBOM, the packaged chart's Artifact Hub
-# changes, and a krew install of the plugin from the manifest and archive, run as `kubectl
-# sandcap`. Called from .ci/run; by hand: `bash .ci/release.sh`. About 5 minutes cold (cosign,
-# crane, krew and cargo-cyclonedx built once; the binary and image are the node suite's).
+# SBOM attestation, sigstore's policy-tester with the released ClusterImagePolicy (an admission
+# policy that requires the signature), the chart pulled from the registry pointing at the image
+# by digest, the checksums, the crates recorded in the binary, the SBOM, the packaged chart's
+# Artifact Hub changes, and a krew install of the plugin from the manifest and archive, run as
+# `kubectl sandcap`. Called from .ci/run; by hand: `bash .ci/release.sh`. About 8 minutes cold
+# (cosign, policy-tester, crane, krew and cargo-cyclonedx built once; the binary and image are
+# the node suite's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -41,6 +43,26 @@ done
 (cd "$work" && COSIGN_PASSWORD=x "$cosign" generate-key-pair --output-key-prefix other >/dev/null 2>&1)
 ! "$cosign" verify --key "$work/other.pub" --insecure-ignore-tlog --allow-http-registry "$image" >/dev/null 2>&1 \
   || fail "the image verified with a key that never signed it"
+# The released admission policy, as sigstore's policy-controller would judge a pod's image: the
+# signed image by digest and by tag is admitted; an unsigned image of the same repository, or the
+# same policy with another key, is refused.
+policy_tester="$(bash release/tools/go-tool.sh policy-tester)"
+policy="$out/clusterimagepolicy.yaml"
+admits() { "$policy_tester" --policy "$1" --image "$2" >"$work/policy.log" 2>&1; }
+for ref in "$image" "$registry/sandcap:v$version"; do
+  admits "$policy" "$ref" || fail "the released policy refuses $ref: $(tail -1 "$work/policy.log")"
+done
+"$crane" mutate --insecure --label sandcap.dev/unsigned=true "$image" -t "$registry/sandcap:unsigned" >/dev/null 2>&1 \
+  || fail "crane mutate"
+! admits "$policy" "$registry/sandcap:unsigned" || fail "the released policy admits an unsigned image"
+python3 - "$policy" "$work/other.pub" >"$work/other-policy.yaml" <<'PY'
+import re, sys
+policy, key = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+block = re.search(r"( +)-----BEGIN PUBLIC KEY-----.*?-----END PUBLIC KEY-----\n", policy, re.S)
+print(policy.replace(block.group(0), "".join(block.group(1) + line for line in key.splitlines(True))), end="")
+PY
+! admits "$work/other-policy.yaml" "$image" || fail "a policy with another key admits the image"
+
 helm="target/testcluster/node/helm"
 chart_version="$(sed -n 's/^version: //p' charts/sandcap/Chart.yaml)"
 # Whole outputs before grep: `cmd | grep -q` fails under pipefail when grep stops reading first.

@@ -26,6 +26,9 @@
 #                                     set to the pushed image: `helm install oci://...` runs it
 #                                     by digest
 #   OCI.txt                           both references with their digests
+#   clusterimagepolicy.yaml           a policy of sigstore's policy-controller that admits the
+#                                     repository's images only with a signature of this key
+# Every signature and the attestation are pushed in both of cosign's formats (see below).
 #
 # --download-url: where the archives will be downloadable (default: a file:// URL of the output
 # directory, for trying the manifest with `kubectl krew install --manifest --archive` here).
@@ -180,11 +183,36 @@ if [ -n "$registry" ]; then
   [ "${chart#*@}" != "" ] || die "helm push: $pushed"
   registry_flags=(--allow-insecure-registry); [ -z "$plain_http" ] || registry_flags+=(--allow-http-registry)
   signing=(--key "$key" --yes --use-signing-config=false --tlog-upload=false "${registry_flags[@]}")
-  for ref in "$image" "$chart"; do
-    quietly "$cosign" sign "${signing[@]}" "$ref"
+  # Each in both of cosign's formats: the Sigstore bundle (an OCI referrer, cosign 3's default)
+  # and the `.sig`/`.att` tags, the only format in which policy-controller (0.13) checks a
+  # signature made with a key, and the one Kyverno and older cosigns read.
+  for bundle in true false; do
+    for ref in "$image" "$chart"; do
+      quietly "$cosign" sign "${signing[@]}" --new-bundle-format="$bundle" "$ref"
+    done
+    quietly "$cosign" attest "${signing[@]}" --new-bundle-format="$bundle" --type cyclonedx \
+      --predicate "$out/sandcap-v$version.cdx.json" "$image"
   done
-  quietly "$cosign" attest "${signing[@]}" --type cyclonedx --predicate "$out/sandcap-v$version.cdx.json" "$image"
   printf 'image %s\nchart %s\n' "$image" "$chart" >"$out/OCI.txt"
+  # What a cluster that admits only signed images applies (sigstore's policy-controller): the
+  # pushed repository, by tag or digest, only with a signature of this key.
+  public_key="$("$cosign" public-key --key "$key" 2>/dev/null)" || die "cosign public-key --key $key"
+  cat >"$out/clusterimagepolicy.yaml" <<YAML
+apiVersion: policy.sigstore.dev/v1beta1
+kind: ClusterImagePolicy
+metadata:
+  name: sandcap-signed
+spec:
+  images:
+    - glob: "$registry/sandcap@*"
+    - glob: "$registry/sandcap:*"
+  authorities:
+    - name: sandcap-release-key
+      key:
+        hashAlgorithm: sha256
+        data: |
+$(sed 's/^/          /' <<<"$public_key")
+YAML
 fi
 
 (cd "$out" && sha256sum -- * >SHA256SUMS)

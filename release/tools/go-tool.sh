@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The Go tools of the release and its checks, each from its module here (go.mod pins it, go.sum
 # holds its checksums), built once into target/release-tools/NAME; prints the binary's path.
-#   release/tools/go-tool.sh helm-docs|krew|validate-krew-manifest|crane|cosign
-# Cold, on 2 cores: cosign about 3 minutes, the others under a minute each.
+#   release/tools/go-tool.sh helm-docs|krew|validate-krew-manifest|crane|cosign|policy-tester
+# Cold, on 2 cores: cosign and policy-tester about 3 minutes each, the others under a minute each.
 set -euo pipefail
 cd "$(dirname "$0")"
 case "$1" in
@@ -11,6 +11,7 @@ case "$1" in
   validate-krew-manifest) module=krew package=sigs.k8s.io/krew/cmd/validate-krew-manifest ;;
   crane) module=crane package=github.com/google/go-containerregistry/cmd/crane ;;
   cosign) module=cosign package=github.com/sigstore/cosign/v3/cmd/cosign ;;
+  policy-tester) module=policy-tester package=github.com/sigstore/policy-controller/cmd/tester ;;
   *) echo "go-tool.sh: unknown tool $1" >&2; exit 2 ;;
 esac
 binary="$(cd ../.. && pwd)/target/release-tools/$1"
