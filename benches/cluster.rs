@@ -72,6 +72,13 @@ fn quantile(sorted: &[Duration], q: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * q).round() as usize]
 }
 
+/// The median of rounds' figures; of an even number, the mean of the middle two.
+fn median(mut values: Vec<Duration>) -> Duration {
+    values.sort();
+    let middle = values.len() / 2;
+    if values.len().is_multiple_of(2) { (values[middle - 1] + values[middle]) / 2 } else { values[middle] }
+}
+
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
 }

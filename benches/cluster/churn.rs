@@ -23,7 +23,7 @@ use crate::cluster::{self, Cluster};
 use crate::controllers::resource;
 use crate::install::{self, Install, Sandcap};
 use crate::support::{Worker, all_true, lease, provider, secret};
-use crate::{NS, ms, quantile};
+use crate::{NS, median, ms, quantile};
 
 const PROVIDER: &str = "churn";
 /// Each rate runs this long (at least 200 leases).
@@ -248,14 +248,11 @@ struct Medians {
 
 impl Medians {
     fn of(rounds: &[(Duration, Duration, usize)]) -> Medians {
-        // Of an even number of rounds, the mean of the middle two.
-        let median = |pick: fn(&(Duration, Duration, usize)) -> Duration| {
-            let mut values: Vec<Duration> = rounds.iter().map(pick).collect();
-            values.sort();
-            let middle = values.len() / 2;
-            if values.len().is_multiple_of(2) { (values[middle - 1] + values[middle]) / 2 } else { values[middle] }
-        };
-        Medians { p50: median(|r| r.0), p99: median(|r| r.1), missed: rounds.iter().map(|r| r.2).sum() }
+        Medians {
+            p50: median(rounds.iter().map(|r| r.0).collect()),
+            p99: median(rounds.iter().map(|r| r.1).collect()),
+            missed: rounds.iter().map(|r| r.2).sum(),
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use crate::cluster::Cluster;
 use crate::controllers::resource;
 use crate::install::{Install, Sandcap};
 use crate::support::{all_true, lease, provider};
-use crate::{NS, echo, ms, quantile};
+use crate::{NS, echo, median, ms, quantile};
 
 /// Sequential creates of each kind in each round of the webhook's latency.
 const CREATES: usize = 200;
@@ -71,16 +71,14 @@ pub async fn latency(c: &Cluster, install: &Install, admin: &Client) {
             tags.push(tag);
         }
     }
-    let median = |w: usize, kind: usize, pick: fn((Duration, Duration)) -> Duration| {
-        let mut all: Vec<Duration> = rounds[w].iter().map(|r| pick(r[kind])).collect();
-        all.sort();
-        all[all.len() / 2]
+    let of = |w: usize, kind: usize, pick: fn((Duration, Duration)) -> Duration| {
+        median(rounds[w].iter().map(|r| pick(r[kind])).collect())
     };
     println!(
         "creates through the apiserver, {CREATES} sequential each, median of {WEBHOOK_ROUNDS} rounds in turn (median / p99):"
     );
     for (kind, name) in ["SandboxLease", "SandboxProvider"].into_iter().enumerate() {
-        let [none, echo, ours] = [0, 1, 2].map(|w| (median(w, kind, |r| r.0), median(w, kind, |r| r.1)));
+        let [none, echo, ours] = [0, 1, 2].map(|w| (of(w, kind, |r| r.0), of(w, kind, |r| r.1)));
         let added = |a: Duration, b: Duration| (a.as_secs_f64() - b.as_secs_f64()) * 1000.0;
         println!(
             "  {name:<16} no webhook {} / {} | echo {} / {} | sandcap {} / {} | added by echo {:+.2} / {:+.2} ms, by sandcap {:+.2} / {:+.2} ms (sandcap - echo at p99: {:+.2} ms)",
