@@ -12,6 +12,11 @@
 //! only a spec change moves the generation, so a status write, a probe or a provider's change
 //! judges nothing again. A new sandcap, which may bring new rules, judges every object as it
 //! starts, since nothing is kept across runs.
+//!
+//! A lease's new generation is judged early: its watch event hands it to the audit thread
+//! ([`Audits::judge_early`]) before it queues the reconcile, which then finds the judgment made or
+//! under way instead of starting it (a host waits for a new lease to resolve, and the thread judges
+//! on another core while the reconcile is queued and started).
 
 use std::collections::HashMap;
 use std::panic;
@@ -33,6 +38,9 @@ use crate::vocabulary::Kind;
 
 /// The message of an object that conforms.
 const CONFORMS: &str = "the CRD and the webhook would admit it today";
+/// Early judgments waiting for their reconcile, at most (a burst beyond it, or a start's listing,
+/// is judged by the reconciles, as many at once as run).
+const EARLY_MAX: usize = 64;
 static CONFORMING: LazyLock<Arc<Finding>> =
     LazyLock::new(|| Arc::new(Finding { conforms: true, message: CONFORMS.into() }));
 
@@ -80,6 +88,8 @@ pub struct Audits {
     /// Where each kind's objects are judged, in [`Kind`] order.
     judges: [Sender<Job>; 2],
     judged: Mutex<HashMap<String, Judged>>,
+    /// Judgments started by [`Audits::judge_early`], by uid, with the generation judged.
+    early: Mutex<HashMap<String, (Option<i64>, Pending)>>,
     nonconforming: Family<KindLabels, Gauge>,
     contract: ContractVersion,
 }
@@ -89,6 +99,9 @@ struct Judged {
     generation: Option<i64>,
     finding: Arc<Finding>,
 }
+
+/// A finding on its way from a judging thread.
+type Pending = oneshot::Receiver<Arc<Finding>>;
 
 /// One object to judge, and where its finding goes.
 struct Job {
@@ -102,7 +115,13 @@ impl Audits {
     pub fn new(options: Options, metrics: &Metrics) -> Audits {
         let judges = Kind::ALL.map(|kind| judge_on_a_thread(kind, options.clone()));
         let nonconforming = metrics.nonconforming.clone();
-        let audits = Audits { judges, judged: Mutex::default(), nonconforming, contract: options.contract };
+        let audits = Audits {
+            judges,
+            judged: Mutex::default(),
+            early: Mutex::default(),
+            nonconforming,
+            contract: options.contract,
+        };
         audits.clear();
         audits
     }
@@ -134,13 +153,35 @@ impl Audits {
         finding
     }
 
-    /// Judges `obj`, whose spec is `spec`, on its kind's thread; remembers nothing.
+    /// Judges `obj`, whose spec is `spec`, on its kind's thread, or takes the judgment
+    /// [`Audits::judge_early`] started of its generation; remembers nothing.
     pub async fn judge<K: Resource<DynamicType = ()>>(&self, obj: &K, spec: &impl Serialize) -> Arc<Finding> {
+        let uid = obj.meta().uid.as_deref();
+        let early = uid.and_then(|uid| self.early.lock().expect("not poisoned").remove(uid));
+        let finding = match early {
+            Some((generation, pending)) if generation == obj.meta().generation => pending,
+            _ => self.submit(obj, spec),
+        };
+        finding.await.unwrap_or_else(|_| Arc::new(Finding::unjudged()))
+    }
+
+    /// Starts judging `obj`'s generation, whose spec is `spec`, for the reconcile that
+    /// [`Audits::judge`]s it next, unless [`EARLY_MAX`] other judgments wait for theirs.
+    pub fn judge_early<K: Resource<DynamicType = ()>>(&self, obj: &K, spec: &impl Serialize) {
+        let Some(uid) = obj.meta().uid.as_deref() else { return };
+        let mut early = self.early.lock().expect("not poisoned");
+        if early.len() < EARLY_MAX || early.contains_key(uid) {
+            early.insert(uid.to_string(), (obj.meta().generation, self.submit(obj, spec)));
+        }
+    }
+
+    /// Hands `obj` to its kind's thread.
+    fn submit<K: Resource<DynamicType = ()>>(&self, obj: &K, spec: &impl Serialize) -> Pending {
         let kind = Kind::from_kind(&K::kind(&())).expect("the controllers reconcile sandcap kinds");
         let (reply, finding) = oneshot::channel();
         // The thread outlives `self` and answers every job (a panic is caught there).
         let _ = self.judges[kind as usize].send(Job { object: stored(obj, spec), reply });
-        finding.await.unwrap_or_else(|_| Arc::new(Finding::unjudged()))
+        finding
     }
 
     fn lookup(&self, uid: &str, generation: Option<i64>) -> Option<Arc<Finding>> {
@@ -150,6 +191,7 @@ impl Audits {
 
     /// The object is gone: it no longer counts.
     pub fn forget(&self, uid: &str) {
+        self.early.lock().expect("not poisoned").remove(uid);
         if let Some(old) = self.judged.lock().expect("not poisoned").remove(uid) {
             self.count(&old, -1);
         }
@@ -159,6 +201,7 @@ impl Audits {
     /// shutdown), and the leader counts.
     pub fn clear(&self) {
         self.judged.lock().expect("not poisoned").clear();
+        self.early.lock().expect("not poisoned").clear();
         for kind in Kind::ALL {
             self.nonconforming.get_or_create(&KindLabels { kind: kind.as_str() }).set(0);
         }
@@ -310,6 +353,42 @@ mod tests {
         assert_eq!(gauge(&metrics, Kind::SandboxLease), 0);
         audits.forget("never seen");
         assert_eq!(gauge(&metrics, Kind::SandboxLease), 0);
+    }
+
+    #[tokio::test]
+    async fn an_early_judgment_is_taken_by_the_judge_of_its_generation_only() {
+        let audits = audits(&metrics());
+        let mut l = lease_with(json!({"typo": 1}));
+        audits.judge_early(&l, &l.spec);
+        assert!(!audits.judge(&l, &l.spec).await.conforms, "the early judgment of its generation");
+        assert!(audits.early.lock().unwrap().is_empty(), "taken");
+        // An early judgment of a generation since replaced is not taken for the new one.
+        audits.judge_early(&l, &l.spec);
+        l.spec.extra.clear();
+        l.metadata.generation = Some(2);
+        assert!(audits.judge(&l, &l.spec).await.conforms);
+        // Nor kept for an object deleted before its reconcile.
+        audits.judge_early(&l, &l.spec);
+        audits.forget(l.metadata.uid.as_deref().unwrap());
+        assert!(audits.early.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn at_most_early_max_judgments_wait_for_their_reconciles() {
+        let audits = audits(&metrics());
+        let leases: Vec<_> =
+            (0..EARLY_MAX + 3).map(|i| lease("team-a", &format!("l{i}")).of("p", "k").build()).collect();
+        leases.iter().for_each(|l| audits.judge_early(l, &l.spec));
+        assert_eq!(audits.early.lock().unwrap().len(), EARLY_MAX);
+        // One over the bound is judged when its reconcile asks, as without early judgments.
+        let last = leases.last().unwrap();
+        assert!(audits.judge(last, &last.spec).await.conforms);
+        // A new generation of one that waits replaces its judgment.
+        let mut first = leases[0].clone();
+        first.metadata.generation = Some(2);
+        audits.judge_early(&first, &first.spec);
+        assert_eq!(audits.early.lock().unwrap().len(), EARLY_MAX);
+        assert_eq!(audits.early.lock().unwrap()["team-a-l0-uid"].0, Some(2));
     }
 
     /// The audit judges an object as the cache holds it, typed; the webhook and `sandcap validate`

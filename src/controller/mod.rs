@@ -124,9 +124,13 @@ async fn controllers(
     // The watches end with the controllers, also when they stop for a lost leader lease.
     let watches = shutdown.child_token();
     let _stop_watches = watches.clone().drop_guard();
-    let (caches, queues, triggers) =
-        Caches::start(&client, &options.secret_namespaces, forget, &metrics, &watches).await?;
     let audits = per_object.audits.clone();
+    let judge_early = {
+        let audits = audits.clone();
+        move |lease: &cached::CachedLease| audits.judge_early(lease, &lease.spec)
+    };
+    let (caches, queues, triggers) =
+        Caches::start(&client, &options.secret_namespaces, forget, judge_early, &metrics, &watches).await?;
     if shutdown.is_cancelled() {
         return Ok(());
     }

@@ -49,20 +49,28 @@ impl<F: Fn(&str)> ProviderEvents<F> {
 }
 
 /// Lease events: the lease table, and each lease's own spec changes.
-pub(super) struct LeaseEvents<F> {
+pub(super) struct LeaseEvents<F, J> {
     table: Writer,
+    leases: Leases,
     own: Queue<CachedLease>,
     forget: F,
+    judge_early: J,
 }
 
-impl<F: Fn(&str)> LeaseEvents<F> {
-    pub(super) fn new(own: Queue<CachedLease>, table: Writer, forget: F) -> Self {
-        LeaseEvents { table, own, forget }
+impl<F: Fn(&str), J: Fn(&CachedLease)> LeaseEvents<F, J> {
+    /// `judge_early` is handed each new generation a live event brings, before its reconcile is
+    /// queued; a listing's are not (at a start, that is every lease at once).
+    pub(super) fn new(own: Queue<CachedLease>, table: Writer, leases: Leases, forget: F, judge_early: J) -> Self {
+        LeaseEvents { table, leases, own, forget, judge_early }
     }
 
     pub(super) fn handle(&mut self, event: Event<CachedLease>) {
+        let live = matches!(event, Event::Apply(_));
         let changed = self.table.apply(event);
         changed.deleted.iter().for_each(|uid| (self.forget)(uid));
+        if live {
+            changed.triggered.iter().filter_map(|key| self.leases.get(key)).for_each(|l| (self.judge_early)(&l));
+        }
         changed.triggered.into_iter().for_each(|l| self.own.send(l));
     }
 }
@@ -110,23 +118,27 @@ mod tests {
     use crate::metrics::Metrics;
 
     /// What the handlers write to: both queues (read back from their receiving ends), the lease
-    /// table (its writer, until the lease handler takes it), and the uids forgotten.
+    /// table (its writer, until the lease handler takes it), the uids forgotten and the leases
+    /// handed to be judged early.
     struct Outputs {
         queues: Queues,
         triggers: Triggers,
         table: Leases,
         writer: Option<Writer>,
         forgotten: Rc<RefCell<Vec<String>>>,
+        judged_early: Rc<RefCell<Vec<String>>>,
     }
 
     type Forget = Box<dyn Fn(&str)>;
+    type JudgeEarly = Box<dyn Fn(&CachedLease)>;
 
     impl Outputs {
         fn new() -> Outputs {
             let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
             let (queues, triggers) = Queues::new(&metrics);
             let (table, writer) = table(Default::default());
-            Outputs { queues, triggers, table, writer: Some(writer), forgotten: Rc::default() }
+            let (forgotten, judged_early) = Default::default();
+            Outputs { queues, triggers, table, writer: Some(writer), forgotten, judged_early }
         }
 
         fn forget(&self) -> Forget {
@@ -139,9 +151,11 @@ mod tests {
             ProviderEvents::new(own, related, self.table.clone(), self.forget())
         }
 
-        fn leases(&mut self) -> LeaseEvents<Forget> {
+        fn leases(&mut self) -> LeaseEvents<Forget, JudgeEarly> {
             let writer = self.writer.take().expect("one lease handler");
-            LeaseEvents::new(self.queues.leases.clone(), writer, self.forget())
+            let judged = self.judged_early.clone();
+            let judge_early: JudgeEarly = Box::new(move |l| judged.borrow_mut().push(format!("{:?}", LeaseKey::of(l))));
+            LeaseEvents::new(self.queues.leases.clone(), writer, self.table.clone(), self.forget(), judge_early)
         }
 
         fn secrets(&self) -> SecretEvents {
@@ -164,6 +178,10 @@ mod tests {
 
         fn forgotten(&self) -> Vec<String> {
             self.forgotten.take()
+        }
+
+        fn judged_early(&self) -> Vec<String> {
+            self.judged_early.take()
         }
     }
 
@@ -274,14 +292,16 @@ mod tests {
         assert_eq!(names(out.table.of_provider("p")), ["team-a/l"]);
         assert_eq!(names(out.table.of_secret("team-a", "s")), ["team-a/l"]);
         assert_eq!(out.forgotten(), NONE);
+        assert_eq!(out.judged_early(), ["team-a/l"], "handed over before its reconcile is queued");
     }
 
     /// A lease handler that has seen `team-a/l` of `p`, its trigger taken (the test above's).
-    fn applied_lease() -> (Outputs, LeaseEvents<Forget>) {
+    fn applied_lease() -> (Outputs, LeaseEvents<Forget, JudgeEarly>) {
         let mut out = Outputs::new();
         let mut on = out.leases();
         on.handle(Event::Apply(cached(lease("team-a", "l").of("p", "k"))));
         out.lease_triggers();
+        out.judged_early();
         (out, on)
     }
 
@@ -292,6 +312,7 @@ mod tests {
         written.status = Some(Default::default());
         on.handle(Event::Apply(written.into()));
         assert_eq!(out.lease_triggers(), NONE);
+        assert_eq!(out.judged_early(), NONE, "its generation was handed over already");
     }
 
     #[test]
@@ -301,6 +322,7 @@ mod tests {
         moved.metadata.generation = Some(2);
         on.handle(Event::Apply(moved.into()));
         assert_eq!(out.lease_triggers(), ["team-a/l"]);
+        assert_eq!(out.judged_early(), ["team-a/l"]);
         assert_eq!(names(out.table.of_provider("p")), NONE);
         assert_eq!(names(out.table.of_provider("q")), ["team-a/l"]);
     }
@@ -321,6 +343,7 @@ mod tests {
         let [kept, gone] = ["kept", "gone"].map(|name| cached(lease("team-a", name).of("p", "k")));
         list([kept.clone(), gone]).into_iter().for_each(|e| on.handle(e));
         assert_eq!(out.lease_triggers(), ["team-a/gone", "team-a/kept"]);
+        assert_eq!(out.judged_early(), NONE, "a listing's leases are judged by their reconciles");
         list([kept]).into_iter().for_each(|e| on.handle(e));
         assert_eq!(out.forgotten(), ["team-a-gone-uid"]);
         assert_eq!(out.lease_triggers(), NONE, "the kept lease is unchanged");

@@ -232,11 +232,13 @@ fn drop_managed_fields<K: Resource>(obj: &mut K) {
 impl Caches {
     /// Starts every watch in its own task (until `shutdown`), waits until each has listed once
     /// (at most [`LIST_DEADLINE`]), and returns the caches and the triggers of both controllers.
-    /// `forget` is called with the uid of every deleted provider and lease (watch gaps included).
+    /// `forget` is called with the uid of every deleted provider and lease (watch gaps included),
+    /// `judge_early` with each lease whose new generation its watch brings.
     pub async fn start(
         client: &Client,
         scope: &SecretScope,
         forget: impl Fn(&str) + Send + Sync + Clone + 'static,
+        judge_early: impl Fn(&CachedLease) + Send + 'static,
         metrics: &Metrics,
         shutdown: &CancellationToken,
     ) -> Result<(Caches, Queues, Triggers), Error> {
@@ -275,7 +277,7 @@ impl Caches {
         let mut on_provider =
             ProviderEvents::new(queues.providers.clone(), leases.clone(), table.clone(), forget.clone());
         spawn_until(shutdown, provider_events, move |event| on_provider.handle(event));
-        let mut on_lease = LeaseEvents::new(leases.clone(), lease_table, forget);
+        let mut on_lease = LeaseEvents::new(leases.clone(), lease_table, table.clone(), forget, judge_early);
         spawn_until(shutdown, lease_events, move |event| on_lease.handle(event));
         for events in secret_watches {
             let mut on_secret = SecretEvents::new(leases.clone(), table.clone());
