@@ -166,12 +166,18 @@ impl Audits {
     }
 
     /// Starts judging `obj`'s generation, whose spec is `spec`, for the reconcile that
-    /// [`Audits::judge`]s it next, unless [`EARLY_MAX`] other judgments wait for theirs.
+    /// [`Audits::judge`]s it next, unless [`EARLY_MAX`] other judgments wait for theirs. Only the
+    /// lease watch calls it, so the room it finds is still there once the object is encoded (off
+    /// the lock the reconciles take).
     pub fn judge_early<K: Resource<DynamicType = ()>>(&self, obj: &K, spec: &impl Serialize) {
         let Some(uid) = obj.meta().uid.as_deref() else { return };
-        let mut early = self.early.lock().expect("not poisoned");
-        if early.len() < EARLY_MAX || early.contains_key(uid) {
-            early.insert(uid.to_string(), (obj.meta().generation, self.submit(obj, spec)));
+        let room = {
+            let early = self.early.lock().expect("not poisoned");
+            early.len() < EARLY_MAX || early.contains_key(uid)
+        };
+        if room {
+            let pending = self.submit(obj, spec);
+            self.early.lock().expect("not poisoned").insert(uid.to_string(), (obj.meta().generation, pending));
         }
     }
 
