@@ -7,23 +7,25 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
 
 use super::audit::Audits;
 use super::cache::{Caches, Queue, Queued};
 use super::error::Error;
+use super::leader::Fence;
+use super::recorder::Events;
 use super::status::kind_label;
 use crate::metrics::{FailureLabels, KindLabels, Metrics};
 use crate::probe::Prober;
 use crate::versions::ContractVersion;
-use crate::vocabulary::FIELD_MANAGER;
 
 /// No reconcile may take longer (a probe has its own, shorter timeout): one that does fails and is
 /// retried, so nothing can keep a controller's queue, or shutdown, waiting forever.
 const RECONCILE_DEADLINE: Duration = Duration::from_secs(60);
 const BACKOFF_BASE: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// After a write refused for a stale read: about the time the watch takes to bring the newer one.
+const CONFLICT_RETRY: Duration = Duration::from_millis(200);
 
 /// What a reconcile needs.
 pub struct Context {
@@ -31,7 +33,10 @@ pub struct Context {
     /// Every cache, listed before the first reconcile.
     pub caches: Caches,
     pub prober: Prober,
-    pub recorder: Recorder,
+    /// Where reconciles leave their Events (`recorder.rs`).
+    pub events: Events,
+    /// Whether this replica may write status now (see [`Fence`]).
+    pub fence: Fence,
     pub metrics: Metrics,
     pub probe_interval: Duration,
     /// The contract version both reconciles resolve under.
@@ -68,12 +73,13 @@ impl Context {
         prober: Prober,
         metrics: Metrics,
         probe_interval: Duration,
-        identity: &str,
+        events: Events,
+        fence: Fence,
         per_object: PerObject,
     ) -> Context {
-        let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: Some(identity.into()) };
         Context {
-            recorder: Recorder::new(client.clone(), reporter),
+            events,
+            fence,
             client,
             caches,
             prober,
@@ -151,6 +157,12 @@ pub fn error_policy<K: Resource<DynamicType = ()>>(obj: Arc<K>, error: &Error, c
 pub fn retry_delay<K: Resource<DynamicType = ()>>(obj: Arc<K>, error: &Error, ctx: Arc<Context>) -> Duration {
     let kind = kind_label::<K>();
     ctx.metrics.reconcile_failures.get_or_create(&FailureLabels { kind, error: error.metric_label() }).inc();
+    if matches!(error, Error::Conflict { .. } | Error::NotLeading) {
+        // Not the object's fault: a stale read is soon fresh (the watch brings the version that
+        // refused the write), and a replica that stepped down stops.
+        tracing::debug!(kind, name = %obj.name_any(), namespace = obj.namespace(), %error, "reconcile again");
+        return CONFLICT_RETRY;
+    }
     let delay = ctx.backoff(obj.as_ref());
     tracing::warn!(kind, name = %obj.name_any(), namespace = obj.namespace(), %error, retry_in = ?delay, "reconcile failed");
     delay

@@ -11,6 +11,10 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    #[error("the {kind} changed since its status was computed; computing it again")]
+    Conflict { kind: &'static str },
+    #[error("this replica no longer leads: the status is the next leader's to write")]
+    NotLeading,
     #[error("the {0} cache was dropped before it was filled")]
     CacheGone(&'static str),
     #[error("the caches were not listed within {0:?}")]
@@ -26,6 +30,8 @@ impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::WriteStatus { .. } => "write_status",
+            Error::Conflict { .. } => "conflict",
+            Error::NotLeading => "not_leading",
             Error::CacheGone(_) => "cache_gone",
             Error::ListDeadline(_) => "list_deadline",
             Error::Deadline(_) => "deadline",

@@ -13,13 +13,21 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::error::Error;
+pub use super::renewal::{Fence, RenewalClock};
 use crate::metrics::Metrics;
 
 const RETRY_MIN: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(30);
+/// Controllers that ran this long before they stopped had started well: the next try is not
+/// held back by the backoff of earlier failures.
+const RAN_WELL: Duration = Duration::from_secs(60);
+/// A leader whose renewal failed tries again this soon (client-go's retry period is 2 s; a
+/// renewal attempt here lasts at most 2 s itself).
+const RENEW_RETRY: Duration = Duration::from_secs(1);
 
 /// Which Lease, and who is asking.
 #[derive(Clone, Debug)]
@@ -28,27 +36,63 @@ pub struct Election {
     pub namespace: String,
     pub identity: String,
     pub timing: Timing,
+    /// Stamped by the election client's accepted writes ([`RenewalClock::layer`]); a term whose
+    /// clock is never stamped lapses at once.
+    pub clock: RenewalClock,
 }
 
 /// `duration`: how long a Lease stays valid after its last renewal; `grace`: how long before that
-/// the holder renews. Whole seconds, `0 < grace < duration`.
+/// the holder renews; `renew_deadline`: how long after its last renewal the holder still writes.
+/// Whole seconds, `0 < duration - grace < renew_deadline < duration`: the renewal is due before the
+/// deadline, and the deadline passes before a standby may take the Lease.
 #[derive(Clone, Copy, Debug)]
 pub struct Timing {
     pub duration: Duration,
     pub grace: Duration,
+    pub renew_deadline: Duration,
 }
 
 impl Default for Timing {
-    /// As kubebuilder's defaults: a dead holder is replaced within about 15 seconds.
+    /// As client-go's defaults (15 s, renew deadline 10 s): a dead holder is replaced within about
+    /// 15 seconds. The holder renews 7 s after each renewal, so a renewal may take 3 s (the
+    /// election client's request timeout is shorter) before the deadline stops the controllers.
     fn default() -> Self {
-        Timing { duration: Duration::from_secs(15), grace: Duration::from_secs(5) }
+        Timing { duration: Duration::from_secs(15), grace: Duration::from_secs(8), renew_deadline: Duration::from_secs(10) }
     }
 }
 
-/// Runs `lead` while this replica holds the Lease: it is started with a fresh token on every
-/// acquisition, and the token is cancelled (and `lead` awaited) when the Lease is lost, when the
-/// election itself fails (the apiserver is unreachable: stepping down is the safe side), or on
-/// `shutdown`, after which the Lease is released. Returns when `shutdown` is cancelled.
+impl Timing {
+    fn check(&self) -> Result<(), Error> {
+        let (duration, grace, deadline) = (self.duration, self.grace, self.renew_deadline);
+        if grace.is_zero() || grace >= duration || duration - grace >= deadline || deadline >= duration {
+            return Err(Error::LeaderElection(format!(
+                "the lease timing must satisfy 0 < duration - grace < renew deadline < duration \
+                 (duration {duration:?}, grace {grace:?}, renew deadline {deadline:?})"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// How one term of [`follow`] ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    Shutdown,
+    /// The election failed, or the Lease could not be renewed within the renew deadline.
+    ElectionFailed,
+    /// The controllers stopped by themselves (an error, a panic) after running this long: the
+    /// replica stepped down, and tries again after a backoff.
+    ControllersStopped(Duration),
+}
+
+/// Runs `lead` while this replica holds the Lease: it is started with a fresh token and the
+/// term's [`Fence`] on every acquisition, and the token is cancelled (and `lead` awaited) when the
+/// Lease is lost, when it was not renewed within the renew deadline, when the election itself
+/// fails (the apiserver is unreachable: stepping down is the safe side), or on `shutdown`, after
+/// which the Lease is released. When `lead` ends by itself, the replica steps down too (releases
+/// the Lease so that a standby may try) and stands again after a backoff: the webhook in the same
+/// process keeps serving, which exiting for a restart would not. Returns when `shutdown` is
+/// cancelled.
 pub async fn run_elected<F, Fut>(
     client: Client,
     election: Election,
@@ -57,15 +101,11 @@ pub async fn run_elected<F, Fut>(
     lead: F,
 ) -> Result<(), Error>
 where
-    F: Fn(CancellationToken) -> Fut,
+    F: Fn(CancellationToken, Fence) -> Fut,
     Fut: Future<Output = Result<(), Error>> + Send + 'static,
 {
+    election.timing.check()?;
     let (duration, grace) = (election.timing.duration.as_secs(), election.timing.grace.as_secs());
-    if grace == 0 || grace >= duration {
-        return Err(Error::LeaderElection(format!(
-            "the lease grace ({grace}s) must be at least 1s and shorter than its duration ({duration}s)"
-        )));
-    }
     let leases: Api<Lease> = Api::namespaced(client.clone(), &election.namespace);
     let mut retry = RETRY_MIN;
     loop {
@@ -80,12 +120,12 @@ where
                 .build() => built,
         };
         match built {
-            Ok(manager) => {
-                if follow(&manager, report_holder(&leases, &election), &metrics, &shutdown, &lead).await {
-                    return Ok(());
-                }
-                retry = RETRY_MIN;
-            }
+            Ok(manager) => match follow(&manager, report_holder(&leases, &election), &election, &metrics, &shutdown, &lead).await {
+                Ended::Shutdown => return Ok(()),
+                Ended::ElectionFailed => retry = RETRY_MIN,
+                Ended::ControllersStopped(ran) if ran >= RAN_WELL => retry = RETRY_MIN,
+                Ended::ControllersStopped(_) => {}
+            },
             Err(error) => tracing::warn!(%error, lease = %election.lease_name, "cannot set up leader election"),
         }
         tokio::select! {
@@ -95,49 +135,114 @@ where
     }
 }
 
-/// Follows one manager until shutdown (returns true) or an election error (false), with `report`
-/// telling meanwhile who holds the Lease.
+/// A term: the controllers' task, its token, and `done`, cancelled when the task ends however it
+/// ends (a panic included).
+struct Term {
+    token: CancellationToken,
+    done: CancellationToken,
+    started: Instant,
+    handle: JoinHandle<Result<(), Error>>,
+}
+
+/// Follows one manager until shutdown, an election error, a renewal past the deadline or the
+/// controllers' end, with `report` telling meanwhile who holds the Lease.
 async fn follow<F, Fut>(
     manager: &LeaseManager,
     report: impl Future<Output = Infallible>,
+    election: &Election,
     metrics: &Metrics,
     shutdown: &CancellationToken,
     lead: &F,
-) -> bool
+) -> Ended
 where
-    F: Fn(CancellationToken) -> Fut,
+    F: Fn(CancellationToken, Fence) -> Fut,
     Fut: Future<Output = Result<(), Error>> + Send + 'static,
 {
-    let mut leading: Option<(CancellationToken, JoinHandle<Result<(), Error>>)> = None;
+    let mut term: Option<Term> = None;
+    // After a failed renewal: when to try again (the renew deadline decides when to give up).
+    let mut renew_again: Option<Instant> = None;
     tokio::pin!(report);
-    let shut_down = loop {
+    let ended = loop {
+        let done = term.as_ref().map(|t| t.done.clone());
+        let leading = term.is_some();
         tokio::select! {
-            _ = shutdown.cancelled() => break true,
+            _ = shutdown.cancelled() => break Ended::Shutdown,
             never = &mut report => match never {},
-            changed = manager.changed() => match changed {
+            () = lapsed(election.clock.clone(), election.timing.renew_deadline), if leading => {
+                tracing::error!(
+                    renew_deadline = ?election.timing.renew_deadline,
+                    "the leader lease was not renewed within the renew deadline; stopping the controllers before another replica may lead"
+                );
+                break Ended::ElectionFailed;
+            }
+            () = async { if let Some(done) = done { done.cancelled_owned().await } }, if leading => {
+                if shutdown.is_cancelled() {
+                    break Ended::Shutdown;
+                }
+                let ran = term.as_ref().map_or(Duration::ZERO, |t| t.started.elapsed());
+                let outcome = stop(&mut term, metrics).await;
+                tracing::error!(
+                    outcome = %outcome.unwrap_or_else(|| "finished".into()),
+                    ran = ?ran,
+                    "the controllers stopped by themselves; stepping down from the leader lease, to stand again after a backoff"
+                );
+                break Ended::ControllersStopped(ran);
+            }
+            () = async { if let Some(at) = renew_again { tokio::time::sleep_until(at).await } }, if renew_again.is_some() => {
+                renew_again = None;
+            }
+            changed = manager.changed(), if renew_again.is_none() => match changed {
                 Ok(true) => {
                     tracing::info!("acquired the leader lease; starting the controllers");
                     metrics.leader.set(1);
                     let token = shutdown.child_token();
-                    leading = Some((token.clone(), tokio::spawn(lead(token))));
+                    let fence = Fence::Lease {
+                        clock: election.clock.clone(),
+                        deadline: election.timing.renew_deadline,
+                        closed: token.clone(),
+                    };
+                    let done = CancellationToken::new();
+                    let guard = done.clone().drop_guard();
+                    let work = lead(token.clone(), fence);
+                    let handle = tokio::spawn(async move {
+                        let _guard = guard;
+                        work.await
+                    });
+                    term = Some(Term { token, done, started: Instant::now(), handle });
                 }
                 Ok(false) => {
                     tracing::warn!("lost the leader lease; stopping the controllers");
-                    stop(&mut leading, metrics).await;
+                    log_stopped(stop(&mut term, metrics).await);
+                }
+                // As client-go: a leader retries its renewal until the renew deadline (`lapsed`).
+                Err(error) if leading => {
+                    tracing::warn!(%error, "cannot renew the leader lease; trying again until the renew deadline");
+                    renew_again = Some(Instant::now() + RENEW_RETRY);
                 }
                 Err(error) => {
-                    tracing::warn!(%error, "leader election failed; stepping down until it works again");
-                    break false;
+                    tracing::warn!(%error, "leader election failed; trying again after a backoff");
+                    break Ended::ElectionFailed;
                 }
             },
         }
     };
-    stop(&mut leading, metrics).await;
+    log_stopped(stop(&mut term, metrics).await);
     // Soft release: only if this replica still holds it. Failing here only delays the next holder.
     if let Err(error) = manager.release().await {
         tracing::warn!(%error, "cannot release the leader lease; it will expire");
     }
-    shut_down
+    ended
+}
+
+/// Resolves once `clock`'s last renewal is `deadline` old.
+async fn lapsed(clock: RenewalClock, deadline: Duration) {
+    loop {
+        let Some(last) = clock.last() else { return };
+        if last.elapsed() >= deadline {
+            return;
+        }
+        tokio::time::sleep_until(last + deadline).await;
+    }
 }
 
 /// Logs, while another replica holds the Lease, that this one waits for it and who holds it: once,
@@ -171,21 +276,46 @@ fn holder_to_report(seen: &mut Option<String>, holder: Option<String>, identity:
     holder.filter(|h| h != identity)
 }
 
-async fn stop(leading: &mut Option<(CancellationToken, JoinHandle<Result<(), Error>>)>, metrics: &Metrics) {
-    if let Some((token, handle)) = leading.take() {
-        token.cancel();
-        match handle.await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::warn!(%error, "the controllers stopped with an error"),
-            Err(error) => tracing::error!(%error, "the controllers task failed"),
-        }
-        metrics.leader.set(0);
+/// Ends the term: no longer the leader (at once, also for the fence), then the controllers are
+/// cancelled and awaited. Returns how they ended, if not well.
+async fn stop(term: &mut Option<Term>, metrics: &Metrics) -> Option<String> {
+    let term = term.take()?;
+    metrics.leader.set(0);
+    term.token.cancel();
+    match term.handle.await {
+        Ok(Ok(())) => None,
+        Ok(Err(error)) => Some(format!("error: {error}")),
+        Err(error) => Some(format!("task failed: {error}")),
+    }
+}
+
+fn log_stopped(outcome: Option<String>) {
+    if let Some(outcome) = outcome {
+        tracing::warn!(%outcome, "the controllers stopped with an error");
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_renewal_is_due_before_the_renew_deadline_and_the_deadline_before_the_lease_ends() {
+        let secs = |duration, grace, renew_deadline| Timing {
+            duration: Duration::from_secs(duration),
+            grace: Duration::from_secs(grace),
+            renew_deadline: Duration::from_secs(renew_deadline),
+        };
+        assert!(Timing::default().check().is_ok());
+        for (timing, why) in [
+            (secs(15, 5, 10), "renewed only at the deadline"),
+            (secs(15, 8, 15), "a deadline as long as the Lease"),
+            (secs(15, 0, 10), "no grace"),
+            (secs(15, 15, 10), "a grace as long as the Lease"),
+        ] {
+            assert!(timing.check().is_err(), "{why}: {timing:?}");
+        }
+    }
 
     #[test]
     fn a_standby_reports_the_holder_once_and_again_when_it_changes() {

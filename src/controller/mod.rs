@@ -27,6 +27,8 @@ pub mod leader;
 mod lease;
 mod provider;
 mod publish;
+mod recorder;
+mod renewal;
 mod runner;
 mod status;
 
@@ -66,6 +68,9 @@ const LEASE_CONCURRENCY: usize = 32;
 pub struct ControllerOptions {
     pub probe_interval: Duration,
     pub probe_timeout: Duration,
+    /// How long the controllers wait for the first list of every cache before they stop (and,
+    /// behind leader election, step down to try again after a backoff).
+    pub cache_sync_timeout: Duration,
     /// The rules this process's webhook runs with: the audit judges with them, the probe obeys
     /// the worker policy and the reconciles resolve under the contract version.
     pub rules: Options,
@@ -84,27 +89,38 @@ pub struct ControllerOptions {
 /// retried with kube-runtime's default backoff; they never end the run.
 pub async fn run(
     client: Client,
+    election: ElectionClient,
     options: ControllerOptions,
     metrics: Metrics,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     if !options.leader_elect {
         metrics.leader.set(1);
-        let result = controllers(client, options, metrics.clone(), shutdown).await;
+        let result = controllers(client, options, metrics.clone(), shutdown, leader::Fence::Open).await;
         metrics.leader.set(0);
         return result;
     }
+    let ElectionClient { client: election_client, clock } = election;
     let election = leader::Election {
         lease_name: options.lease_name.clone(),
         namespace: options.lease_namespace.clone(),
         identity: options.identity.clone(),
         timing: leader::Timing::default(),
+        clock,
     };
     let lead = {
-        let (client, metrics) = (client.clone(), metrics.clone());
-        move |token| controllers(client.clone(), options.clone(), metrics.clone(), token)
+        let metrics = metrics.clone();
+        move |token, fence| controllers(client.clone(), options.clone(), metrics.clone(), token, fence)
     };
-    leader::run_elected(client, election, metrics, shutdown, lead).await
+    leader::run_elected(election_client, election, metrics, shutdown, lead).await
+}
+
+/// The leader election's own client: its requests time out well within the renew deadline, and
+/// its accepted writes stamp `clock` (see [`leader::RenewalClock`]).
+#[derive(Clone)]
+pub struct ElectionClient {
+    pub client: Client,
+    pub clock: leader::RenewalClock,
 }
 
 /// Both controllers, until `shutdown` is cancelled (they finish the reconciles in flight). They
@@ -114,6 +130,7 @@ async fn controllers(
     options: ControllerOptions,
     metrics: Metrics,
     shutdown: CancellationToken,
+    fence: leader::Fence,
 ) -> Result<(), Error> {
     let prober = Prober::new(options.probe_timeout, options.rules.workers.clone(), &options.identity);
     let per_object = PerObject::new(Audits::new(options.rules.clone(), &metrics));
@@ -130,12 +147,26 @@ async fn controllers(
         move |lease: &cached::CachedLease| audits.judge_early(lease, &lease.spec)
     };
     let (caches, queues, triggers) =
-        Caches::start(&client, &options.secret_namespaces, forget, judge_early, &metrics, &watches).await?;
+        Caches::start(
+        &client,
+        &options.secret_namespaces,
+        forget,
+        judge_early,
+        &metrics,
+        options.cache_sync_timeout,
+        &watches,
+    )
+    .await?;
     if shutdown.is_cancelled() {
         return Ok(());
     }
-    let ctx =
-        Context::new(client, caches.clone(), prober, metrics, options.probe_interval, &options.identity, per_object);
+    metrics.controllers_running.set(1);
+    let _running = running(&metrics);
+    let (events, publisher) =
+        recorder::channel(client.clone(), &options.identity, metrics.events_dropped.clone(), fence.clone());
+    let publishing = CancellationToken::new();
+    let publisher = tokio::spawn(publisher.run(publishing.clone()));
+    let ctx = Context::new(client, caches.clone(), prober, metrics, options.probe_interval, events, fence, per_object);
     let ctx = Arc::new(ctx);
 
     let provider_controller = Controller::for_stream(futures::stream::pending(), caches.providers.clone())
@@ -162,10 +193,24 @@ async fn controllers(
         "caches listed; controllers started"
     );
     futures::join!(provider_controller, lease_controller);
+    publishing.cancel();
+    // A publisher that panicked only lost Events, which are counted as dropped.
+    let _ = publisher.await;
     // Another replica, or the next run, counts from scratch.
     audits.clear();
     tracing::info!("controllers stopped");
     Ok(())
+}
+
+/// Sets `sandcap_controllers_running` back to 0 however the controllers end.
+fn running(metrics: &Metrics) -> impl Drop + use<> {
+    struct Running(prometheus_client::metrics::gauge::Gauge);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            self.0.set(0);
+        }
+    }
+    Running(metrics.controllers_running.clone())
 }
 
 /// What the controllers report besides reconciles. A failed reconcile is not repeated here: it
@@ -217,7 +262,9 @@ mod tests {
             secrets: cache::SecretCache::default(),
         };
         let per_object = PerObject::new(Audits::new(Options::default(), &metrics));
-        Arc::new(Context::new(client, caches, prober, metrics, Duration::from_secs(60), "test", per_object))
+        let (events, _) = recorder::channel(client.clone(), "test", metrics.events_dropped.clone(), leader::Fence::Open);
+        let interval = Duration::from_secs(60);
+        Arc::new(Context::new(client, caches, prober, metrics, interval, events, leader::Fence::Open, per_object))
     }
 
     #[tokio::test]

@@ -107,14 +107,16 @@ pub async fn publish<K: Publish>(
     now: &Time,
 ) -> Result<(), Error> {
     let Some(Write { status, events }) = decide(obj, desired, finding, now) else { return Ok(()) };
-    replace_status(obj.api(ctx.client.clone()), K::KIND, &obj.name_any(), &status).await?;
+    if !ctx.fence.holds() {
+        return Err(Error::NotLeading);
+    }
+    let version = obj.meta().resource_version.as_deref();
+    replace_status(obj.api(ctx.client.clone()), K::KIND, &obj.name_any(), version, &status).await?;
     // kube's Recorder puts a cluster-scoped provider's Events in `default`, a lease's in its
     // namespace.
     let reference = obj.object_ref(&());
-    for event in &events {
-        if let Err(error) = ctx.recorder.publish(event, &reference).await {
-            tracing::warn!(kind = %K::kind(&()), name = %obj.name_any(), %error, "cannot record an Event");
-        }
+    for event in events {
+        ctx.events.record(event, reference.clone());
     }
     Ok(())
 }
@@ -152,19 +154,35 @@ static STATUS_PATCHES: LazyLock<[StatusPatch; 2]> =
 /// fields it sets under `sandcap` (operation `Update`, subresource `status`). The apiserver
 /// answers with the whole object, which the watch brings back anyway: it is skipped, not decoded
 /// (its managed fields alone are as large as the rest).
-async fn replace_status<K>(api: Api<K>, kind: Kind, name: &str, status: &impl Serialize) -> Result<(), Error>
+async fn replace_status<K>(
+    api: Api<K>,
+    kind: Kind,
+    name: &str,
+    version: Option<&str>,
+    status: &impl Serialize,
+) -> Result<(), Error>
 where
     K: Resource<DynamicType = ()>,
 {
     let failed = |source| Error::WriteStatus { kind: kind_label::<K>(), name: name.to_string(), source };
     let value = serde_json::to_value(status).map_err(|e| failed(kube::Error::SerdeError(e)))?;
-    let patch = Patch::Merge(STATUS_PATCHES[kind as usize].patch(value));
+    let mut patch = STATUS_PATCHES[kind as usize].patch(value);
+    // The status was computed from this version of the object: a newer one (a spec change, or
+    // another leader's status) refuses the write with 409, so a late write never undoes it.
+    if let Some(version) = version {
+        patch["metadata"] = serde_json::json!({ "resourceVersion": version });
+    }
+    let patch = Patch::Merge(patch);
     let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() };
     let mut request = kube::core::Request::new(api.resource_url())
         .patch_subresource("status", name, &params, &patch)
         .map_err(|e| failed(kube::Error::BuildRequest(e)))?;
     request.extensions_mut().insert("patch_status");
-    api.into_client().request::<IgnoredAny>(request).await.map(drop).map_err(failed)
+    match api.into_client().request::<IgnoredAny>(request).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Err(Error::Conflict { kind: kind_label::<K>() }),
+        Err(error) => Err(failed(error)),
+    }
 }
 
 /// The `Valid` condition of `finding`, among the status's other `conditions`.

@@ -103,6 +103,8 @@ pub struct Metrics {
     pub reconcile_duration: Family<KindLabels, Histogram>,
     pub probes: Family<ProbeLabels, Counter>,
     pub leader: Gauge,
+    pub controllers_running: Gauge,
+    pub events_dropped: Counter,
     pub api_requests: Family<ApiLabels, Counter>,
     pub reconcile_queue: Family<KindLabels, Gauge>,
     pub nonconforming: Family<KindLabels, Gauge>,
@@ -154,6 +156,18 @@ impl Metrics {
             ),
             probes: registered(r, "worker_probes", "Worker probes by result and failure reason", Family::default()),
             leader: registered(r, "leader", "1 while this replica holds the controller leader lease", Gauge::default()),
+            controllers_running: registered(
+                r,
+                "controllers_running",
+                "1 while this replica's controllers run (their caches listed); a leader at 0 writes nothing",
+                Gauge::default(),
+            ),
+            events_dropped: registered(
+                r,
+                "events_dropped",
+                "Events not recorded: the queue to the apiserver was full, or the replica stopped leading",
+                Counter::default(),
+            ),
             api_requests: registered(
                 r,
                 "api_requests",

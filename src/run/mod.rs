@@ -2,6 +2,7 @@
 //! the certificate keeper under the phases of one graceful stop, with signals and the shutdown
 //! deadline. The flags that choose the rules (`rules.rs`) are `validate`'s and `resolve`'s too.
 
+mod client;
 mod rules;
 mod signals;
 
@@ -10,7 +11,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::header;
 use clap::ArgAction;
 use prometheus_client::registry::Registry;
 
@@ -18,10 +18,12 @@ use crate::admin::{Readiness, admin_router, serve_admin};
 use crate::certs::{self, CertOptions};
 use crate::controller::{self, ControllerOptions, SecretScope};
 use crate::listener::{BindError, Limits, Stop, bind};
-use crate::metrics::{ApiLabels, Metrics};
+use crate::metrics::Metrics;
 use crate::telemetry::{LogFormat, init_tracing};
 use crate::tls::{CertFiles, CertLoadError, CertSource};
 use crate::webhook::{Webhook, serve_webhook};
+pub use client::client_config;
+use client::Clients;
 pub use rules::{RulesArgs, WorkerPolicyArgs, contract_version};
 use signals::Signals;
 
@@ -71,6 +73,11 @@ pub struct RunArgs {
     /// Timeout of one worker probe.
     #[arg(long, env = "SANDCAP_PROBE_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
     pub probe_timeout: Duration,
+    /// How long the controllers wait for their caches' first lists (the CRDs may not be installed
+    /// yet, RBAC may be missing). Past it they stop, and the leader steps down and tries again
+    /// after a backoff (1 s, doubling to 30 s). At least 1s.
+    #[arg(long, env = "SANDCAP_CACHE_SYNC_TIMEOUT", default_value = "2m", value_parser = at_least_a_second)]
+    pub cache_sync_timeout: Duration,
     /// Elect one controller leader through a coordination.k8s.io Lease (`--leader-elect=false` to
     /// turn off).
     #[arg(
@@ -226,14 +233,15 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
         Ok(())
     };
     let needs_cluster = !args.webhook_only || args.self_managed_certs;
-    let client = if needs_cluster { Some(kube_client(&metrics).await.map_err(RunError::Kube)?) } else { None };
+    let clients = if needs_cluster { Some(Clients::infer(&metrics).await.map_err(RunError::Kube)?) } else { None };
 
     let controllers = async {
-        match (&client, args.webhook_only) {
-            (Some(client), false) => {
+        match (&clients, args.webhook_only) {
+            (Some(clients), false) => {
                 let options = ControllerOptions {
                     probe_interval: args.probe_interval,
                     probe_timeout: args.probe_timeout,
+                    cache_sync_timeout: args.cache_sync_timeout,
                     rules: args.rules.options(),
                     leader_elect: args.leader_elect,
                     lease_name: args.leader_election_name.clone(),
@@ -244,7 +252,8 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
                 // They serve no client, so there is nothing to drain: they stop at the first
                 // signal, and the leader releases its Lease at once, so that a standby takes over
                 // without waiting for the webhook's drain window.
-                controller::run(client.clone(), options, metrics.clone(), stop.terminating.clone())
+                let (client, election) = (clients.api.clone(), clients.election.clone());
+                controller::run(client, election, options, metrics.clone(), stop.terminating.clone())
                     .await
                     .map_err(|e| RunError::Controller(Box::new(e)))
             }
@@ -252,7 +261,7 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
         }
     };
     let certificates = async {
-        if let (Some(client), true) = (&client, args.self_managed_certs) {
+        if let (Some(clients), true) = (&clients, args.self_managed_certs) {
             let options = CertOptions {
                 secret_name: args.cert_secret_name.clone(),
                 namespace: args.pod_namespace.clone(),
@@ -260,7 +269,7 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
                 webhook_config_name: args.webhook_config_name.clone(),
                 check_interval: CERT_CHECK_INTERVAL,
             };
-            certs::run_self_managed(client.clone(), options, stop.terminating.clone()).await;
+            certs::run_self_managed(clients.api.clone(), options, stop.terminating.clone()).await;
         }
         Ok(())
     };
@@ -281,6 +290,14 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
     Ok(())
 }
 
+fn at_least_a_second(value: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(value).map_err(|e| e.to_string())?;
+    if duration < Duration::from_secs(1) {
+        return Err(format!("{value} is shorter than 1s"));
+    }
+    Ok(duration)
+}
+
 /// Written to a sibling file and renamed into place, so that a reader polling for `path` never
 /// sees half of it.
 fn write_listen_report(
@@ -298,27 +315,6 @@ fn write_listen_report(
     partial.push(".partial");
     std::fs::write(&partial, report)?;
     std::fs::rename(&partial, path)
-}
-
-/// The client of every controller and of the certificate keeper: each request it makes is counted
-/// in `sandcap_api_requests_total`, so the cost of the controllers is visible.
-async fn kube_client(metrics: &Metrics) -> Result<kube::Client, kube::Error> {
-    let config = kube::Config::infer().await.map_err(kube::Error::InferConfig)?;
-    let requests = metrics.api_requests.clone();
-    let count = tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
-        requests.get_or_create(&ApiLabels::of(request.method(), request.uri())).inc();
-        request
-    });
-    Ok(kube::client::ClientBuilder::try_from(client_config(config))?.with_layer(&count).build())
-}
-
-/// Names sandcap in the User-Agent of every request. A write that names no field manager is
-/// recorded under the User-Agent up to its first `/`, and kube sends none (the apiserver then
-/// says `unknown`); kube's event Recorder names no field manager and cannot be told one.
-pub fn client_config(mut config: kube::Config) -> kube::Config {
-    let agent = concat!("sandcap/", env!("CARGO_PKG_VERSION"));
-    config.headers.push((header::USER_AGENT, header::HeaderValue::from_static(agent)));
-    config
 }
 
 /// Two GETs per replica per check; renewal starts months before expiry, so a minute is plenty.

@@ -351,6 +351,14 @@ impl Cluster {
         }
     }
 
+    /// Sends `signal` to kube-apiserver: SIGSTOP makes it a hung apiserver (its connections stay
+    /// open and nothing answers), SIGCONT resumes it.
+    pub fn signal_apiserver(&self, signal: i32) {
+        if let Some(child) = self.apiserver.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            unsafe { libc::kill(child.id() as i32, signal) };
+        }
+    }
+
     /// Waits for `/readyz`; the exit status if the apiserver exits first.
     fn wait_ready(&self) -> Result<(), std::process::ExitStatus> {
         let deadline = Instant::now() + STARTUP;

@@ -271,7 +271,7 @@ pub async fn status_narrowing_and_recovery_with_the_charts_rbac(c: Arc<Cluster>)
 }
 
 /// Waits until every lease in `names` has `reason` for `capability`.
-async fn all_leases(client: &Client, namespace: &str, names: &[String], capability: &str, reason: &str) {
+pub async fn all_leases(client: &Client, namespace: &str, names: &[String], capability: &str, reason: &str) {
     for name in names {
         lease_reason(client, namespace, name, capability, reason).await;
     }

@@ -242,11 +242,14 @@ async fn elect_once(sa: &Client) {
         namespace: NAMESPACE.into(),
         identity: "e2e-writes-0".into(),
         timing: Timing::default(),
+        // Never stamped (`sa` has no stamping layer): the term lapses at once, which is all this
+        // test needs of it.
+        clock: Default::default(),
     };
     let shutdown = CancellationToken::new();
     let led = shutdown.clone();
     let elected =
-        run_elected(sa.clone(), election, Metrics::register(&mut Default::default()), shutdown.clone(), move |_| {
+        run_elected(sa.clone(), election, Metrics::register(&mut Default::default()), shutdown.clone(), move |_, _| {
             led.cancel();
             async { Ok(()) }
         });

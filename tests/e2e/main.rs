@@ -18,12 +18,14 @@ mod conventions;
 mod crds;
 mod hardening;
 mod install;
+mod leading;
 mod listing;
 mod plugin;
 mod rollover;
 #[path = "../support/mod.rs"]
 mod support;
 mod switching;
+mod tenants;
 mod versions;
 mod webhook;
 mod writes;
@@ -52,6 +54,9 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         controllers::leases_follow_their_provider_after_a_restart,
         controllers::a_standby_takes_over_and_every_lease_follows,
         controllers::recovers_from_an_apiserver_outage,
+        leading::a_leader_whose_controllers_stop_steps_down_and_stands_again,
+        leading::a_hung_apiserver_stops_the_leader_before_a_standby_leads,
+        leading::a_throttling_apiserver_loses_no_update,
         controllers::a_hostile_provider_stored_without_the_webhook,
         listing::the_caches_ask_for_streaming_lists,
         listing::without_watch_list_each_cache_lists_in_pages,
@@ -71,6 +76,7 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         versions::leases_resolve_the_nine_keys_of_contract_v2,
         switching::switching_v1_v2_v1_keeps_every_object,
         writes::a_status_is_one_merge_patch_written_once_per_new_lease,
+        tenants::leases_at_the_config_bound_keep_the_leader_within_its_limit,
         crds::an_upgrade_brings_the_crds_new_rules_and_uninstall_keeps_them,
     ]
 }
