@@ -2,7 +2,8 @@
 //! request head is arriving. The listener closes a connection by these, not by bytes: HTTP/2
 //! pings, window updates or a trickle of headers keep no connection alive, and an idle HTTP/1.1
 //! connection waits for its next request under the idle timeout, not the header timeout (which
-//! hyper's own header timer would apply between keep-alive requests too).
+//! hyper's own header timer would apply between keep-alive requests too). An HTTP/1 head has the
+//! header timeout from its first byte, the first request's head included.
 
 use std::io;
 use std::pin::Pin;
@@ -12,6 +13,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
 
 #[derive(Clone)]
 pub(super) struct Activity(Arc<State>);
@@ -25,9 +27,12 @@ struct State {
     /// Milliseconds after `origin`, plus one, at which bytes arrived while no request was open:
     /// the start of a request head; 0 when none is arriving.
     heard: AtomicU64,
-    /// The connection's requests are HTTP/2, where bytes between requests are frames (pings,
-    /// window updates), not the start of a head.
+    /// The connection speaks HTTP/2, where bytes between requests are frames (pings, window
+    /// updates, the preface), not the start of a head.
     http2: AtomicBool,
+    /// Woken when a deadline may have moved earlier or become due (a head's first byte, a
+    /// request's end), so that [`Activity::quiet`] never sleeps past it.
+    changed: Notify,
 }
 
 /// When a connection that has no open request is to be closed.
@@ -50,6 +55,7 @@ impl Drop for Busy {
         state.ended.store(state.stamp(), Ordering::Relaxed);
         state.heard.store(0, Ordering::Relaxed);
         state.open.fetch_sub(1, Ordering::Relaxed);
+        state.changed.notify_one();
     }
 }
 
@@ -71,7 +77,14 @@ impl Activity {
             ended: AtomicU64::new(0),
             heard: AtomicU64::new(0),
             http2: AtomicBool::new(false),
+            changed: Notify::new(),
         }))
+    }
+
+    /// Known before any request when TLS negotiated `h2`: its preface and settings are then not
+    /// the start of a head.
+    pub(super) fn speaks_http2(&self) {
+        self.0.http2.store(true, Ordering::Relaxed);
     }
 
     pub(super) fn begin(&self, http2: bool) -> Busy {
@@ -104,21 +117,31 @@ impl Activity {
             return None;
         }
         let heard = state.heard.load(Ordering::Relaxed);
+        let head = (heard != 0 && !state.http2.load(Ordering::Relaxed)).then(|| state.at(heard) + deadlines.header);
         Some(match state.ended.load(Ordering::Relaxed) {
-            0 => state.origin + deadlines.first_request,
-            _ if heard != 0 && !state.http2.load(Ordering::Relaxed) => state.at(heard) + deadlines.header,
-            ended => state.at(ended) + deadlines.idle,
+            0 => head.map_or(state.origin + deadlines.first_request, |head| {
+                head.min(state.origin + deadlines.first_request)
+            }),
+            ended => head.unwrap_or(state.at(ended) + deadlines.idle),
         })
     }
 
     /// Returns once the connection is past its deadline with no request open.
     pub(super) async fn quiet(&self, deadlines: Deadlines) {
         loop {
+            // `notify_one` keeps a wake-up for a waiter yet to come: none is lost between
+            // reading the deadline and waiting.
+            let changed = self.0.changed.notified();
             match self.deadline(deadlines) {
                 Some(deadline) if Instant::now() >= deadline => return,
-                Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
-                // A request is bounded by the request timeout; look again after it.
-                None => tokio::time::sleep(deadlines.idle).await,
+                Some(deadline) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(deadline.into()) => {}
+                        () = changed => {}
+                    }
+                }
+                // A request is bounded by the request timeout; its end wakes this.
+                None => changed.await,
             }
         }
     }
@@ -132,6 +155,7 @@ impl Activity {
         let state = &self.0;
         if state.open.load(Ordering::Relaxed) == 0 && state.heard.load(Ordering::Relaxed) == 0 {
             state.heard.store(state.stamp(), Ordering::Relaxed);
+            state.changed.notify_one();
         }
     }
 }
@@ -196,9 +220,12 @@ mod tests {
     #[test]
     fn each_phase_has_its_own_deadline() {
         let activity = Activity::new();
-        // Before any request, bytes or not: the first-request deadline.
+        // Before any request and any byte: the first-request deadline.
+        assert_eq!(after(&activity, activity.deadline(DEADLINES)), Some(DEADLINES.first_request));
+        // The first head's first byte: the header timeout from it, as for any later head.
         activity.heard();
-        assert_eq!(after(&activity, activity.deadline(DEADLINES)), Some(Duration::from_secs(10)));
+        let head = after(&activity, activity.deadline(DEADLINES)).unwrap();
+        assert!(head >= DEADLINES.header && head < DEADLINES.first_request, "{head:?}");
         let busy = activity.begin(false);
         assert_eq!(activity.deadline(DEADLINES), None, "an open request");
         assert_eq!(activity.idle_since(), None);
@@ -213,11 +240,33 @@ mod tests {
     }
 
     #[test]
-    fn http2_frames_between_requests_are_not_a_head() {
+    fn http2_frames_are_not_a_head() {
         let activity = Activity::new();
+        activity.speaks_http2();
+        activity.heard();
+        assert_eq!(after(&activity, activity.deadline(DEADLINES)), Some(DEADLINES.first_request), "the preface");
         drop(activity.begin(true));
         let ended = after(&activity, activity.idle_since()).unwrap();
         activity.heard();
-        assert_eq!(after(&activity, activity.deadline(DEADLINES)), Some(ended + DEADLINES.idle));
+        assert_eq!(after(&activity, activity.deadline(DEADLINES)), Some(ended + DEADLINES.idle), "a ping");
+    }
+
+    /// The deadline a waiting connection sleeps towards moves earlier when a head starts: the
+    /// wait must follow it, not sleep out the idle timeout.
+    #[tokio::test]
+    async fn a_head_starting_while_idle_wakes_the_wait() {
+        let deadlines = Deadlines { header: Duration::from_millis(50), ..DEADLINES };
+        let activity = Activity::new();
+        let busy = activity.begin(false);
+        let quiet = tokio::spawn({
+            let activity = activity.clone();
+            async move { activity.quiet(deadlines).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(busy);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!quiet.is_finished(), "idle for 120 s yet");
+        activity.heard();
+        tokio::time::timeout(Duration::from_secs(2), quiet).await.expect("closed at the head's deadline").unwrap();
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{ConnectInfo, DefaultBodyLimit};
 use axum::http::{HeaderValue, StatusCode, Version, header};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -36,8 +36,13 @@ pub const MAX_BODY: usize = 3 * 1024 * 1024;
 pub struct Limits {
     pub handshake_timeout: Duration,
     /// Time to receive a connection's first request after the handshake, and an HTTP/1 request
-    /// head from its first byte; a slow client is cut off after it.
+    /// head from its first byte (the first request's too); a slow client is cut off after it.
     pub header_timeout: Duration,
+    /// Time from a request's head to the end of its body, waiting for a place included; past it
+    /// the client gets 408 and its place is free again. Far below `request_timeout`, so that a
+    /// trickled body holds a place for seconds, while an honest body, sent with its head, arrives
+    /// in milliseconds.
+    pub body_timeout: Duration,
     /// Time to read the body and answer; past it the client gets 408.
     pub request_timeout: Duration,
     /// A connection that has sent nothing for this long is closed. Longer than the apiserver's
@@ -49,6 +54,10 @@ pub struct Limits {
     /// Requests whose bodies are buffered at once: with `max_body`, what bodies may take in memory
     /// (docs/webhook.md, "Memory").
     pub max_in_flight: usize,
+    /// Of the `max_in_flight` places, how many one client address may hold at once: a client
+    /// past it waits for one of its own places, never for another client's, so one address
+    /// flooding requests or trickling bodies leaves the other places to the rest.
+    pub per_client_in_flight: usize,
     /// How long a request waits for one of the `max_in_flight` places before it is refused with
     /// 429, well within the apiserver's webhook timeout.
     pub queue_timeout: Duration,
@@ -71,10 +80,14 @@ impl Default for Limits {
         Limits {
             handshake_timeout: Duration::from_secs(5),
             header_timeout: Duration::from_secs(5),
+            body_timeout: Duration::from_secs(3),
             request_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(120),
             max_body: MAX_BODY,
             max_in_flight: 16,
+            // A quarter: it takes four addresses to fill the places, as it takes four to fill
+            // the port's connections.
+            per_client_in_flight: 4,
             queue_timeout: Duration::from_secs(2),
             review_threads: std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8)),
             max_connections: 256,
@@ -144,6 +157,26 @@ pub async fn serve_https(
 /// a connection): with the connection cap, what idle uploads may take in memory.
 const H2_WINDOW: u32 = 256 * 1024;
 
+/// Requests open at once on one HTTP/2 connection (hyper's default is 200): as many as the
+/// webhook has places, past which more requests on a connection could only wait. Each waiting
+/// stream holds its head and its handler, so this with the connection caps bounds what streams
+/// cost (docs/webhook.md, "Memory"). A client past it waits for a stream, or (Go's, the
+/// apiserver's) opens another connection.
+const H2_STREAMS: u32 = 16;
+
+/// The largest request head, HTTP/2's header list and HTTP/1's head alike (hyper's HTTP/1 read
+/// buffer, which a head must fit): the apiserver's heads are under 1 KiB.
+const MAX_HEAD: u32 = 16 * 1024;
+
+/// Streams the client may reset before they are served, at once, and streams the server may
+/// reset for the client's errors, in the connection's life, before it is closed with GOAWAY
+/// (hyper's defaults: 20 and 1,024): each reset costs the server work and the client nothing (the
+/// "rapid reset" attacks). An honest client cancels few streams, and is refused some only when it
+/// opens more than [`H2_STREAMS`] before it has read the server's settings (Go's client opens up
+/// to 100 then).
+const H2_PENDING_RESETS: usize = 16;
+const H2_ERROR_RESETS: usize = 256;
+
 pub(crate) async fn serve_connections(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
@@ -159,11 +192,16 @@ pub(crate) async fn serve_connections(
     // No hyper header timer: it runs between keep-alive requests too, and would close an idle
     // HTTP/1.1 connection after `header_timeout` instead of `idle_timeout` (`activity.rs` times
     // heads from their first byte instead).
-    http.http1().timer(TokioTimer::new()).header_read_timeout(None).max_buf_size(64 * 1024);
+    // At most 100 header fields (hyper's default; setting it moves every head to the heap).
+    http.http1().timer(TokioTimer::new()).header_read_timeout(None).max_buf_size(MAX_HEAD as usize);
     http.http2()
         .timer(TokioTimer::new())
         .initial_connection_window_size(H2_WINDOW)
-        .initial_stream_window_size(H2_WINDOW);
+        .initial_stream_window_size(H2_WINDOW)
+        .max_concurrent_streams(H2_STREAMS)
+        .max_header_list_size(MAX_HEAD)
+        .max_pending_accept_reset_streams(H2_PENDING_RESETS)
+        .max_local_error_reset_streams(H2_ERROR_RESETS);
     let handshake = if tls.is_some() { limits.handshake_timeout } else { Duration::ZERO };
     let deadlines = Deadlines {
         first_request: handshake + limits.header_timeout,
@@ -239,7 +277,12 @@ impl Connection {
             return self.serve_io(tcp, peer, shutdown).await;
         };
         match tokio::time::timeout(self.handshake_timeout, acceptor.accept(tcp)).await {
-            Ok(Ok(stream)) => self.serve_io(stream, peer, shutdown).await,
+            Ok(Ok(stream)) => {
+                if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                    self.activity.speaks_http2();
+                }
+                self.serve_io(stream, peer, shutdown).await;
+            }
             Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
             Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
         }
@@ -252,7 +295,9 @@ impl Connection {
         let activity = self.activity;
         let service = {
             let (activity, app, terminating) = (activity.clone(), self.app, self.terminating);
-            tower::service_fn(move |request: axum::extract::Request<Incoming>| {
+            tower::service_fn(move |mut request: axum::extract::Request<Incoming>| {
+                // Who asks, for the per-client share of the review places.
+                request.extensions_mut().insert(ConnectInfo(peer));
                 let http2 = request.version() >= Version::HTTP_2;
                 let busy = activity.begin(http2);
                 let close = terminating.is_cancelled() && !http2;

@@ -1,17 +1,19 @@
-//! The review handler: admission control (places for bodies and for reviews), the review on a
-//! blocking thread, and its log line and metrics.
+//! The review handler: admission control (places for bodies, `places.rs`, and for reviews), the
+//! body deadline, the review on a blocking thread, and its log line and metrics.
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{ConnectInfo, FromRequest, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use tokio::sync::Semaphore;
 
+use super::places::{Full, Places};
 use crate::admission::{self, Answer, Decision};
 use crate::listener::Limits;
 use crate::metrics::{AdmissionLabels, KindLabels, Metrics};
@@ -21,9 +23,10 @@ use crate::validation::Options;
 struct WebhookState {
     options: Options,
     metrics: Metrics,
-    /// One place per buffered body ([`Limits::max_in_flight`]).
-    in_flight: Arc<Semaphore>,
+    /// One place per buffered body ([`Limits::max_in_flight`]), a share of them per client.
+    places: Arc<Places>,
     queue_timeout: Duration,
+    body_timeout: Duration,
     /// One place per review being decoded and judged ([`Limits::review_threads`]).
     reviews: Arc<Semaphore>,
 }
@@ -33,38 +36,59 @@ pub(super) fn webhook_router(options: Options, metrics: Metrics, limits: &Limits
     let state = WebhookState {
         options,
         metrics,
-        in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
+        places: Places::new(limits.max_in_flight, limits.per_client_in_flight),
         queue_timeout: limits.queue_timeout,
+        body_timeout: limits.body_timeout,
         reviews: Arc::new(Semaphore::new(limits.review_threads)),
     };
     Router::new().route("/validate", post(validate)).with_state(Arc::new(state))
 }
 
 /// Takes a place before reading the body, so that waiting requests hold no body in memory, then
-/// reviews on a blocking thread. Past the request timeout the client gets 408 and the review
-/// still finishes on its thread, holding its places: its cost is bounded by the review's own
-/// budgets (the body limit, [`crate::config_schema::BUDGET`]), not by the timeout.
+/// reviews on a blocking thread. The body must arrive within the body deadline, counted from the
+/// request's head, or the client gets 408 and the place is free again: a trickled body holds its
+/// place for seconds, not for the request timeout. (Reading the body before taking a place would
+/// let any number of bodies fill memory at once.) Past the request timeout the client gets 408
+/// and the review still finishes on its thread, holding its places: its cost is bounded by the
+/// review's own budgets (the body limit, [`crate::config_schema::BUDGET`]), not by the timeout.
 async fn validate(State(state): State<Arc<WebhookState>>, request: Request) -> Response {
     let started = Instant::now();
     let invalid = || admission::Summary { verdict: Some(Decision::Invalid), ..Default::default() };
-    let Ok(Ok(place)) = tokio::time::timeout(state.queue_timeout, state.in_flight.clone().acquire_owned()).await else {
-        let outcome = admission::Summary { verdict: Some(Decision::Overloaded), ..Default::default() };
-        count(&state.metrics, &outcome, started);
-        tracing::warn!(
-            in_flight = state.in_flight.available_permits(),
-            "refused an admission review: too many in flight"
-        );
-        let message = "too many admission reviews in flight; retry shortly\n";
-        return (StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, "1")], message).into_response();
+    // The listener names every request's client; without it, all requests share one share.
+    let client = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |ConnectInfo(peer)| peer.ip());
+    let place = match state.places.take(client, state.queue_timeout).await {
+        Ok(place) => place,
+        Err(full) => {
+            let outcome = admission::Summary { verdict: Some(Decision::Overloaded), ..Default::default() };
+            count(&state.metrics, &outcome, started);
+            let free = state.places.available();
+            // A client past its own share is that client's doing, and a flood of them must not
+            // flood the log; a full pool is everybody's.
+            match full {
+                Full::Share => tracing::debug!(%client, "refused an admission review: its client holds its share"),
+                Full::Pool => tracing::warn!(%client, free, "refused an admission review: too many in flight"),
+            }
+            let message = "too many admission reviews in flight; retry shortly\n";
+            return (StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, "1")], message).into_response();
+        }
     };
-    let body = match Bytes::from_request(request, &()).await {
-        Ok(body) => body,
+    let read = tokio::time::timeout_at((started + state.body_timeout).into(), Bytes::from_request(request, &()));
+    let body = match read.await {
+        Ok(Ok(body)) => body,
         // Too large (413) or cut off: a client error, answered by axum's own rejection.
-        Err(rejection) => {
+        Ok(Err(rejection)) => {
             let status = rejection.status();
             tracing::info_span!("review").in_scope(|| tracing::info!(%status, "unreadable request body"));
             count(&state.metrics, &invalid(), started);
             return rejection.into_response();
+        }
+        Err(_) => {
+            tracing::info_span!("review").in_scope(|| tracing::info!(%client, "request body not received in time"));
+            count(&state.metrics, &invalid(), started);
+            return (StatusCode::REQUEST_TIMEOUT, "request body not received in time\n").into_response();
         }
     };
     let Ok(thread) = state.reviews.clone().acquire_owned().await else {

@@ -1,7 +1,9 @@
 //! The admission listener: HTTPS with a certificate kept current, serving the review
-//! handler's `POST /validate`. The answers come from [`crate::admission::handle`].
+//! handler's `POST /validate` (`handler.rs`, its places shared out per client in `places.rs`).
+//! The answers come from [`crate::admission::handle`].
 
 mod handler;
+mod places;
 
 use std::sync::Arc;
 use tokio::net::TcpListener;

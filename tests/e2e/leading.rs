@@ -70,7 +70,7 @@ pub async fn a_leader_whose_controllers_stop_steps_down_and_stands_again(c: Arc<
 /// lease converges on the provider's latest spec.
 pub async fn a_hung_apiserver_stops_the_leader_before_a_standby_leads(c: Arc<Cluster>) {
     const NS: &str = "e2e-hung";
-    const HANG: Duration = Duration::from_secs(20);
+    const HANG: Duration = Duration::from_secs(13);
     install::crds(&c);
     let install = Install::chart(&c, json!({})).await;
     install::namespaces(&c, &[NS]);
