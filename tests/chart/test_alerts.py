@@ -162,6 +162,7 @@ def test_alerts_cover_the_issue() -> None:
         "SandcapWebhookSlow",
         "SandcapDown",
         "SandcapNoLeader",
+        "SandcapControllersNotRunning",
         "SandcapSeveralLeaders",
         "SandcapReconcileFailures",
     }

@@ -85,9 +85,9 @@ def source(path: str) -> str:
 
 
 def field_manager() -> str:
-    """The reporting controller kube's Recorder writes for sandcap (src/controller/context.rs)."""
+    """The reporting controller sandcap's Events name (src/controller/recorder.rs)."""
     match = re.search(r'pub const FIELD_MANAGER: &str = "([^"]+)";', source("core/src/vocabulary.rs"))
-    assert match and 'Reporter { controller: FIELD_MANAGER.into()' in source("src/controller/context.rs")
+    assert match and "reporting_controller: Some(FIELD_MANAGER.into())" in source("src/controller/recorder.rs")
     return match.group(1)
 
 
