@@ -5,6 +5,8 @@
 mod support;
 
 use sandcap::addresses::{AllowedCidrs, WorkerPolicy};
+use sandcap::api::{CONFIG_TOO_LARGE, MAX_CONFIG_BYTES};
+use sandcap::contract::ConfigFailure;
 use sandcap::validation::{ALREADY_STORED, MAX_PER_KIND, MAX_WARNING_LEN, MAX_WARNINGS, Options, REVIEWED, review};
 use serde_json::{Value, json};
 use support::fixtures::*;
@@ -467,4 +469,33 @@ fn a_null_capability_is_refused_by_name() {
     );
     let odd = set(provider_json(), &format!("{d0}/sandboxCapabilities/nativeSyncIn"), Value::Null);
     assert!(deny(&odd).starts_with("spec.environmentDrivers[0].sandboxCapabilities.nativeSyncIn: null declares"));
+}
+
+/// `{"blob":"xx..."}` of `bytes` bytes as JSON.
+fn config_of(bytes: usize) -> Value {
+    json!({"blob": "x".repeat(bytes - r#"{"blob":""}"#.len())})
+}
+
+#[test]
+fn a_lease_config_over_its_bound_is_refused_without_its_values() {
+    allow(&set(lease_json(), "/spec/config", config_of(MAX_CONFIG_BYTES)));
+    let message = deny(&set(lease_json(), "/spec/config", config_of(MAX_CONFIG_BYTES + 1)));
+    assert_eq!(message, format!("spec.config: {CONFIG_TOO_LARGE}"));
+    // The status of a lease stored without the webhook says the same words.
+    assert_eq!(message, ConfigFailure::ConfigTooLarge.to_string());
+    assert!(CONFIG_TOO_LARGE.contains(&MAX_CONFIG_BYTES.to_string()), "{CONFIG_TOO_LARGE}");
+    // Nested values and many keys count alike: the bound is the whole config's.
+    let nested = json!({"a": {"b": [{"c": "x".repeat(MAX_CONFIG_BYTES)}]}});
+    assert_eq!(deny(&set(lease_json(), "/spec/config", nested)), message);
+    let keys: serde_json::Map<String, Value> = (0..128).map(|i| (format!("k{i}"), json!("y".repeat(600)))).collect();
+    assert_eq!(deny(&set(lease_json(), "/spec/config", Value::Object(keys))), message);
+}
+
+#[test]
+fn a_stored_config_over_its_bound_does_not_block_updates() {
+    let stored = set(lease_json(), "/spec/config", config_of(MAX_CONFIG_BYTES + 1));
+    let relabelled = set(stored.clone(), "/metadata/labels", json!({"team": "a"}));
+    let v = review(&relabelled, Some(&stored), &Options::default());
+    assert!(v.allowed(), "{}", v.message());
+    assert_eq!(v.warnings, [format!("{ALREADY_STORED}spec.config: {CONFIG_TOO_LARGE}")]);
 }

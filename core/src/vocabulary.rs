@@ -217,10 +217,12 @@ words! {
         // SandboxLease `ConfigResolved`
         ConfigResolved = "ConfigResolved",
         ConfigNotAnObject = "ConfigNotAnObject",
+        ConfigTooLarge = "ConfigTooLarge",
         SecretNotFound = "SecretNotFound",
         SecretKeyNotFound = "SecretKeyNotFound",
         SecretNotJson = "SecretNotJson",
         SecretNotAnObject = "SecretNotAnObject",
+        SecretTooLarge = "SecretTooLarge",
         SchemaViolated = "SchemaViolated",
         // SandboxProvider `WorkerVerified` and `Ready`
         ProbeSucceeded = "ProbeSucceeded",

@@ -306,6 +306,14 @@ mod tests {
         let violated = status_at(&violated, Some(&p), &time(T0));
         assert_eq!(verdict(&violated, "ConfigResolved"), ("False", "SchemaViolated"));
         assert_eq!(verdict(&violated, "Resolved"), ("True", "Resolved"), "a config failure narrows, it does not fail");
+        // Stored without the webhook, before the bound: the cache dropped the config.
+        let over = lease("team-a", "l").of("p", "k").with_config(json!({"size": "9".repeat(70_000)})).build();
+        let over = status_at(&over, Some(&p), &time(T0));
+        assert_eq!(verdict(&over, "ConfigResolved"), ("False", "ConfigTooLarge"));
+        let message = &condition(&over, "ConfigResolved").message;
+        assert_eq!(message, &format!("spec.config: {}", crate::api::CONFIG_TOO_LARGE));
+        let narrowed = over.explanations.iter().find(|e| e.capability == Capability::PersistentProcessSessions);
+        assert_eq!(narrowed.map(|e| (e.granted, e.reason.as_str())), Some((false, "NarrowedByConfigResolution")));
     }
 
     #[test]

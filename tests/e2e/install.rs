@@ -324,6 +324,12 @@ impl Sandcap {
         crate::support::peak_rss(self.child.id())
     }
 
+    /// Resident memory now (`VmRSS`), in bytes.
+    pub fn rss(&self) -> u64 {
+        let kib = crate::support::proc_status(self.child.id(), "VmRSS").expect("VmRSS in /proc/<pid>/status");
+        kib.trim_end_matches("kB").trim().parse::<u64>().expect("VmRSS in kB") * 1024
+    }
+
     pub fn signal(&self, signal: i32) {
         unsafe { libc::kill(self.child.id() as i32, signal) };
     }

@@ -74,11 +74,23 @@ pub struct SandboxLeaseSpec {
     /// Set true when the run cannot use native file sync: turns nativeSyncIn and nativeSyncOut off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub native_file_sync_unsupported: Option<bool>,
-    /// Inline, non-secret provider config (a JSON object of at most 128 keys); merged with
-    /// `configFrom` and checked against the driver's configSchema.
+    /// Inline, non-secret provider config (a JSON object of at most 128 keys and 65536 bytes as
+    /// JSON); merged with `configFrom` and checked against the driver's configSchema.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "lease_config")]
     pub config: Option<Value>,
+    /// Set, with `config` dropped, where a config over [`MAX_CONFIG_BYTES`] is not kept (sandcap's
+    /// caches never hold one): it fails to resolve. Written in `config`'s place as a stand-in just
+    /// over the bound that holds nothing of it, so that what is judged of the lease breaks the
+    /// rule the stored lease breaks.
+    #[serde(
+        skip_deserializing,
+        rename = "config",
+        skip_serializing_if = "std::ops::Not::not",
+        serialize_with = "over_bound_stand_in"
+    )]
+    #[schemars(skip)]
+    pub config_over_bound: bool,
     /// Up to 16 Secret keys, each holding a JSON object, merged over `config` in order. The Secret
     /// must carry the label `sandcap.dev/config-source: "true"`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -93,6 +105,28 @@ impl SandboxLeaseSpec {
     pub fn policy(&self) -> LeasePolicy {
         self.policy.unwrap_or_default()
     }
+
+    /// Drops a config over [`MAX_CONFIG_BYTES`], keeping only that it was (`config_over_bound`).
+    pub fn drop_config_over_bound(&mut self) {
+        if self.config.as_ref().is_some_and(exceeds_config_bound) {
+            self.config = None;
+            self.config_over_bound = true;
+        }
+    }
+
+    /// Whether `config` is over [`MAX_CONFIG_BYTES`], held or dropped.
+    pub fn config_too_large(&self) -> bool {
+        self.config_over_bound || self.config.as_ref().is_some_and(exceeds_config_bound)
+    }
+}
+
+/// `{"": "<spaces>"}`, one byte over [`MAX_CONFIG_BYTES`] as JSON: see `config_over_bound`.
+fn over_bound_stand_in<S: serde::Serializer>(_: &bool, serializer: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    static SPACES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| " ".repeat(MAX_CONFIG_BYTES - 6));
+    let mut map = serializer.serialize_map(Some(1))?;
+    map.serialize_entry("", SPACES.as_str())?;
+    map.end()
 }
 
 /// A provider's driver.
@@ -220,4 +254,45 @@ pub struct Pinned {
     pub plugin_key: String,
     /// The lease's `providerRef.driverKey`.
     pub driver_key: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn spec(config: Value) -> SandboxLeaseSpec {
+        SandboxLeaseSpec { config: Some(config), ..SandboxLeaseSpec::default() }
+    }
+
+    #[test]
+    fn a_config_over_its_bound_is_dropped_and_written_as_a_stand_in_just_over_it() {
+        let secret = "s3cr3t-".repeat(MAX_CONFIG_BYTES / 7 + 1);
+        let mut over = spec(json!({"token": secret}));
+        assert!(over.config_too_large());
+        over.drop_config_over_bound();
+        assert_eq!((over.config.as_ref(), over.config_over_bound, over.config_too_large()), (None, true, true));
+        let written = serde_json::to_value(&over).unwrap();
+        let stand_in = &written["config"];
+        assert_eq!(serde_json::to_vec(stand_in).unwrap().len(), MAX_CONFIG_BYTES + 1);
+        assert!(exceeds_config_bound(stand_in) && !written.to_string().contains("s3cr3t"));
+        // What is read back is a config over the bound, not a flag anyone could set.
+        let read: SandboxLeaseSpec = serde_json::from_value(written).unwrap();
+        assert!(read.config_too_large() && !read.config_over_bound);
+
+        let mut within = spec(json!({"image": "python:3.12"}));
+        within.drop_config_over_bound();
+        assert_eq!(within, spec(json!({"image": "python:3.12"})));
+        assert!(!within.config_too_large());
+    }
+
+    #[test]
+    fn the_bound_is_on_the_compact_json() {
+        // `{"a":"..."}`: eight bytes around the string.
+        let of = |n: usize| json!({"a": "x".repeat(n - 8)});
+        assert!(!exceeds_config_bound(&of(MAX_CONFIG_BYTES)));
+        assert!(exceeds_config_bound(&of(MAX_CONFIG_BYTES + 1)));
+        assert!(!exceeds_config_bound(&Value::Null));
+    }
 }

@@ -20,7 +20,7 @@ pub use capabilities::{Capabilities, DeclaredCapabilities};
 pub use crd::{crd, crd_schema};
 pub use lease::*;
 pub use provider::*;
-pub use rules::{is_dns_label, is_dns_subdomain};
+pub use rules::{CONFIG_TOO_LARGE, MAX_CONFIG_BYTES, exceeds_config_bound, is_dns_label, is_dns_subdomain};
 pub use status_patch::StatusPatch;
 
 pub const GROUP: &str = "sandcap.dev";

@@ -5,6 +5,7 @@ use std::sync::LazyLock;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use regex::Regex;
 use schemars::{Schema, SchemaGenerator, json_schema};
+use serde_json::Value;
 
 use crate::vocabulary::DriverKind;
 use crate::vocabulary::LeasePolicy;
@@ -57,6 +58,35 @@ pub(super) const MAX_CONFIG_SOURCES: u32 = 16;
 pub(super) const MAX_OBJECT_KEYS: u32 = 16;
 /// Top-level keys of a lease's `config`, and so the `properties` a `configSchema` may describe.
 pub(super) const MAX_CONFIG_KEYS: u32 = 128;
+/// The most one config source may hold: `spec.config` as compact JSON, or one `configFrom` Secret
+/// value. An honest config is a handful of settings, a few KiB; 64 KiB leaves room for an embedded
+/// script or certificate, and keeps what sandcap holds of a lease within a budget
+/// (docs/controller.md, "Memory"): 150 leases at the bound cost it about 10 MiB where 150 of 900 KB
+/// cost 144 MiB. The apiserver cannot measure it (a value without a schema has no size in the
+/// structural schema, and CEL sees no field of it), so the webhook refuses it and the
+/// controllers hold it for configs stored without the webhook.
+pub const MAX_CONFIG_BYTES: usize = 64 * 1024;
+/// What a config source over [`MAX_CONFIG_BYTES`] is told: the webhook after `spec.config: `, the
+/// `ConfigResolved` condition after the source's name.
+pub const CONFIG_TOO_LARGE: &str = "is over 65536 bytes as JSON, the most a config source may hold";
+
+/// Whether `value`, written as compact JSON, is longer than [`MAX_CONFIG_BYTES`]: counted as it
+/// is written, and no further than the bound.
+pub fn exceeds_config_bound(value: &Value) -> bool {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            if self.0 > MAX_CONFIG_BYTES { Err(std::io::ErrorKind::FileTooLarge.into()) } else { Ok(bytes.len()) }
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    // Writing a `Value` fails only where the count stops it.
+    serde_json::to_writer(&mut Count(0), value).is_err()
+}
+
 /// Top-level keywords of a `configSchema`: JSON Schema 2020-12 defines about sixty, annotations
 /// and `x-` extensions included.
 pub(super) const MAX_SCHEMA_KEYWORDS: u32 = 64;

@@ -1,5 +1,6 @@
 //! The rules of layer 2 over one object, per kind: unknown fields, worker URLs, `configSchema`s
-//! that compile, declarations the CRD admits but that declare nothing, and the warnings.
+//! that compile, declarations the CRD admits but that declare nothing, a lease's config within
+//! its bound, and the warnings.
 
 use std::fmt;
 use std::time::Instant;
@@ -8,6 +9,7 @@ use serde_json::{Map, Value};
 
 use super::fields::FIELDS;
 use super::{Options, Verdict};
+use crate::api::{CONFIG_TOO_LARGE, exceeds_config_bound};
 use crate::config_schema::{self, Deadline};
 use crate::text;
 use crate::versions::ContractVersion;
@@ -36,6 +38,7 @@ const SCHEMA_PROBLEMS: &str = "configSchema problems";
 const WORKER_URL_PROBLEMS: &str = "worker URL problems";
 const KIND_PROBLEMS: &str = "kind problems";
 const DECLARATION_PROBLEMS: &str = "declaration problems";
+const SIZE_PROBLEMS: &str = "size problems";
 
 struct Checker {
     verdict: Verdict,
@@ -176,6 +179,9 @@ impl Checker {
         self.known_fields(spec, "spec", &FIELDS.lease_spec.fields);
         self.child(spec, "providerRef", "spec.providerRef", &FIELDS.provider_ref.fields);
         self.child(spec, "workloadRef", "spec.workloadRef", &FIELDS.workload_ref.fields);
+        if field(spec, "config").is_some_and(exceeds_config_bound) {
+            self.problem(SIZE_PROBLEMS, "spec.config", CONFIG_TOO_LARGE);
+        }
         let sources = field(spec, "configFrom").and_then(Value::as_array).into_iter().flatten();
         for (i, source) in sources.enumerate() {
             let path = format!("spec.configFrom[{i}]");

@@ -4,7 +4,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::secret::SecretReport;
-use crate::api::DriverDeclaration;
+use crate::api::{DriverDeclaration, MAX_CONFIG_BYTES};
 use crate::contract::{IdentityFailure, KeyRule, Refusals, Verified};
 use crate::controller::cache::CONFIG_SOURCE_LABEL;
 use crate::vocabulary::{Capability, ConditionReason, Reason};
@@ -147,6 +147,9 @@ fn config(ctx: &FixContext) -> String {
             format!("{said}: that key must hold a JSON object")
         }
         Some(ConditionReason::ConfigNotAnObject) => "make spec.config a JSON object".into(),
+        Some(ConditionReason::ConfigTooLarge | ConditionReason::SecretTooLarge) => {
+            format!("{said}: keep spec.config and each configFrom value within {MAX_CONFIG_BYTES} bytes as JSON")
+        }
         Some(ConditionReason::SchemaViolated) => format!(
             "{said}: change the lease's config (spec.config and its configFrom Secrets) to pass the configSchema of \
              driver {driver}"

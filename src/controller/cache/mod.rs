@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::cached::CachedLease;
 use super::error::Error;
-use crate::api::{SandboxProvider, SecretKeyRef};
+use crate::api::{MAX_CONFIG_BYTES, SandboxProvider, SecretKeyRef};
 use crate::contract::SecretLookup;
 use crate::metrics::{KindLabels, Metrics};
 use crate::vocabulary::Kind;
@@ -55,10 +55,6 @@ pub use names::LeaseKey;
 /// The label a Secret must carry to serve as a lease's `configFrom` (an admin's explicit choice):
 /// only such Secrets are watched, so no other Secret is ever requested or held in memory.
 pub const CONFIG_SOURCE_LABEL: &str = "sandcap.dev/config-source";
-/// How long the controllers wait for the first list of every cache before giving up (and
-/// retrying, behind leader election, with backoff).
-pub const LIST_DEADLINE: Duration = Duration::from_secs(120);
-
 /// Read-only views of every cache.
 #[derive(Clone)]
 pub struct Caches {
@@ -181,7 +177,7 @@ impl std::str::FromStr for SecretScope {
 }
 
 /// The labelled `configFrom` Secrets of every namespace in scope, one cache per namespace (a
-/// re-list of one namespace must not empty the others).
+/// re-list of one namespace must not empty the others), each as [`keep_config_values`] trims it.
 #[derive(Clone, Default)]
 pub struct SecretCache {
     all: Option<Store<Secret>>,
@@ -196,8 +192,11 @@ impl SecretCache {
         let Some(secret) = store.and_then(|s| s.get(&ObjectRef::new(&r.name).within(namespace))) else {
             return SecretLookup::MissingSecret;
         };
-        let value = secret.data.as_ref().and_then(|data| data.get(&r.key));
-        value.map_or(SecretLookup::MissingKey, |v| SecretLookup::Found(v.0.clone()))
+        match secret.data.as_ref().and_then(|data| data.get(&r.key)) {
+            Some(value) => SecretLookup::Found(value.0.clone()),
+            None if secret.annotations().contains_key(&r.key) => SecretLookup::TooLarge,
+            None => SecretLookup::MissingKey,
+        }
     }
 
     /// Every store (for readiness).
@@ -207,13 +206,18 @@ impl SecretCache {
 }
 
 /// One watch of `api`, its events applied to a new cache before anything else sees them. `config`
-/// is that of the paged lists, should the apiserver refuse streaming ones.
-fn watch<K>(api: Api<K>, config: watcher::Config) -> (Store<K>, impl Stream<Item = watcher::Event<K>> + Send)
+/// is that of the paged lists, should the apiserver refuse streaming ones; `trim` takes from each
+/// object what nothing reads.
+fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    trim: fn(&mut K),
+) -> (Store<K>, impl Stream<Item = watcher::Event<K>> + Send)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store();
-    (store, logged(listing::watch(api, config).default_backoff().modify(drop_managed_fields).reflect(writer)))
+    (store, logged(listing::watch(api, config).default_backoff().modify(trim).reflect(writer)))
 }
 
 /// The events of a watch, its errors logged: the watcher retries with backoff on its own.
@@ -229,9 +233,30 @@ fn drop_managed_fields<K: Resource>(obj: &mut K) {
     obj.managed_fields_mut().clear();
 }
 
+/// What is kept of a labelled Secret: its data, each value within the bound of a config source
+/// ([`MAX_CONFIG_BYTES`]), so that a Secret costs at most its values within the bound (a value of
+/// 1 MiB costs nothing). A value over the bound is dropped and its key kept as an annotation of
+/// the copy, which says that it was: the Secret's own annotations are dropped (nothing reads
+/// them, and kubectl's last-applied one repeats the data).
+fn keep_config_values(secret: &mut Secret) {
+    drop_managed_fields(secret);
+    let mut over = BTreeMap::new();
+    if let Some(data) = &mut secret.data {
+        data.retain(|key, value| {
+            let within = value.0.len() <= MAX_CONFIG_BYTES;
+            if !within {
+                over.insert(key.clone(), String::new());
+            }
+            within
+        });
+    }
+    secret.metadata.annotations = Some(over).filter(|over| !over.is_empty());
+    secret.string_data = None;
+}
+
 impl Caches {
     /// Starts every watch in its own task (until `shutdown`), waits until each has listed once
-    /// (at most [`LIST_DEADLINE`]), and returns the caches and the triggers of both controllers.
+    /// (at most `list_deadline`), and returns the caches and the triggers of both controllers.
     /// `forget` is called with the uid of every deleted provider and lease (watch gaps included),
     /// `judge_early` with each lease whose new generation its watch brings.
     pub async fn start(
@@ -240,11 +265,12 @@ impl Caches {
         forget: impl Fn(&str) + Send + Sync + Clone + 'static,
         judge_early: impl Fn(&CachedLease) + Send + 'static,
         metrics: &Metrics,
+        list_deadline: Duration,
         shutdown: &CancellationToken,
     ) -> Result<(Caches, Queues, Triggers), Error> {
         let (queues, triggers) = Queues::new(metrics);
         let (providers, provider_events) =
-            watch(Api::<SandboxProvider>::all(client.clone()), watcher::Config::default());
+            watch(Api::<SandboxProvider>::all(client.clone()), watcher::Config::default(), drop_managed_fields);
         // Where streaming lists are refused, kube's default paged list: pages of 500 of the latest
         // version (a list "from any version", `resourceVersion=0`, would be served whole from the
         // apiserver's cache, every lease in one response).
@@ -254,7 +280,9 @@ impl Caches {
         let nonconforming =
             metrics.nonconforming.get_or_create(&KindLabels { kind: Kind::SandboxLease.as_str() }).clone();
         let (leases, lease_table) = leases::table(nonconforming);
-        let selector = watcher::Config::default().labels(&format!("{CONFIG_SOURCE_LABEL}=true"));
+        // Pages of 16 Secrets where streaming lists are refused: a Secret may hold 1 MiB, and a page
+        // is decoded whole before it is trimmed.
+        let selector = watcher::Config::default().labels(&format!("{CONFIG_SOURCE_LABEL}=true")).page_size(16);
         let mut secrets = SecretCache::default();
         let mut secret_watches = Vec::new();
         let apis: Vec<(Option<String>, Api<Secret>)> = match scope {
@@ -264,7 +292,7 @@ impl Caches {
             }
         };
         for (namespace, api) in apis {
-            let (store, events) = watch(api, selector.clone());
+            let (store, events) = watch(api, selector.clone(), keep_config_values);
             match namespace {
                 Some(ns) => secrets.namespaced.insert(ns, store),
                 None => secrets.all.replace(store),
@@ -284,11 +312,11 @@ impl Caches {
             spawn_until(shutdown, events, move |event| on_secret.handle(event));
         }
 
-        caches.ready(shutdown).await?;
+        caches.ready(list_deadline, shutdown).await?;
         Ok((caches, queues, triggers))
     }
 
-    async fn ready(&self, shutdown: &CancellationToken) -> Result<(), Error> {
+    async fn ready(&self, deadline: Duration, shutdown: &CancellationToken) -> Result<(), Error> {
         let all = async {
             self.providers.wait_until_ready().await.map_err(|_| Error::CacheGone("SandboxProvider"))?;
             self.leases.listed().await.then_some(()).ok_or(Error::CacheGone("SandboxLease"))?;
@@ -298,7 +326,7 @@ impl Caches {
             Ok(())
         };
         tokio::select! {
-            result = tokio::time::timeout(LIST_DEADLINE, all) => result.map_err(|_| Error::ListDeadline(LIST_DEADLINE))?,
+            result = tokio::time::timeout(deadline, all) => result.map_err(|_| Error::ListDeadline(deadline))?,
             _ = shutdown.cancelled() => Ok(()),
         }
     }
@@ -322,4 +350,38 @@ fn spawn_until<K: Send + 'static>(
 /// The channel as a stream, for `Controller::reconcile_on`.
 pub fn stream<T: Send + 'static>(mut rx: UnboundedReceiver<T>) -> impl Stream<Item = T> + Send + 'static {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[cfg(test)]
+mod tests {
+    use base64::Engine as _;
+    use serde_json::json;
+
+    use super::*;
+    use crate::controller::fixtures::secret;
+
+    #[test]
+    fn a_secret_is_kept_with_its_values_within_the_bound_and_the_rest_named() {
+        let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+        let big = vec![b'7'; 1024 * 1024 - 64];
+        let within = vec![b' '; MAX_CONFIG_BYTES];
+        let data = json!({"big.json": b64(&big), "within.json": b64(&within), "small.json": b64(b"{}")});
+        let mut s = secret("team-a", "creds", data, json!({CONFIG_SOURCE_LABEL: "true"}));
+        s.metadata.annotations = Some([("kubectl.kubernetes.io/last-applied-configuration".into(), b64(&big))].into());
+        keep_config_values(&mut s);
+        let kept: usize = s.data.iter().flatten().map(|(_, v)| v.0.len()).sum();
+        assert_eq!(kept, MAX_CONFIG_BYTES + 2, "the big value and the annotation are gone");
+
+        let (store, mut writer) = reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Apply(s));
+        let cache = SecretCache { all: Some(store), namespaced: BTreeMap::new() };
+        let lookup = |name: &str, key: &str| {
+            cache.lookup("team-a", &SecretKeyRef { name: name.into(), key: key.into(), ..Default::default() })
+        };
+        assert_eq!(lookup("creds", "big.json"), SecretLookup::TooLarge);
+        assert_eq!(lookup("creds", "small.json"), SecretLookup::Found(b"{}".to_vec()));
+        assert_eq!(lookup("creds", "within.json"), SecretLookup::Found(within));
+        assert_eq!(lookup("creds", "other.json"), SecretLookup::MissingKey);
+        assert_eq!(lookup("other", "big.json"), SecretLookup::MissingSecret);
+    }
 }
