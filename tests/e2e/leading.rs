@@ -121,9 +121,9 @@ pub async fn a_hung_apiserver_stops_the_leader_before_a_standby_leads(c: Arc<Clu
 }
 
 /// The apiserver's own flow control refuses writes past one at a time (429 with `Retry-After`)
-/// while a neighbour writes as fast as it can, and leases are created meanwhile. The leader keeps
-/// its Lease (it retries its renewal until the renew deadline), no reconcile runs into its
-/// deadline (no request outlives its own), and once the storm is over every lease is resolved.
+/// while a neighbour writes as fast as it can, and leases are created meanwhile. No reconcile runs
+/// into its deadline (no request outlives its own), and once the storm is over every lease is
+/// resolved, whether or not the leader had to step down meanwhile (its renewals are throttled too).
 pub async fn a_throttling_apiserver_loses_no_update(c: Arc<Cluster>) {
     const NS: &str = "e2e-throttled";
     install::crds(&c);
@@ -159,7 +159,6 @@ pub async fn a_throttling_apiserver_loses_no_update(c: Arc<Cluster>) {
         failed("write_status"),
     );
     assert_eq!(failed("deadline"), 0.0, "a reconcile ran into its deadline:\n{metrics}");
-    assert_eq!(gauge(&sandcap, "sandcap_leader").await, 1.0, "the leader lost its Lease to the storm");
     c.stop_apiserver();
     c.start_apiserver();
     delete(&c.admin().await, "SandboxProvider", None, NS).await;
