@@ -434,6 +434,38 @@ async fn stream_flood(webhook: SocketAddr, until: Instant, answered: Arc<Answere
     }
 }
 
+/// A fresh sandcap, `tasks` copies of `neighbour` from [`NEIGHBOUR`] for 7 s, and from the second
+/// second on honest reviews from another address: what the neighbour was answered and the honest
+/// reviews' answers.
+async fn flood_while_reviewing<Fut>(
+    tasks: usize,
+    neighbour: impl Fn(SocketAddr, Instant, Arc<Answered>) -> Fut,
+) -> (Sandcap, Arc<Answered>, Vec<(u16, Duration)>)
+where
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let sandcap = Sandcap::start().await;
+    let webhook = addr(&sandcap.webhook);
+    let until = Instant::now() + Duration::from_secs(7);
+    let answered = Arc::new(Answered::default());
+    let flood: Vec<_> = (0..tasks).map(|_| tokio::spawn(neighbour(webhook, until, answered.clone()))).collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let honest = honest_reviews(sandcap.webhook.clone(), until).await;
+    for task in flood {
+        task.await.unwrap();
+    }
+    (sandcap, answered, honest)
+}
+
+fn summary(answered: &Answered, honest: &[(u16, Duration)]) -> String {
+    format!(
+        "the neighbour answered {:?}; {} honest reviews, slowest {:?}",
+        answered.statuses.lock().unwrap(),
+        honest.len(),
+        honest.iter().map(|&(_, took)| took).max(),
+    )
+}
+
 /// HTTP/2 streams are within the budgets: one address opening 64 connections with hundreds of
 /// streams each, every stream a review whose body never ends, gets 16 streams a connection and
 /// its share of the review places, each for the body deadline; another address's reviews are all
@@ -441,24 +473,9 @@ async fn stream_flood(webhook: SocketAddr, until: Instant, answered: Arc<Answere
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http2_stream_flood_from_one_address_leaves_the_places_to_others() {
     let _alone = ONE_AT_A_TIME.lock().await;
-    let sandcap = Sandcap::start().await;
-    let webhook = addr(&sandcap.webhook);
-    let until = Instant::now() + Duration::from_secs(7);
-    let answered = Arc::new(Answered::default());
-    let flood: Vec<_> = (0..64).map(|_| tokio::spawn(stream_flood(webhook, until, answered.clone()))).collect();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let honest = honest_reviews(sandcap.webhook.clone(), until).await;
-    for connection in flood {
-        connection.await.unwrap();
-    }
+    let (sandcap, answered, honest) = flood_while_reviewing(64, stream_flood).await;
     let peak = sandcap.peak();
-    eprintln!(
-        "stream flood: answered {:?}; {} honest reviews, slowest {:?}; peak {} MiB",
-        answered.statuses.lock().unwrap(),
-        honest.len(),
-        honest.iter().map(|&(_, took)| took).max(),
-        peak >> 20,
-    );
+    eprintln!("stream flood: {}; peak {} MiB", summary(&answered, &honest), peak >> 20);
     all_answered_in_time(&honest);
     // Every stream past the flood's share waits the queue timeout (2 s) for a place, then 429.
     assert!(answered.count(429) >= 64 * STREAMS / 2, "the flood never held its streams");
@@ -500,23 +517,9 @@ async fn trickled_bodies(webhook: SocketAddr, until: Instant, answered: Arc<Answ
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trickled_bodies_from_one_address_leave_the_places_to_others() {
     let _alone = ONE_AT_A_TIME.lock().await;
-    let sandcap = Sandcap::start().await;
-    let webhook = addr(&sandcap.webhook);
-    let until = Instant::now() + Duration::from_secs(7);
-    let answered = Arc::new(Answered::default());
-    let trickles: Vec<_> = (0..48).map(|_| tokio::spawn(trickled_bodies(webhook, until, answered.clone()))).collect();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let honest = honest_reviews(sandcap.webhook.clone(), until).await;
-    for trickle in trickles {
-        trickle.await.unwrap();
-    }
+    let (_sandcap, answered, honest) = flood_while_reviewing(48, trickled_bodies).await;
     let slowest_408 = *answered.slowest_408.lock().unwrap();
-    eprintln!(
-        "trickled bodies: answered {:?}, the latest 408 after {slowest_408:?}; {} honest reviews, slowest {:?}",
-        answered.statuses.lock().unwrap(),
-        honest.len(),
-        honest.iter().map(|&(_, took)| took).max(),
-    );
+    eprintln!("trickled bodies: {}; the latest 408 after {slowest_408:?}", summary(&answered, &honest));
     all_answered_in_time(&honest);
     assert!(answered.count(408) > 0, "no trickled body was cut off");
     // The body deadline from the head, not the request timeout (10 s).

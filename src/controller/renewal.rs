@@ -36,8 +36,8 @@ impl RenewalClock {
     }
 
     /// The layer that stamps this clock, for the election's client.
-    pub fn layer(&self) -> Stamp<()> {
-        Stamp { inner: (), clock: self.clone() }
+    pub fn layer(&self) -> StampLayer {
+        StampLayer(self.clone())
     }
 }
 
@@ -64,17 +64,20 @@ impl Fence {
 }
 
 #[derive(Clone, Debug)]
-pub struct Stamp<S> {
-    inner: S,
-    clock: RenewalClock,
-}
+pub struct StampLayer(RenewalClock);
 
-impl<S> Layer<S> for Stamp<()> {
+impl<S> Layer<S> for StampLayer {
     type Service = Stamp<S>;
 
     fn layer(&self, inner: S) -> Stamp<S> {
-        Stamp { inner, clock: self.clock.clone() }
+        Stamp { inner, clock: self.0.clone() }
     }
+}
+
+#[derive(Clone, Debug)]
+pub struct Stamp<S> {
+    inner: S,
+    clock: RenewalClock,
 }
 
 impl<S, B, R> Service<Request<B>> for Stamp<S>

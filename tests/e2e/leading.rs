@@ -11,14 +11,9 @@ use serde_json::json;
 use crate::cluster::Cluster;
 use crate::controllers::{all_leases, delete, holder, lease_reason};
 use crate::install::{self, Install, Sandcap, eventually, ok};
-use crate::support::{Worker, all_true, lease, provider};
+use crate::support::{Worker, all_true, lease, provider, sample};
 
 const CONTROLLERS_ONLY: (&str, &str) = ("SANDCAP_CONTROLLERS_ONLY", "true");
-
-/// The value of the sample `name` (with its labels, as written) in a Prometheus text page.
-pub fn sample(metrics: &str, name: &str) -> Option<f64> {
-    metrics.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
 
 async fn gauge(replica: &Sandcap, name: &str) -> f64 {
     sample(&replica.metrics().await, name).unwrap_or_else(|| panic!("{}: no {name}", replica.name))

@@ -66,9 +66,8 @@ fn streaming(uri: &str) -> bool {
 
 /// `sandcap_api_requests_total{verb="list"}` of `resource`, as sandcap exports it (0 if absent).
 async fn lists_counted(sandcap: &Sandcap, resource: &str) -> u64 {
-    let prefix = format!("sandcap_api_requests_total{{verb=\"list\",resource=\"{resource}\"}} ");
-    let metrics = sandcap.metrics().await;
-    metrics.lines().find_map(|l| l.strip_prefix(&prefix)).map_or(0, |n| n.parse().expect("a count"))
+    let name = format!("sandcap_api_requests_total{{verb=\"list\",resource=\"{resource}\"}}");
+    crate::support::sample(&sandcap.metrics().await, &name).map_or(0, |n| n as u64)
 }
 
 pub async fn the_caches_ask_for_streaming_lists(c: Arc<Cluster>) {

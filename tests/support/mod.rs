@@ -99,6 +99,11 @@ fn worker_binary() -> PathBuf {
     path
 }
 
+/// The value of the sample `name` (labels included, as written) in a Prometheus text page.
+pub fn sample(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
 /// Peak resident memory of process `pid` so far (`VmHWM` in /proc), in bytes.
 pub fn peak_rss(pid: u32) -> u64 {
     let kib = proc_status(pid, "VmHWM").expect("VmHWM in /proc/<pid>/status");
