@@ -33,10 +33,8 @@ pub struct Context {
     /// Every cache, listed before the first reconcile.
     pub caches: Caches,
     pub prober: Prober,
-    /// Where reconciles leave their Events (`recorder.rs`).
-    pub events: Events,
-    /// Whether this replica may write status now (see [`Fence`]).
-    pub fence: Fence,
+    /// The fence and the Event queue of this replica's term as leader.
+    pub writes: Writes,
     pub metrics: Metrics,
     pub probe_interval: Duration,
     /// The contract version both reconciles resolve under.
@@ -44,6 +42,14 @@ pub struct Context {
     /// Failed reconciles in a row, by uid; an object's entry goes when it is deleted.
     failures: Arc<Mutex<HashMap<String, u32>>>,
     pub audits: Arc<Audits>,
+}
+
+/// What this replica writes through while it leads.
+pub struct Writes {
+    /// Whether this replica may write status now (see [`Fence`]).
+    pub fence: Fence,
+    /// Where reconciles leave their Events (`recorder.rs`).
+    pub events: Events,
 }
 
 /// What the controllers keep of each object, by uid, until it is deleted (so an object deleted
@@ -73,13 +79,11 @@ impl Context {
         prober: Prober,
         metrics: Metrics,
         probe_interval: Duration,
-        events: Events,
-        fence: Fence,
+        writes: Writes,
         per_object: PerObject,
     ) -> Context {
         Context {
-            events,
-            fence,
+            writes,
             client,
             caches,
             prober,

@@ -57,7 +57,11 @@ impl Default for Timing {
     /// 15 seconds. The holder renews 7 s after each renewal, so a renewal may take 3 s (the
     /// election client's request timeout is shorter) before the deadline stops the controllers.
     fn default() -> Self {
-        Timing { duration: Duration::from_secs(15), grace: Duration::from_secs(8), renew_deadline: Duration::from_secs(10) }
+        Timing {
+            duration: Duration::from_secs(15),
+            grace: Duration::from_secs(8),
+            renew_deadline: Duration::from_secs(10),
+        }
     }
 }
 
@@ -120,12 +124,14 @@ where
                 .build() => built,
         };
         match built {
-            Ok(manager) => match follow(&manager, report_holder(&leases, &election), &election, &metrics, &shutdown, &lead).await {
-                Ended::Shutdown => return Ok(()),
-                Ended::ElectionFailed => retry = RETRY_MIN,
-                Ended::ControllersStopped(ran) if ran >= RAN_WELL => retry = RETRY_MIN,
-                Ended::ControllersStopped(_) => {}
-            },
+            Ok(manager) => {
+                match follow(&manager, report_holder(&leases, &election), &election, &metrics, &shutdown, &lead).await {
+                    Ended::Shutdown => return Ok(()),
+                    Ended::ElectionFailed => retry = RETRY_MIN,
+                    Ended::ControllersStopped(ran) if ran >= RAN_WELL => retry = RETRY_MIN,
+                    Ended::ControllersStopped(_) => {}
+                }
+            }
             Err(error) => tracing::warn!(%error, lease = %election.lease_name, "cannot set up leader election"),
         }
         tokio::select! {

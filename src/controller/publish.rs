@@ -107,7 +107,7 @@ pub async fn publish<K: Publish>(
     now: &Time,
 ) -> Result<(), Error> {
     let Some(Write { status, events }) = decide(obj, desired, finding, now) else { return Ok(()) };
-    if !ctx.fence.holds() {
+    if !ctx.writes.fence.holds() {
         return Err(Error::NotLeading);
     }
     let version = obj.meta().resource_version.as_deref();
@@ -116,7 +116,7 @@ pub async fn publish<K: Publish>(
     // namespace.
     let reference = obj.object_ref(&());
     for event in events {
-        ctx.events.record(event, reference.clone());
+        ctx.writes.events.record(event, reference.clone());
     }
     Ok(())
 }
