@@ -569,3 +569,19 @@ fn plan_lists_what_stays_refused_and_fails_as_every_command_does() {
         assert!(stderr(&o).contains(error), "{args:?}: {}", stderr(&o));
     }
 }
+
+/// A zero probe interval would be a hot loop, a timeout of hours would keep a hung worker's
+/// grants that long: `sandcap run` refuses both before it starts anything, naming the range.
+#[test]
+fn run_refuses_probe_durations_outside_their_ranges() {
+    for (flag, value, range) in [
+        ("--probe-interval", "0s", "1s to 1day"),
+        ("--probe-timeout", "2h", "1s to 1m"),
+        ("--probe-timeout", "500ms", "1s to 1m"),
+        ("--cache-sync-timeout", "0s", "1s to 1h"),
+    ] {
+        let o = sandcap(&["run", "--webhook-only", "--tls-self-signed", flag, value]);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}: {}", stderr(&o));
+        assert!(stderr(&o).contains(&format!("{value} is outside {range}")), "{}", stderr(&o));
+    }
+}

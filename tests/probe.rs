@@ -26,6 +26,7 @@ fn loopback() -> AllowedCidrs {
 async fn probe_allowing(url: &str, timeout: Duration, allowed: AllowedCidrs) -> ProbeOutcome {
     let url = parse_worker_url(url).expect("a valid URL");
     Prober::new(timeout, WorkerPolicy { allow_urls: true, allowed_cidrs: allowed }, "test-instance")
+        .unwrap()
         .probe_url(&url, &spec())
         .await
 }
@@ -306,27 +307,35 @@ async fn a_worker_url_is_not_probed_without_the_flag() {
     let provider: SandboxProvider = serde_json::from_value(provider("acme", &worker.url, all_true())).unwrap();
     let refused =
         Prober::new(Duration::from_secs(5), WorkerPolicy { allow_urls: false, allowed_cidrs: loopback() }, "test")
+            .unwrap()
             .probe(&provider)
             .await;
     assert_eq!(refused.reason(), "endpoint");
     assert!(failure(refused).contains("without --allow-worker-urls"));
     let loopback_refused =
         Prober::new(Duration::from_secs(5), WorkerPolicy { allow_urls: true, ..WorkerPolicy::default() }, "test")
+            .unwrap()
             .probe(&provider)
             .await;
     assert_eq!(failed_with(&loopback_refused), &ProbeError::RefusedAddress(AddressClass::Loopback));
     assert!(!failure(loopback_refused).starts_with("probe of"), "refused before any probe");
     let allowed =
         Prober::new(Duration::from_secs(5), WorkerPolicy { allow_urls: true, allowed_cidrs: loopback() }, "test")
+            .unwrap()
             .probe(&provider)
             .await;
     assert!(matches!(allowed, ProbeOutcome::Succeeded { .. }));
 }
 
 fn resolve_with_worker_url(url: &str) -> (Value, String) {
+    resolve_with_worker_url_and_env(url, &[])
+}
+
+fn resolve_with_worker_url_and_env(url: &str, env: &[(&str, &std::path::Path)]) -> (Value, String) {
     let provider = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/provider-full.yaml");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandcap"))
         .args(["resolve", "--provider", provider, "--driver", "kubernetes", "--worker-url", url, "-o", "json"])
+        .envs(env.iter().copied())
         .output()
         .expect("sandcap runs");
     assert!(out.status.success(), "{out:?}");
@@ -346,4 +355,50 @@ fn resolve_probes_a_worker_url_live() {
     let explanations = record["explanations"].as_array().unwrap();
     assert!(explanations.iter().all(|e| e["reason"] == "WorkerNotVerified"), "{record}");
     assert!(stderr.contains("cannot connect") && stderr.contains("nothing is verified"), "{stderr}");
+}
+
+/// A CA store that yields no certificate (`SSL_CERT_FILE` naming an empty or missing file, as a
+/// private worker CA set up wrong) leaves http workers probed as ever and fails https ones at
+/// their handshake; before, building the prober panicked.
+#[test]
+fn an_empty_ca_store_fails_https_probes_and_leaves_http_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.pem");
+    std::fs::write(&empty, "").unwrap();
+    let missing = dir.path().join("missing.pem");
+    let worker = Worker::with_methods(&V1.worker_methods());
+    let https = tls_server();
+    for file in [&empty, &missing] {
+        let env = [("SSL_CERT_FILE", file.as_path()), ("SSL_CERT_DIR", dir.path())];
+        let (record, stderr) = resolve_with_worker_url_and_env(&worker.url, &env);
+        assert_eq!(record["capabilities"]["nativeSyncIn"], true, "{record}\n{stderr}");
+        let (record, stderr) = resolve_with_worker_url_and_env(&https, &env);
+        let explanations = record["explanations"].as_array().unwrap();
+        assert!(explanations.iter().all(|e| e["reason"] == "WorkerNotVerified"), "{record}");
+        assert!(stderr.contains("the TLS handshake failed"), "{stderr}");
+    }
+}
+
+/// An https server on loopback with a self-signed certificate, answering handshakes until the
+/// test process ends; its URL.
+fn tls_server() -> String {
+    sandcap::tls::install_default_provider();
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::try_from(cert.signing_key.serialize_der()).unwrap();
+    let config =
+        rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(vec![cert.cert.der().clone()], key);
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config.unwrap()));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("https://{}/rpc", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async move {
+            listener.set_nonblocking(true).unwrap();
+            let listener = TcpListener::from_std(listener).unwrap();
+            while let Ok((socket, _)) = listener.accept().await {
+                let _ = acceptor.accept(socket).await;
+            }
+        });
+    });
+    url
 }

@@ -153,7 +153,8 @@ fn probe_live(url: &str, provider: &SandboxProvider) -> Result<Verified, CliErro
         .enable_all()
         .build()
         .map_err(|e| CliError::Usage(format!("cannot start the probe: {e}")))?;
-    let prober = Prober::new(probe::DEFAULT_TIMEOUT, WorkerPolicy::any(), "sandcap-resolve");
+    let prober = Prober::new(probe::DEFAULT_TIMEOUT, WorkerPolicy::any(), "sandcap-resolve")
+        .map_err(|e| CliError::Usage(e.to_string()))?;
     let outcome = runtime.block_on(prober.probe_url(&url, &provider.spec));
     if let ProbeOutcome::Failed(failure) = &outcome {
         // Not eprintln!, which panics when stderr is a closed pipe (see main.rs). The caller chose

@@ -23,6 +23,8 @@ pub enum Error {
     Deadline(Duration),
     #[error("leader election: {0}")]
     LeaderElection(String),
+    #[error(transparent)]
+    ProbeSetup(#[from] crate::probe::SetupError),
 }
 
 impl Error {
@@ -36,6 +38,7 @@ impl Error {
             Error::ListDeadline(_) => "list_deadline",
             Error::Deadline(_) => "deadline",
             Error::LeaderElection(_) => "leader_election",
+            Error::ProbeSetup(_) => "probe_setup",
         }
     }
 }

@@ -46,7 +46,7 @@ use audit::Audits;
 /// The form of a stored object the controllers judge, which `sandcap plan` judges too.
 pub(crate) use audit::stored;
 pub use cache::{CONFIG_SOURCE_LABEL, Caches, SecretScope};
-use context::{Context, PerObject, error_policy, reconciler, retry_delay};
+use context::{Context, PerObject, Writes, error_policy, reconciler, retry_delay};
 pub use error::Error;
 use lease::reconcile_lease;
 use provider::reconcile_provider;
@@ -132,7 +132,7 @@ async fn controllers(
     shutdown: CancellationToken,
     fence: leader::Fence,
 ) -> Result<(), Error> {
-    let prober = Prober::new(options.probe_timeout, options.rules.workers.clone(), &options.identity);
+    let prober = Prober::new(options.probe_timeout, options.rules.workers.clone(), &options.identity)?;
     let per_object = PerObject::new(Audits::new(options.rules.clone(), &metrics));
     let forget = {
         let per_object = per_object.clone();
@@ -146,8 +146,7 @@ async fn controllers(
         let audits = audits.clone();
         move |lease: &cached::CachedLease| audits.judge_early(lease, &lease.spec)
     };
-    let (caches, queues, triggers) =
-        Caches::start(
+    let (caches, queues, triggers) = Caches::start(
         &client,
         &options.secret_namespaces,
         forget,
@@ -166,7 +165,8 @@ async fn controllers(
         recorder::channel(client.clone(), &options.identity, metrics.events_dropped.clone(), fence.clone());
     let publishing = CancellationToken::new();
     let publisher = tokio::spawn(publisher.run(publishing.clone()));
-    let ctx = Context::new(client, caches.clone(), prober, metrics, options.probe_interval, events, fence, per_object);
+    let writes = Writes { fence, events };
+    let ctx = Context::new(client, caches.clone(), prober, metrics, options.probe_interval, writes, per_object);
     let ctx = Arc::new(ctx);
 
     let provider_controller = Controller::for_stream(futures::stream::pending(), caches.providers.clone())
@@ -255,16 +255,18 @@ mod tests {
     /// A context whose client is never connected to.
     fn context(metrics: Metrics) -> Arc<Context> {
         let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
-        let prober = Prober::new(Duration::from_secs(1), Default::default(), "test");
+        let prober = Prober::new(Duration::from_secs(1), Default::default(), "test").unwrap();
         let caches = Caches {
             providers: kube::runtime::reflector::store().0,
             leases: cache::leases::table(Default::default()).0,
             secrets: cache::SecretCache::default(),
         };
         let per_object = PerObject::new(Audits::new(Options::default(), &metrics));
-        let (events, _) = recorder::channel(client.clone(), "test", metrics.events_dropped.clone(), leader::Fence::Open);
+        let (events, _) =
+            recorder::channel(client.clone(), "test", metrics.events_dropped.clone(), leader::Fence::Open);
         let interval = Duration::from_secs(60);
-        Arc::new(Context::new(client, caches, prober, metrics, interval, events, leader::Fence::Open, per_object))
+        let writes = Writes { fence: leader::Fence::Open, events };
+        Arc::new(Context::new(client, caches, prober, metrics, interval, writes, per_object))
     }
 
     #[tokio::test]

@@ -216,6 +216,7 @@ mod tests {
             WorkerPolicy { allow_urls: allow_worker_urls, ..WorkerPolicy::default() },
             "test",
         )
+        .unwrap()
     }
 
     fn condition<'s>(status: &'s SandboxProviderStatus, type_: &str) -> &'s Condition {

@@ -16,9 +16,9 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
+use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType};
-use kube::Client;
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -145,7 +145,12 @@ impl Key {
             reason: event.reason.clone(),
             action: event.action.clone(),
             note: event.note.clone(),
-            regarding: (regarding.kind.clone(), regarding.namespace.clone(), regarding.name.clone(), regarding.uid.clone()),
+            regarding: (
+                regarding.kind.clone(),
+                regarding.namespace.clone(),
+                regarding.name.clone(),
+                regarding.uid.clone(),
+            ),
         }
     }
 }

@@ -7,6 +7,11 @@ use std::time::Duration;
 use crate::addresses::AddressClass;
 use crate::vocabulary::words;
 
+/// The prober could not be built (see [`crate::probe::Prober::new`]).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot set up the worker probe: {0}")]
+pub struct SetupError(pub(super) String);
+
 /// An answer larger than this is refused; a real `initialize` result is a few hundred bytes.
 pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 

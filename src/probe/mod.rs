@@ -35,7 +35,7 @@ use crate::addresses::WorkerPolicy;
 use crate::addresses::literal_ip;
 use answer::{initialize_request, parse_answer};
 pub use endpoint::{endpoint, parse_worker_url, redacted};
-pub use error::{FailureClass, MAX_ANSWER_BYTES, ProbeError, ProbeFailure};
+pub use error::{FailureClass, MAX_ANSWER_BYTES, ProbeError, ProbeFailure, SetupError};
 use resolver::{GuardedResolver, Lookup, ResolveError, system_lookup};
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -87,25 +87,48 @@ pub struct Prober {
 impl Prober {
     /// `timeout` bounds connecting and the whole exchange; `policy` is where the operator lets
     /// workers be; `instance_id` is sent as `instanceInfo.instanceId` (the operator's identity).
-    pub fn new(timeout: Duration, policy: WorkerPolicy, instance_id: impl Into<String>) -> Prober {
+    ///
+    /// The certificates https workers are verified with are the system's (`SSL_CERT_FILE`,
+    /// `SSL_CERT_DIR`, the platform store). Where they yield none (a missing or empty file, a
+    /// minimal image), the prober is built without any: every https probe then fails its
+    /// handshake (`tls`, the `Unreachable` class), and http workers are probed as ever. The
+    /// error is what no setting here can cause (reqwest refusing a client with no roots).
+    pub fn new(timeout: Duration, policy: WorkerPolicy, instance_id: impl Into<String>) -> Result<Prober, SetupError> {
         Prober::with_lookup(timeout, policy, instance_id, system_lookup())
     }
 
     /// [`Prober::new`] with the host names looked up by `lookup`.
-    fn with_lookup(timeout: Duration, policy: WorkerPolicy, instance_id: impl Into<String>, lookup: Lookup) -> Prober {
+    fn with_lookup(
+        timeout: Duration,
+        policy: WorkerPolicy,
+        instance_id: impl Into<String>,
+        lookup: Lookup,
+    ) -> Result<Prober, SetupError> {
         crate::tls::install_default_provider();
-        let http = reqwest::Client::builder()
-            .connect_timeout(timeout)
-            .timeout(timeout)
-            // A redirect would let a worker point the operator at another address.
-            .redirect(reqwest::redirect::Policy::none())
-            // Through a proxy, the proxy would resolve the name and the address check would not hold.
-            .no_proxy()
-            .dns_resolver(Arc::new(GuardedResolver { allowed: policy.allowed_cidrs.clone(), lookup }))
-            .user_agent(concat!("sandcap/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .expect("a client with these settings always builds");
-        Prober { http, timeout, policy, instance_id: instance_id.into(), next_id: Arc::default() }
+        let resolver = Arc::new(GuardedResolver { allowed: policy.allowed_cidrs.clone(), lookup });
+        let builder = || {
+            reqwest::Client::builder()
+                .connect_timeout(timeout)
+                .timeout(timeout)
+                // A redirect would let a worker point the operator at another address.
+                .redirect(reqwest::redirect::Policy::none())
+                // Through a proxy, the proxy would resolve the name and the address check would not hold.
+                .no_proxy()
+                .dns_resolver(resolver.clone())
+                .user_agent(concat!("sandcap/", env!("CARGO_PKG_VERSION")))
+        };
+        let http = match builder().build() {
+            Ok(http) => http,
+            Err(error) => {
+                tracing::warn!(
+                    error = %error_chain(&error),
+                    "no CA certificates to verify https workers with (SSL_CERT_FILE, SSL_CERT_DIR, the system store): \
+                     https probes fail their handshake, http probes work"
+                );
+                builder().tls_certs_only([]).build().map_err(|e| SetupError(error_chain(&e)))?
+            }
+        };
+        Ok(Prober { http, timeout, policy, instance_id: instance_id.into(), next_id: Arc::default() })
     }
 
     /// Where the worker of `worker` answers, under this prober's flags (see [`endpoint`]).
@@ -174,12 +197,7 @@ impl Prober {
     /// the names in the peer's certificate. reqwest's own error names the URL, which may carry
     /// credentials: the causes start below it.
     fn classify_error(&self, e: &reqwest::Error) -> ProbeFailure {
-        let mut causes = Vec::new();
-        let mut cause = std::error::Error::source(e);
-        while let Some(c) = cause {
-            causes.push(c.to_string());
-            cause = c.source();
-        }
+        let causes = causes(e);
         let cause = (!causes.is_empty()).then(|| causes.join(": "));
         ProbeFailure { endpoint: None, error: self.class_of(e), cause }
     }
@@ -210,4 +228,14 @@ impl Prober {
         }
         if e.is_connect() { ProbeError::Connect(kind) } else { ProbeError::Transport(kind) }
     }
+}
+
+/// The words of `e`'s causes, outermost first (not `e`'s own).
+fn causes(e: &dyn std::error::Error) -> Vec<String> {
+    std::iter::successors(e.source(), |c| c.source()).map(|c| c.to_string()).collect()
+}
+
+/// `e` and its causes, for a setup error (no URL is involved).
+fn error_chain(e: &reqwest::Error) -> String {
+    std::iter::once(e.to_string()).chain(causes(e)).collect::<Vec<_>>().join(": ")
 }

@@ -146,7 +146,7 @@ fn prober_resolving(table: &[(&str, &[&str])], allowed: AllowedCidrs) -> Prober 
         let found = table.get(&name).cloned().ok_or_else(|| io::Error::from(io::ErrorKind::NotFound));
         Box::pin(async move { found })
     });
-    Prober::with_lookup(Duration::from_secs(2), policy(false, allowed), "test", lookup)
+    Prober::with_lookup(Duration::from_secs(2), policy(false, allowed), "test", lookup).unwrap()
 }
 
 fn service_provider(port: u16) -> SandboxProvider {

@@ -22,8 +22,8 @@ use crate::metrics::Metrics;
 use crate::telemetry::{LogFormat, init_tracing};
 use crate::tls::{CertFiles, CertLoadError, CertSource};
 use crate::webhook::{Webhook, serve_webhook};
-pub use client::client_config;
 use client::Clients;
+pub use client::client_config;
 pub use rules::{RulesArgs, WorkerPolicyArgs, contract_version};
 use signals::Signals;
 
@@ -67,16 +67,16 @@ pub struct RunArgs {
     pub controllers_only: bool,
     #[command(flatten)]
     pub rules: RulesArgs,
-    /// How often every provider's worker is probed again.
-    #[arg(long, env = "SANDCAP_PROBE_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
+    /// How often every provider's worker is probed again, from 1s to 24h.
+    #[arg(long, env = "SANDCAP_PROBE_INTERVAL", default_value = "5m", value_parser = within(SECOND, DAY))]
     pub probe_interval: Duration,
-    /// Timeout of one worker probe.
-    #[arg(long, env = "SANDCAP_PROBE_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    /// Timeout of one worker probe, from 1s to 1m (a hung worker keeps its last answer that long).
+    #[arg(long, env = "SANDCAP_PROBE_TIMEOUT", default_value = "5s", value_parser = within(SECOND, MINUTE))]
     pub probe_timeout: Duration,
     /// How long the controllers wait for their caches' first lists (the CRDs may not be installed
     /// yet, RBAC may be missing). Past it they stop, and the leader steps down and tries again
-    /// after a backoff (1 s, doubling to 30 s). At least 1s.
-    #[arg(long, env = "SANDCAP_CACHE_SYNC_TIMEOUT", default_value = "2m", value_parser = at_least_a_second)]
+    /// after a backoff (1 s, doubling to 30 s). From 1s to 1h.
+    #[arg(long, env = "SANDCAP_CACHE_SYNC_TIMEOUT", default_value = "2m", value_parser = within(SECOND, HOUR))]
     pub cache_sync_timeout: Duration,
     /// Elect one controller leader through a coordination.k8s.io Lease (`--leader-elect=false` to
     /// turn off).
@@ -290,12 +290,22 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
     Ok(())
 }
 
-fn at_least_a_second(value: &str) -> Result<Duration, String> {
-    let duration = humantime::parse_duration(value).map_err(|e| e.to_string())?;
-    if duration < Duration::from_secs(1) {
-        return Err(format!("{value} is shorter than 1s"));
+const SECOND: Duration = Duration::from_secs(1);
+const MINUTE: Duration = Duration::from_secs(60);
+const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// A duration flag's parser that refuses values outside `min..=max` (a zero interval would be a
+/// hot loop, a timeout of hours would keep a hung worker's grants).
+fn within(min: Duration, max: Duration) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync {
+    move |value| {
+        let duration = humantime::parse_duration(value).map_err(|e| e.to_string())?;
+        let range = || format!("{} to {}", humantime::format_duration(min), humantime::format_duration(max));
+        match duration {
+            d if d < min || d > max => Err(format!("{value} is outside {}", range())),
+            d => Ok(d),
+        }
     }
-    Ok(duration)
 }
 
 /// Written to a sibling file and renamed into place, so that a reader polling for `path` never

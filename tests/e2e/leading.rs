@@ -76,8 +76,10 @@ pub async fn a_hung_apiserver_stops_the_leader_before_a_standby_leads(c: Arc<Clu
     objects.extend(names.iter().map(|n| lease(NS, n, NS, json!({}))));
     install::apply(&c, &objects);
     let admin = c.admin().await;
-    let replicas =
-        [Sandcap::start(&c, &install, "hung-a", &[CONTROLLERS_ONLY]), Sandcap::start(&c, &install, "hung-b", &[CONTROLLERS_ONLY])];
+    let replicas = [
+        Sandcap::start(&c, &install, "hung-a", &[CONTROLLERS_ONLY]),
+        Sandcap::start(&c, &install, "hung-b", &[CONTROLLERS_ONLY]),
+    ];
     all_leases(&admin, NS, &names, "independentControlCommands", "Granted").await;
     let leader = eventually("a leader", Duration::from_secs(30), || async { holder(&admin).await }).await;
     let old = replicas.iter().position(|r| r.name == leader).expect("a replica leads");
