@@ -1,6 +1,11 @@
 //! The worker protocol's `initialize`: the request, and the judgement of its answer.
 
+use std::borrow::Cow;
+use std::fmt;
+
 use serde::Deserialize;
+use serde::de::{self, Deserializer, Error as _, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::api::SandboxProviderSpec;
@@ -31,24 +36,30 @@ pub(super) fn initialize_request(id: u64, spec: &SandboxProviderSpec, instance_i
     })
 }
 
+/// The answer, its members kept as the text they are in the body (no tree is built of what a
+/// worker wrote: a hostile answer costs what its body does, not a `Value` of it).
 #[derive(Deserialize)]
-pub(super) struct Answer {
-    jsonrpc: Option<Value>,
-    id: Option<Value>,
-    result: Option<Value>,
+struct Answer<'a> {
+    #[serde(borrow)]
+    jsonrpc: Option<&'a RawValue>,
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    result: Option<&'a RawValue>,
     error: Option<RpcError>,
 }
 
 #[derive(Deserialize)]
-pub(super) struct RpcError {
+struct RpcError {
     code: Option<i64>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(super) struct InitializeResult {
+struct InitializeResult<'a> {
     ok: Option<bool>,
-    supported_methods: Option<Value>,
+    #[serde(borrow)]
+    supported_methods: Option<&'a RawValue>,
 }
 
 /// Judges the answer body. Errors describe the answer's shape, never quote its values (a JSON-RPC
@@ -58,17 +69,17 @@ pub(super) fn parse_answer(body: &[u8], expected_id: u64) -> Result<Vec<String>,
     let malformed = |message: &str| ProbeError::Malformed(message.into());
     let answer: Answer =
         serde_json::from_slice(body).map_err(|e| ProbeError::NotJson { line: e.line(), column: e.column() })?;
-    if answer.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
+    if answer.jsonrpc.and_then(|v| serde_json::from_str::<Cow<str>>(v.get()).ok()).as_deref() != Some("2.0") {
         return Err(malformed("the answer is not JSON-RPC 2.0 (jsonrpc is not \"2.0\")"));
     }
-    if answer.id.as_ref().and_then(Value::as_u64) != Some(expected_id) {
+    if answer.id.and_then(|v| serde_json::from_str::<u64>(v.get()).ok()) != Some(expected_id) {
         return Err(ProbeError::Malformed(format!("the answer's id does not match the request id {expected_id}")));
     }
     if let Some(error) = answer.error {
         return Err(ProbeError::RpcError(error.code));
     }
     let result = answer.result.ok_or_else(|| malformed("the answer has neither result nor error"))?;
-    let result: InitializeResult = serde_json::from_value(result)
+    let result: InitializeResult = serde_json::from_str(result.get())
         .map_err(|_| malformed("the answer's result is not an InitializeResult object"))?;
     match result.ok {
         Some(true) => {}
@@ -77,28 +88,68 @@ pub(super) fn parse_answer(body: &[u8], expected_id: u64) -> Result<Vec<String>,
     }
     // An answer that lists no methods at all verifies nothing, as an empty list does: it is the
     // worker's claim, not a malformed answer. Anything but a list is malformed.
-    let list = match result.supported_methods {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(list)) => list,
-        Some(_) => return Err(malformed("the answer's result.supportedMethods is not a list")),
+    let methods = match result.supported_methods.map(RawValue::get) {
+        None | Some("null") => Vec::new(),
+        Some(list) => serde_json::from_str::<Methods>(list).map_err(|e| Methods::error(&e))?.0,
     };
-    if list.len() > MAX_METHODS {
-        return Err(ProbeError::Malformed(format!("the answer lists more than {MAX_METHODS} supportedMethods")));
+    Ok(methods)
+}
+
+/// `supportedMethods`, sorted and deduplicated, read one item at a time: past [`MAX_METHODS`]
+/// items, or at the first item that is not a method name, reading stops.
+struct Methods(Vec<String>);
+
+/// Why [`Methods`] stopped, as the serde error's text (its only channel).
+const NOT_A_LIST: &str = "not a list";
+const TOO_MANY: &str = "too many";
+
+impl Methods {
+    fn error(e: &serde_json::Error) -> ProbeError {
+        let text = e.to_string();
+        let message = if text.starts_with(TOO_MANY) {
+            format!("the answer lists more than {MAX_METHODS} supportedMethods")
+        } else if let Some(index) = text.strip_prefix("item ").and_then(|t| t.split(' ').next()) {
+            format!("the answer's result.supportedMethods[{index}] is not a method name")
+        } else {
+            "the answer's result.supportedMethods is not a list".into()
+        };
+        ProbeError::Malformed(message)
     }
-    let mut methods = Vec::with_capacity(list.len());
-    for (i, item) in list.into_iter().enumerate() {
-        match item {
-            Value::String(m) if is_method_name(&m) => methods.push(m),
-            _ => {
-                return Err(ProbeError::Malformed(format!(
-                    "the answer's result.supportedMethods[{i}] is not a method name"
-                )));
+}
+
+impl<'de> Deserialize<'de> for Methods {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Methods, D::Error> {
+        struct List;
+        impl<'de> Visitor<'de> for List {
+            type Value = Methods;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(NOT_A_LIST)
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Methods, A::Error> {
+                let mut methods = Vec::new();
+                for index in 0.. {
+                    let item = items.next_element::<Cow<'de, str>>().map_err(|_| not_a_method(index))?;
+                    let Some(item) = item else { break };
+                    if !is_method_name(&item) {
+                        return Err(not_a_method(index));
+                    }
+                    if index == MAX_METHODS {
+                        return Err(A::Error::custom(TOO_MANY));
+                    }
+                    methods.push(item.into_owned());
+                }
+                methods.sort();
+                methods.dedup();
+                Ok(Methods(methods))
             }
         }
+        fn not_a_method<E: de::Error>(index: usize) -> E {
+            E::custom(format!("item {index} is not a method name"))
+        }
+        deserializer.deserialize_seq(List)
     }
-    methods.sort();
-    methods.dedup();
-    Ok(methods)
 }
 
 pub(super) fn is_method_name(m: &str) -> bool {

@@ -192,3 +192,17 @@ async fn a_service_name_that_leads_to_a_refused_address_is_refused_as_a_url_is()
     let ProbeOutcome::Failed(failure) = outcome else { panic!("{outcome:?}") };
     assert_eq!(failure.error.class(), Some(FailureClass::Unreachable), "{failure:?}");
 }
+
+#[test]
+fn what_the_answer_adds_is_skipped_and_past_the_bound_reading_stops() {
+    // Members sandcap does not read, however large, are passed over (no tree is built of them).
+    let filler = vec![json!({"k": [1, 2, 3]}); 20_000];
+    let got = answer(json!({"jsonrpc": "2.0", "id": 7, "extra": filler, "result": {"ok": true,
+        "instanceInfo": filler, "supportedMethods": ["environmentExecute"]}}));
+    assert_eq!(got.unwrap(), ["environmentExecute"]);
+    let err =
+        answer(json!({"jsonrpc": "2.0", "id": 7, "result": {"ok": true, "supportedMethods": vec!["m"; 100_000]}}));
+    assert_eq!(err.unwrap_err().to_string(), format!("the answer lists more than {MAX_METHODS} supportedMethods"));
+    let err = answer(json!({"jsonrpc": "2.0", "id": 7, "result": {"ok": true, "supportedMethods": ["a", 1]}}));
+    assert!(err.unwrap_err().to_string().ends_with("result.supportedMethods[1] is not a method name"));
+}
