@@ -7,8 +7,8 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use sandcap::admission;
-use sandcap::validation::{Options, REVIEWED};
+use sandcap_core::admission;
+use sandcap_core::validation::{Options, REVIEWED};
 
 // The `sandcap` binary's allocator, so the figures are the webhook's.
 #[global_allocator]
@@ -28,10 +28,12 @@ fn bench(c: &mut Criterion) {
         b.iter(|| REVIEWED.decode(black_box(&object_json)).unwrap())
     });
     group.bench_function("review only (object already decoded)", |b| {
-        b.iter(|| sandcap::validation::review(black_box(&object), None, &Options::default()))
+        b.iter(|| sandcap_core::validation::review(black_box(&object), None, &Options::default()))
     });
     group.bench_function("sandcap validate: layer 1 (CRD schema and CEL) + layer 2", |b| {
-        b.iter(|| sandcap::judge::judge(black_box(&object), &Options::default(), sandcap::schema::Server::default()))
+        b.iter(|| {
+            sandcap_core::judge::judge(black_box(&object), &Options::default(), sandcap_core::schema::Server::default())
+        })
     });
     group.bench_function("decode + review + encode", |b| {
         b.iter(|| admission::handle(black_box(REVIEW), &Options::default()))

@@ -44,9 +44,9 @@ mod webhook;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sandcap::api::API_VERSION;
-use sandcap::versions::V1;
-use sandcap::vocabulary::Kind;
+use sandcap_core::api::API_VERSION;
+use sandcap_core::versions::V1;
+use sandcap_core::vocabulary::Kind;
 use serde_json::{Value, json};
 
 use cluster::Cluster;

@@ -21,7 +21,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use cluster::{Binaries, Cluster, repo_root, spawn_logged};
-use sandcap::versions::V1;
+use sandcap_core::versions::V1;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

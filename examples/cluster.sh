@@ -46,7 +46,7 @@ Kubernetes $(basename "$bin_dir") is up, with sandcap (logs: $state/sandcap.log)
   kubectl apply -f examples/secrets/acme-credentials.yaml -f examples/lease-reuse.yaml -f examples/lease-job.yaml
   kubectl get sbp,sbl -A
   kubectl apply -f examples/provider-removed-key.yaml   # denied
-  target/debug/sandcap check                           # or kubectl sandcap check (README, "Command line")
+  target/debug/sandcap check                           # or kubectl sandcap check (docs/cli.md)
   target/debug/sandcap explain lease -n team-a run-42
 
 Stop it with: ./examples/cluster.sh down

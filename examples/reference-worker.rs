@@ -9,7 +9,8 @@
 //! `--mode` makes it misbehave on purpose, for tests and demos: `not-ok` answers `ok: false`,
 //! `rpc-error` a JSON-RPC error, `malformed` a body that is not JSON, `huge` an answer that never
 //! ends, `wrong-id` an answer to another request. Once it accepts connections it prints
-//! `listening on ADDR` on stdout (with `--listen 127.0.0.1:0` the system picks the port).
+//! `listening on ADDR` on stdout (with `--listen 127.0.0.1:0` the system picks the port). With
+//! `--tls-cert` and `--tls-key` (PEM files) it serves https, as sandcap's webhook does.
 //!
 //! A real worker answers `initialize` the same way and then serves the methods it listed.
 
@@ -39,6 +40,12 @@ struct Args {
     delay: Duration,
     #[arg(long, value_enum, default_value_t = Mode::Ok)]
     mode: Mode,
+    /// Serve https with this certificate chain (PEM); needs `--tls-key`.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -57,9 +64,32 @@ async fn main() -> std::io::Result<()> {
     // Any path: the provider's `spec.worker.service.path` chooses one, the worker does not care.
     let app = Router::new().route("/", post(initialize)).route("/{*path}", post(initialize)).with_state(args.clone());
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    let stopped = async { tokio::signal::ctrl_c().await.unwrap_or(()) };
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
+        println!("listening on {}", listener.local_addr()?);
+        std::io::stdout().flush()?;
+        return axum::serve(listener, app).with_graceful_shutdown(stopped).await;
+    };
+    sandcap::tls::install_default_provider();
+    let (cert_pem, key_pem) = (std::fs::read(cert)?, std::fs::read(key)?);
+    let loaded = sandcap::tls::load_pem(&cert_pem, &key_pem, &cert.display().to_string(), &key.display().to_string())
+        .map_err(std::io::Error::other)?;
+    let resolver = Arc::new(sandcap::tls::CertResolver::default());
+    resolver.install(&loaded, &sandcap::metrics::Metrics::register(&mut Default::default()));
     println!("listening on {}", listener.local_addr()?);
     std::io::stdout().flush()?;
-    axum::serve(listener, app).with_graceful_shutdown(async { tokio::signal::ctrl_c().await.unwrap_or(()) }).await
+    let limits = sandcap::listener::Limits::default();
+    let serving = sandcap::listener::serve_https(
+        listener,
+        sandcap::tls::server_config(resolver),
+        app,
+        &limits,
+        sandcap::listener::Stop::default(),
+    );
+    tokio::select! {
+        () = serving => Ok(()),
+        () = stopped => Ok(()),
+    }
 }
 
 async fn initialize(State(args): State<Arc<Args>>, body: Bytes) -> Response {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The release artifacts of the checkout's version (Cargo.toml's), from a clean checkout, into
-# target/dist/v<version>/ (README.md, "Releasing"):
+# target/dist/v<version>/ (docs/releasing.md):
 #
 #   release/release.sh [--download-url URL] [--notes-from VERSION]
 #                      [--key COSIGN_KEY [--registry HOST[:PORT][/PATH] [--plain-http]]]

@@ -1,13 +1,16 @@
 //! sandcap: admission webhook and operator for sandbox-provider plugin capabilities.
 //!
-//! The rules live in the pure core, the `sandcap-core` crate (core/), re-exported here under the
-//! same names so that every shell and test reads `sandcap::contract` and the like. This crate
-//! holds the shells that feed the core and write its answers somewhere: the webhook and admin
-//! listeners, the controllers, the worker probe, certificates and the command line. The layers,
-//! and which module may use which, are in docs/architecture.md.
+//! The rules live in the pure core, the `sandcap-core` crate (core/), which this crate's code
+//! imports as `sandcap_core::...`, so that an import says which side of the core line it is on.
+//! This crate holds the shells that feed the core and write its answers somewhere: the webhook and
+//! admin listeners, the controllers, the worker probe, certificates and the command line. The
+//! layers, and which module may use which, are in docs/architecture.md.
 
+/// The core's modules under this crate's name, for the code not yet moved to `sandcap_core::`
+/// paths: the controllers and the probe (`crate::...`), the end-to-end, node and probe tests and
+/// the fuzz targets (`sandcap::...`).
 pub use sandcap_core::{
-    addresses, admission, api, config_schema, contract, decode, judge, schema, text, validation, versions, vocabulary,
+    addresses, admission, api, config_schema, contract, judge, schema, text, validation, versions, vocabulary,
 };
 
 pub mod admin;

@@ -8,7 +8,7 @@
 #
 # Binaries land in target/testcluster/v<version>/ (the version is the k8s.io/kubernetes requirement
 # of that module). A directory that already holds all three binaries and the go.sum they were
-# built from is reused, so only the first run pays (see README for the times). Prints one line per
+# built from is reused, so only the first run pays (docs/benchmarks/2026-12/suites.md has the times). Prints one line per
 # minor: "<minor> <directory>".
 #
 # --node also builds the node's Kubernetes binaries of each minor: kubelet, kube-controller-manager,

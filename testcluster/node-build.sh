@@ -13,7 +13,7 @@
 # All are static (CGO_ENABLED=0), -trimpath, stripped, and stamped with their release's version.
 # Binaries land in target/testcluster/node/; a module whose binaries are there with the stamp of
 # the go.mod, go.sum and sources they were built from (<module>.stamp) is not rebuilt, so only the
-# first run pays (see docs/testing.md for the times). Prints the directory, one line.
+# first run pays (docs/benchmarks/2026-12/suites.md has the times). Prints the directory, one line.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
 
-use sandcap::versions::ContractVersion;
+use sandcap_core::versions::ContractVersion;
 use serde_json::Value;
 
 const CRD_DIRS: [&str; 2] = ["crds", "charts/sandcap/files/crds"];

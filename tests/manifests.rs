@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 mod support;
 
 use sandcap::cli::MAX_INPUT;
-use sandcap::versions::V1;
+use sandcap_core::versions::V1;
 
 fn sandcap(args: &[&str], stdin: &[u8]) -> Output {
     // A refused input closes stdin early: the writer must not block the test.

@@ -191,7 +191,7 @@ const RATES: [(u32, bool); 6] = [(20, false), (100, false), (20, true), (100, tr
 /// Prints the table: for each of [`RATES`], sandcap next to the limit, each the median of its
 /// rounds' p50s and p99s.
 pub async fn create_to_resolved(c: &Cluster, install: &Install, admin: &Client, status: &Value) {
-    let worker = Worker::with_methods(&sandcap::versions::V1.worker_methods());
+    let worker = Worker::with_methods(&sandcap_core::versions::V1.worker_methods());
     let creds = secret(NS, "churn-creds", "config.json", r#"{"apiToken": "s3cr3t-token-value"}"#, true);
     install::apply(c, &[provider(PROVIDER, &worker.url, all_true()), creds]);
     println!("create -> resolved (ms), leases created at a steady rate for {} s each round:", ROUND.as_secs());

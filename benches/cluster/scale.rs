@@ -10,7 +10,7 @@ use futures::StreamExt;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
-use sandcap::versions::V1;
+use sandcap_core::versions::V1;
 use serde_json::{Value, json};
 
 use crate::cluster::{self, Cluster};

@@ -9,7 +9,7 @@
 //! the chart's `contract.version`); `v1` stays the default.
 
 use crate::vocabulary::{
-    Capability, METHOD_DESTROY_LEASE, METHOD_DUPLEX_CHANNEL_OPEN, METHOD_EXECUTE, METHOD_RELEASE_LEASE,
+    Capability, Gate, METHOD_DESTROY_LEASE, METHOD_DUPLEX_CHANNEL_OPEN, METHOD_EXECUTE, METHOD_RELEASE_LEASE,
     METHOD_RESUME_LEASE, METHOD_RUNNER_INGRESS_ENDPOINT, METHOD_SYNC_IN, METHOD_SYNC_OUT, Reason, words,
 };
 
@@ -54,6 +54,16 @@ impl NarrowedBy {
             NarrowedBy::JobBackend => Reason::NarrowedByJobBackend,
             NarrowedBy::NativeFileSyncUnsupported => Reason::NarrowedByNativeFileSyncUnsupported,
             NarrowedBy::ConfigResolution => Reason::NarrowedByConfigResolution,
+        }
+    }
+
+    /// The gate that applies it.
+    pub fn gate(self) -> Gate {
+        match self {
+            NarrowedBy::LeasePolicy => Gate::Policy,
+            NarrowedBy::JobBackend => Gate::JobBackend,
+            NarrowedBy::NativeFileSyncUnsupported => Gate::NativeFileSync,
+            NarrowedBy::ConfigResolution => Gate::Config,
         }
     }
 }

@@ -11,7 +11,7 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::vocabulary::FIELD_MANAGER;
+use sandcap_core::vocabulary::FIELD_MANAGER;
 
 use super::material::*;
 use super::rotation::*;

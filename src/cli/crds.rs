@@ -1,11 +1,11 @@
 //! `sandcap crds`: the CustomResourceDefinitions of one contract version, generated from the types
-//! in [`crate::api`] and the version's table ([`crate::versions`]).
+//! in [`sandcap_core::api`] and the version's table ([`sandcap_core::versions`]).
 
 use serde_json::Value;
 
 use crate::run::contract_version;
-use crate::versions::ContractVersion;
-use crate::vocabulary::Kind;
+use sandcap_core::versions::ContractVersion;
+use sandcap_core::vocabulary::Kind;
 
 #[derive(Debug, clap::Args)]
 pub struct CrdsArgs {
@@ -37,7 +37,7 @@ pub fn crds(version: ContractVersion) -> [(String, String); 2] {
 /// Both CRDs of `version` by name, as JSON exactly as `crds/` holds them.
 pub fn crd_values(version: ContractVersion) -> [(String, Value); 2] {
     [Kind::SandboxLease, Kind::SandboxProvider].map(|kind| {
-        let mut crd = crate::api::crd(kind, version);
+        let mut crd = sandcap_core::api::crd(kind, version);
         let name = crd["metadata"]["name"].as_str().unwrap_or_default().to_string();
         unwrap_descriptions(&mut crd);
         (name, crd)

@@ -169,7 +169,7 @@ fn parse_objects(shown: &str, text: &str) -> Result<Vec<Value>, CliError> {
                     message: format!(
                         "document {}: expected a Kubernetes object, got {}",
                         i + 1,
-                        crate::validation::type_name(&other)
+                        sandcap_core::validation::type_name(&other)
                     ),
                 });
             }

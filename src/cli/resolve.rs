@@ -12,15 +12,15 @@ use serde_json::Value;
 use super::error::CliError;
 use super::manifests::{Loaded, Manifests};
 use super::output::Output;
-use crate::addresses::WorkerPolicy;
-use crate::api::{Capabilities, Explanation, LeasePolicy, SandboxLease, SandboxProvider, SecretKeyRef};
-use crate::contract::{self, Refusals, SecretLookup, Verified};
-use crate::judge::judge;
 use crate::probe::{self, ProbeOutcome, Prober};
 use crate::run::RulesArgs;
-use crate::schema;
-use crate::validation::{self, Options};
-use crate::vocabulary::Kind;
+use sandcap_core::addresses::WorkerPolicy;
+use sandcap_core::api::{Capabilities, Explanation, LeasePolicy, SandboxLease, SandboxProvider, SecretKeyRef};
+use sandcap_core::contract::{self, Refusals, SecretLookup, Verified};
+use sandcap_core::judge::judge;
+use sandcap_core::schema;
+use sandcap_core::validation::{self, Options};
+use sandcap_core::vocabulary::Kind;
 
 #[derive(Debug, clap::Args)]
 pub struct ResolveArgs {

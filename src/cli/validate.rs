@@ -8,11 +8,11 @@ use serde::Serialize;
 use super::error::CliError;
 use super::manifests::{Loaded, Manifests};
 use super::output::Output;
-use crate::judge::judge;
 use crate::run::RulesArgs;
-use crate::schema;
-use crate::validation;
-use crate::vocabulary::Kind;
+use sandcap_core::judge::judge;
+use sandcap_core::schema;
+use sandcap_core::validation;
+use sandcap_core::vocabulary::Kind;
 
 #[derive(Debug, clap::Args)]
 pub struct ValidateArgs {

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::error::CliError;
 use super::output::Output;
-use crate::versions::ContractVersion;
+use sandcap_core::versions::ContractVersion;
 
 /// The release and its commit, as `--version` prints them too.
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("SANDCAP_GIT_COMMIT"), ")");

@@ -13,6 +13,7 @@ use super::audit::Audits;
 use super::cache::{Caches, Queue, Queued};
 use super::error::Error;
 use super::leader::Fence;
+use super::provider::EndpointProbes;
 use super::recorder::Events;
 use super::status::kind_label;
 use crate::metrics::{FailureLabels, KindLabels, Metrics};
@@ -42,6 +43,8 @@ pub struct Context {
     /// Failed reconciles in a row, by uid; an object's entry goes when it is deleted.
     failures: Arc<Mutex<HashMap<String, u32>>>,
     pub audits: Arc<Audits>,
+    /// What each Service worker's endpoints last answered.
+    pub endpoint_probes: Arc<EndpointProbes>,
 }
 
 /// What this replica writes through while it leads.
@@ -53,22 +56,25 @@ pub struct Writes {
 }
 
 /// What the controllers keep of each object, by uid, until it is deleted (so an object deleted
-/// and re-created starts afresh): its failed reconciles in a row and what the audit found.
+/// and re-created starts afresh): its failed reconciles in a row, what the audit found and, of
+/// a provider, what its worker's endpoints answered.
 #[derive(Clone)]
 pub struct PerObject {
     failures: Arc<Mutex<HashMap<String, u32>>>,
     pub audits: Arc<Audits>,
+    endpoint_probes: Arc<EndpointProbes>,
 }
 
 impl PerObject {
     pub fn new(audits: Audits) -> PerObject {
-        PerObject { failures: Arc::default(), audits: Arc::new(audits) }
+        PerObject { failures: Arc::default(), audits: Arc::new(audits), endpoint_probes: Arc::default() }
     }
 
     /// The object with this uid was deleted.
     pub fn forget(&self, uid: &str) {
         self.failures.lock().expect("not poisoned").remove(uid);
         self.audits.forget(uid);
+        self.endpoint_probes.forget(uid);
     }
 }
 
@@ -92,6 +98,7 @@ impl Context {
             contract: per_object.audits.contract(),
             failures: per_object.failures,
             audits: per_object.audits,
+            endpoint_probes: per_object.endpoint_probes,
         }
     }
 

@@ -15,6 +15,12 @@ pub enum Error {
     Conflict { kind: &'static str },
     #[error("this replica no longer leads: the status is the next leader's to write")]
     NotLeading,
+    #[error("cannot read the worker's Service {name}: {source}")]
+    ReadService {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("the {0} cache was dropped before it was filled")]
     CacheGone(&'static str),
     #[error("the caches were not listed within {0:?}")]
@@ -34,6 +40,7 @@ impl Error {
             Error::WriteStatus { .. } => "write_status",
             Error::Conflict { .. } => "conflict",
             Error::NotLeading => "not_leading",
+            Error::ReadService { .. } => "read_service",
             Error::CacheGone(_) => "cache_gone",
             Error::ListDeadline(_) => "list_deadline",
             Error::Deadline(_) => "deadline",

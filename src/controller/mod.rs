@@ -260,6 +260,7 @@ mod tests {
             providers: kube::runtime::reflector::store().0,
             leases: cache::leases::table(Default::default()).0,
             secrets: cache::SecretCache::default(),
+            endpoints: cache::endpoints::table().0,
         };
         let per_object = PerObject::new(Audits::new(Options::default(), &metrics));
         let (events, _) =

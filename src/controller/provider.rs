@@ -24,6 +24,7 @@ use crate::metrics::ProbeLabels;
 use crate::probe::{ProbeOutcome, Prober};
 use crate::text;
 use crate::vocabulary::{ConditionReason as Why, ConditionType as Type};
+pub use endpoints::EndpointProbes;
 
 /// Reconciles one provider: probes its worker if a probe is due, judges its spec against today's
 /// rules ([`super::audit`]) and [`publish`]es the status: written if it differs from the published
@@ -32,7 +33,38 @@ use crate::vocabulary::{ConditionReason as Why, ConditionType as Type};
 pub async fn reconcile_provider(provider: Arc<SandboxProvider>, ctx: Arc<Context>) -> Result<Action, Error> {
     let provider = provider.as_ref();
     let now = now();
-    let (worker, next_probe) = match probe_not_due(provider, &ctx.prober, ctx.probe_interval, &now) {
+    let by_endpoint = match &provider.spec.worker.service {
+        Some(service) if ctx.prober.endpoint(&provider.spec.worker).is_ok() => {
+            endpoints::probe_endpoints(provider, service, &ctx, &now).await?
+        }
+        _ => None,
+    };
+    let (worker, next_probe) = match by_endpoint {
+        Some((worker, wait)) => (worker, Some(wait)),
+        None => probe_by_address(provider, &ctx, &now).await,
+    };
+    let finding = ctx.audits.finding(provider, &provider.spec).await;
+    let refusal = finding.refusal();
+    // Compiling the drivers' configSchemas is CPU work (bounded by the compile budget): off the
+    // async workers, so that it delays no other reconcile, watch or probe. Schemas compiled before
+    // are checked here: each hand-over to another thread would leave that thread holding memory.
+    let schemas = provider.spec.environment_drivers.iter().filter_map(|d| d.config_schema.as_ref());
+    let status = || provider_status(ctx.contract.contract(), provider, worker, refusal.as_deref(), &now);
+    let desired =
+        if schemas.clone().all(config_schema::is_cached) { status() } else { tokio::task::block_in_place(status) };
+    let next_probe = next_probe.unwrap_or_else(|| match &desired.worker {
+        Some(worker) => probe_every(&desired, worker, ctx.probe_interval, &provider.uid().unwrap_or_default()),
+        None => ctx.probe_interval,
+    });
+    publish(&ctx, provider, desired, &finding, &now).await?;
+    Ok(Action::requeue(next_probe))
+}
+
+/// The worker probed at its one address (`spec.worker.url`, an `ExternalName` Service, or a
+/// spec the probe cannot use), unless a probe is not due: its status and, when not due, the time
+/// until it is.
+async fn probe_by_address(provider: &SandboxProvider, ctx: &Context, now: &Time) -> (WorkerStatus, Option<Duration>) {
+    match probe_not_due(provider, &ctx.prober, ctx.probe_interval, now) {
         // Not due, so the probe was of this generation's spec.worker: its address can be filled
         // in for a status written before addresses were recorded.
         Some((worker, wait)) => {
@@ -53,24 +85,9 @@ pub async fn reconcile_provider(provider: Arc<SandboxProvider>, ctx: Arc<Context
                     provider = %provider.name_any(), result = labels.result, reason = labels.reason, "probed worker"
                 ),
             }
-            (worker_status(provider, outcome, &now), None)
+            (worker_status(provider, outcome, now), None)
         }
-    };
-    let finding = ctx.audits.finding(provider, &provider.spec).await;
-    let refusal = finding.refusal();
-    // Compiling the drivers' configSchemas is CPU work (bounded by the compile budget): off the
-    // async workers, so that it delays no other reconcile, watch or probe. Schemas compiled before
-    // are checked here: each hand-over to another thread would leave that thread holding memory.
-    let schemas = provider.spec.environment_drivers.iter().filter_map(|d| d.config_schema.as_ref());
-    let status = || provider_status(ctx.contract.contract(), provider, worker, refusal.as_deref(), &now);
-    let desired =
-        if schemas.clone().all(config_schema::is_cached) { status() } else { tokio::task::block_in_place(status) };
-    let next_probe = next_probe.unwrap_or_else(|| match &desired.worker {
-        Some(worker) => probe_every(&desired, worker, ctx.probe_interval, &provider.uid().unwrap_or_default()),
-        None => ctx.probe_interval,
-    });
-    publish(&ctx, provider, desired, &finding, &now).await?;
-    Ok(Action::requeue(next_probe))
+    }
 }
 
 /// The published worker status and the time until the next probe, unless a probe is due now:
@@ -86,6 +103,10 @@ fn probe_not_due<'p>(
         return None;
     }
     let worker = status.worker.as_ref()?;
+    // Written by the probe of every endpoint: this Service no longer has endpoints of its own.
+    if worker.endpoints.is_some() {
+        return None;
+    }
     // A success through a URL the operator no longer allows must not outlive the setting.
     if worker.probe == ProbeResult::Succeeded && prober.endpoint(&provider.spec.worker).is_err() {
         return None;
@@ -117,10 +138,15 @@ fn probe_every(status: &SandboxProviderStatus, worker: &WorkerStatus, interval: 
         };
         return failing.clamp(RETRY_MIN, interval.max(RETRY_MIN));
     }
+    interval + interval / 10 * share_of(uid, "") as u32 / 1000
+}
+
+/// A share in thousandths, the same for the same provider (`uid`) and endpoint: what spreads the
+/// probes of providers, and of endpoints, created together.
+fn share_of(uid: &str, endpoint: &str) -> u64 {
     let mut hasher = std::hash::DefaultHasher::new();
-    std::hash::Hash::hash(uid, &mut hasher);
-    let share = std::hash::Hasher::finish(&hasher) % 1000;
-    interval + interval / 10 * share as u32 / 1000
+    std::hash::Hash::hash(&(uid, endpoint), &mut hasher);
+    std::hash::Hasher::finish(&hasher) % 1000
 }
 
 fn worker_status(provider: &SandboxProvider, outcome: ProbeOutcome, now: &Time) -> WorkerStatus {
@@ -132,7 +158,7 @@ fn worker_status(provider: &SandboxProvider, outcome: ProbeOutcome, now: &Time) 
         ProbeOutcome::Failed(failure) => (ProbeResult::Failed, Vec::new(), failure.to_string()),
     };
     let address = provider.spec.worker.address();
-    WorkerStatus { supported_methods, probe, last_probe_time: Some(now.clone()), address, message }
+    WorkerStatus { supported_methods, probe, last_probe_time: Some(now.clone()), address, message, endpoints: None }
 }
 
 /// The status the provider should have with this worker status and, when today's rules refuse
@@ -229,5 +255,6 @@ fn config_schemas_condition(provider: &SandboxProvider, conditions: &Conditions)
 /// The longest condition message sandcap writes (the apiserver allows 32,768 bytes).
 const MAX_CONDITION_MESSAGE: usize = 4096;
 
+mod endpoints;
 #[cfg(test)]
 mod tests;

@@ -22,13 +22,14 @@ mod resolver;
 mod tests;
 
 use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use reqwest::Url;
 
-use crate::api::{SandboxProvider, SandboxProviderSpec, WorkerRef};
+use crate::api::{MAX_CA_BUNDLE_BYTES, SandboxProvider, SandboxProviderSpec, WorkerRef};
 use crate::contract::Verified;
 
 use crate::addresses::WorkerPolicy;
@@ -78,10 +79,22 @@ impl ProbeOutcome {
 #[derive(Clone, Debug)]
 pub struct Prober {
     http: reqwest::Client,
+    resolver: Arc<GuardedResolver>,
     timeout: Duration,
     policy: WorkerPolicy,
     instance_id: String,
     next_id: Arc<AtomicU64>,
+}
+
+/// Where one probe connects, and what it trusts.
+#[derive(Clone, Copy, Debug)]
+pub struct Target<'a> {
+    pub url: &'a Url,
+    /// Connect here instead of where the URL's host resolves: one endpoint of a Service, whose
+    /// certificate is for the Service's name (the URL's host) and not for the endpoint's address.
+    pub address: Option<SocketAddr>,
+    /// PEM CA certificates an https worker's certificate must chain to, instead of the system's.
+    pub ca: Option<&'a [u8]>,
 }
 
 impl Prober {
@@ -89,10 +102,11 @@ impl Prober {
     /// workers be; `instance_id` is sent as `instanceInfo.instanceId` (the operator's identity).
     ///
     /// The certificates https workers are verified with are the system's (`SSL_CERT_FILE`,
-    /// `SSL_CERT_DIR`, the platform store). Where they yield none (a missing or empty file, a
-    /// minimal image), the prober is built without any: every https probe then fails its
-    /// handshake (`tls`, the `Unreachable` class), and http workers are probed as ever. The
-    /// error is what no setting here can cause (reqwest refusing a client with no roots).
+    /// `SSL_CERT_DIR`, the platform store), unless a provider gives its own (`spec.worker.caBundle`).
+    /// Where the system's yield none (a missing or empty file, a minimal image), the prober is
+    /// built without any: every https probe of a provider without its own CA then fails its
+    /// handshake (`tls`, the `Unreachable` class), and http workers are probed as ever. The error
+    /// is what no setting here can cause (reqwest refusing a client with no roots).
     pub fn new(timeout: Duration, policy: WorkerPolicy, instance_id: impl Into<String>) -> Result<Prober, SetupError> {
         Prober::with_lookup(timeout, policy, instance_id, system_lookup())
     }
@@ -106,18 +120,7 @@ impl Prober {
     ) -> Result<Prober, SetupError> {
         crate::tls::install_default_provider();
         let resolver = Arc::new(GuardedResolver { allowed: policy.allowed_cidrs.clone(), lookup });
-        let builder = || {
-            reqwest::Client::builder()
-                .connect_timeout(timeout)
-                .timeout(timeout)
-                // A redirect would let a worker point the operator at another address.
-                .redirect(reqwest::redirect::Policy::none())
-                // Through a proxy, the proxy would resolve the name and the address check would not hold.
-                .no_proxy()
-                .dns_resolver(resolver.clone())
-                .user_agent(concat!("sandcap/", env!("CARGO_PKG_VERSION")))
-        };
-        let http = match builder().build() {
+        let http = match builder(timeout, &resolver).build() {
             Ok(http) => http,
             Err(error) => {
                 tracing::warn!(
@@ -125,10 +128,10 @@ impl Prober {
                     "no CA certificates to verify https workers with (SSL_CERT_FILE, SSL_CERT_DIR, the system store): \
                      https probes fail their handshake, http probes work"
                 );
-                builder().tls_certs_only([]).build().map_err(|e| SetupError(error_chain(&e)))?
+                builder(timeout, &resolver).tls_certs_only([]).build().map_err(|e| SetupError(error_chain(&e)))?
             }
         };
-        Ok(Prober { http, timeout, policy, instance_id: instance_id.into(), next_id: Arc::default() })
+        Ok(Prober { http, resolver, timeout, policy, instance_id: instance_id.into(), next_id: Arc::default() })
     }
 
     /// Where the worker of `worker` answers, under this prober's flags (see [`endpoint`]).
@@ -136,33 +139,68 @@ impl Prober {
         endpoint(worker, &self.policy)
     }
 
-    /// Probes the provider's worker at the endpoint its spec names.
+    /// Probes the provider's worker at the endpoint its spec names, with the CA it gives.
     pub async fn probe(&self, provider: &SandboxProvider) -> ProbeOutcome {
+        let ca = match ca_bundle(&provider.spec.worker) {
+            Ok(ca) => ca,
+            Err(error) => return ProbeOutcome::Failed(error.into()),
+        };
         match self.endpoint(&provider.spec.worker) {
-            Ok(url) => self.probe_url(&url, &provider.spec).await,
+            Ok(url) => self.probe_at(Target { url: &url, address: None, ca: ca.as_deref() }, &provider.spec).await,
             Err(error) => ProbeOutcome::Failed(error.into()),
         }
     }
 
     /// Probes the worker at `url` with the manifest built from `spec`.
     pub async fn probe_url(&self, url: &Url, spec: &SandboxProviderSpec) -> ProbeOutcome {
-        // An IP literal is connected to without resolving, so it is checked here; a name is
-        // checked by the resolver, on every address it resolves to.
-        let result = match literal_ip(url).and_then(|ip| self.policy.allowed_cidrs.refuses(ip)) {
+        self.probe_at(Target { url, address: None, ca: None }, spec).await
+    }
+
+    /// Probes the worker at `target` with the manifest built from `spec`.
+    pub async fn probe_at(&self, target: Target<'_>, spec: &SandboxProviderSpec) -> ProbeOutcome {
+        // An address given or an IP literal is connected to without resolving, so it is checked
+        // here; a name is checked by the resolver, on every address it resolves to.
+        let ip = target.address.map(|a| a.ip()).or_else(|| literal_ip(target.url));
+        let result = match ip.and_then(|ip| self.policy.allowed_cidrs.refuses(ip)) {
             Some(class) => Err(ProbeError::RefusedAddress(class).into()),
-            None => self.initialize(url, spec).await,
+            None => match self.client_for(&target) {
+                Ok(http) => self.initialize(&http, target.url, spec).await,
+                Err(error) => Err(error.into()),
+            },
         };
         match result {
             Ok(methods) => ProbeOutcome::Succeeded { methods },
-            Err(failure) => ProbeOutcome::Failed(ProbeFailure { endpoint: Some(redacted(url)), ..failure }),
+            Err(failure) => ProbeOutcome::Failed(ProbeFailure { endpoint: Some(redacted(target.url)), ..failure }),
         }
     }
 
-    async fn initialize(&self, url: &Url, spec: &SandboxProviderSpec) -> Result<Vec<String>, ProbeFailure> {
+    /// The shared client, or for a target with its own address or CA a client of its own (which
+    /// keeps no connection once the probe is done).
+    fn client_for(&self, target: &Target<'_>) -> Result<reqwest::Client, ProbeError> {
+        if target.address.is_none() && target.ca.is_none() {
+            return Ok(self.http.clone());
+        }
+        let mut builder = builder(self.timeout, &self.resolver).pool_max_idle_per_host(0);
+        if let (Some(address), Some(host)) = (target.address, target.url.host_str()) {
+            builder = builder.resolve(host, address);
+        }
+        if let Some(pem) = target.ca {
+            let certs = reqwest::Certificate::from_pem_bundle(pem).ok().filter(|c| !c.is_empty());
+            let certs = certs.ok_or_else(|| ProbeError::Endpoint(NOT_A_CA_BUNDLE.into()))?;
+            builder = builder.tls_certs_only(certs);
+        }
+        builder.build().map_err(|e| ProbeError::Endpoint(format!("no client for this worker: {}", error_chain(&e))))
+    }
+
+    async fn initialize(
+        &self,
+        http: &reqwest::Client,
+        url: &Url,
+        spec: &SandboxProviderSpec,
+    ) -> Result<Vec<String>, ProbeFailure> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let request = initialize_request(id, spec, &self.instance_id);
-        let response = self
-            .http
+        let response = http
             .post(url.clone())
             .header(http::header::ACCEPT, "application/json")
             .json(&request)
@@ -228,6 +266,37 @@ impl Prober {
         }
         if e.is_connect() { ProbeError::Connect(kind) } else { ProbeError::Transport(kind) }
     }
+}
+
+/// The client every probe starts from.
+fn builder(timeout: Duration, resolver: &Arc<GuardedResolver>) -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .connect_timeout(timeout)
+        .timeout(timeout)
+        // A redirect would let a worker point the operator at another address.
+        .redirect(reqwest::redirect::Policy::none())
+        // Through a proxy, the proxy would resolve the name and the address check would not hold.
+        .no_proxy()
+        .dns_resolver(resolver.clone())
+        .user_agent(concat!("sandcap/", env!("CARGO_PKG_VERSION")))
+}
+
+const NOT_A_CA_BUNDLE: &str =
+    "spec.worker.caBundle holds no PEM certificate (base64 of the PEM text, as a webhook's caBundle)";
+
+/// The PEM of `spec.worker.caBundle`, if it gives one.
+pub fn ca_bundle(worker: &WorkerRef) -> Result<Option<Vec<u8>>, ProbeError> {
+    use base64::Engine as _;
+    let Some(encoded) = &worker.ca_bundle else { return Ok(None) };
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .map_err(|_| ProbeError::Endpoint(NOT_A_CA_BUNDLE.into()))?;
+    if pem.len() > MAX_CA_BUNDLE_BYTES {
+        return Err(ProbeError::Endpoint(format!(
+            "spec.worker.caBundle holds more than {MAX_CA_BUNDLE_BYTES} bytes of PEM"
+        )));
+    }
+    Ok(Some(pem))
 }
 
 /// The words of `e`'s causes, outermost first (not `e`'s own).

@@ -18,6 +18,12 @@ pub(super) struct GuardedResolver {
     pub(super) lookup: Lookup,
 }
 
+impl std::fmt::Debug for GuardedResolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuardedResolver").field("allowed", &self.allowed).finish_non_exhaustive()
+    }
+}
+
 /// Looks a host name up: the system's resolver ([`system_lookup`]), or a table in tests.
 pub(super) type Lookup =
     Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = io::Result<Vec<SocketAddr>>> + Send>> + Send + Sync>;

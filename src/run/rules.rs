@@ -4,9 +4,9 @@
 
 use ipnet::IpNet;
 
-use crate::addresses::{AllowedCidrs, WorkerPolicy};
-use crate::validation::Options;
-use crate::versions::ContractVersion;
+use sandcap_core::addresses::{AllowedCidrs, WorkerPolicy};
+use sandcap_core::validation::Options;
+use sandcap_core::versions::ContractVersion;
 
 /// The contract version and the worker policy: everything that changes what is admitted and
 /// resolved.

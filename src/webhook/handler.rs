@@ -14,11 +14,11 @@ use axum::routing::post;
 use tokio::sync::Semaphore;
 
 use super::places::{Full, Places};
-use crate::admission::{self, Answer, Decision};
 use crate::listener::Limits;
 use crate::metrics::{AdmissionLabels, KindLabels, Metrics};
-use crate::text;
-use crate::validation::Options;
+use sandcap_core::admission::{self, Answer, Decision};
+use sandcap_core::text;
+use sandcap_core::validation::Options;
 
 struct WebhookState {
     options: Options,
@@ -50,7 +50,7 @@ pub(super) fn webhook_router(options: Options, metrics: Metrics, limits: &Limits
 /// place for seconds, not for the request timeout. (Reading the body before taking a place would
 /// let any number of bodies fill memory at once.) Past the request timeout the client gets 408
 /// and the review still finishes on its thread, holding its places: its cost is bounded by the
-/// review's own budgets (the body limit, [`crate::config_schema::BUDGET`]), not by the timeout.
+/// review's own budgets (the body limit, [`sandcap_core::config_schema::BUDGET`]), not by the timeout.
 async fn validate(State(state): State<Arc<WebhookState>>, request: Request) -> Response {
     let started = Instant::now();
     let invalid = || admission::Summary { verdict: Some(Decision::Invalid), ..Default::default() };

@@ -1,6 +1,6 @@
 //! The admission listener: HTTPS with a certificate kept current, serving the review
 //! handler's `POST /validate` (`handler.rs`, its places shared out per client in `places.rs`).
-//! The answers come from [`crate::admission::handle`].
+//! The answers come from [`sandcap_core::admission::handle`].
 
 mod handler;
 mod places;
@@ -12,7 +12,7 @@ use crate::admin::Readiness;
 use crate::listener::{Limits, Stop, serve_https};
 use crate::metrics::Metrics;
 use crate::tls::{self, CertLoadError, CertResolver, CertSource};
-use crate::validation::Options;
+use sandcap_core::validation::Options;
 
 /// The admission listener's configuration.
 pub struct Webhook {

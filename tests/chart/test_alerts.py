@@ -1,7 +1,8 @@
 """Tests of the chart's PrometheusRule (prometheusRule.*): every expression parses as PromQL
 (promql-parser, Prometheus' grammar) and reads only series sandcap exports, with their real labels
 and label values; Prometheus' own promtool accepts the rules with every lint and runs their unit
-tests (alerts.promtool.yaml); every alert has a severity, waits, and has a runbook in README.md.
+tests (alerts.promtool.yaml); every alert has a severity, waits, and has a runbook of its own in
+docs/operations.md, where every metric an alert reads is documented.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ import pytest
 import yaml
 
 from test_chart import KUBE_VERSION_RANGE, NAMESPACE, assert_lints_strict, of_kind, one, render, validate_object
-from test_conventions import README, REPO, section
+from test_conventions import REPO, section
+
+OPERATIONS_PATH = "docs/operations.md"
+OPERATIONS = (REPO / OPERATIONS_PATH).read_text()
 
 ALERTS_ON = {"prometheusRule": {"enabled": True, "labels": {"release": "prometheus"}}}
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -174,14 +178,14 @@ def test_alert_expressions_read_real_metrics_with_real_labels(scenario: str) -> 
     labels that series has (or a scrape target's), values that label takes, and this release's
     namespace, so that two installs never mix."""
     metrics, values = exported_metrics(), label_values()
-    documented = set(re.findall(r"^\| `(sandcap_\w+)`", README, re.M))
+    documented = set(re.findall(r"^\| `(sandcap_\w+)`", section(OPERATIONS, "Metrics"), re.M))
     for rule in rules(SCENARIOS[scenario]):
         expr = promql_parser.parse(rule["expr"])
         found = selectors(expr)
         assert found, rule["alert"]
         for name, matchers in found:
             assert name in metrics, f"{rule['alert']}: {name} is not exported by src/metrics/mod.rs"
-            assert re.sub(r"_(bucket|sum|count)$", "", name) in documented, f"{name} is not in README's metrics"
+            assert re.sub(r"_(bucket|sum|count)$", "", name) in documented, f"{name} is not in {OPERATIONS_PATH}'s metrics"
             assert set(matchers) <= metrics[name] | TARGET_LABELS, f"{rule['alert']}: {name} {matchers}"
             assert matchers.get("namespace") == ("=", NAMESPACE), f"{rule['alert']}: {name} {matchers}"
             for label, (op, value) in matchers.items():
@@ -211,7 +215,7 @@ def test_alert_expressions_are_checked_for_what_they_read() -> None:
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_alerts_wait_have_severity_and_a_runbook_in_the_repo(scenario: str) -> None:
-    anchors = {github_anchor(h) for h in re.findall(r"^#+ (.+)$", README, re.M)}
+    anchors = {github_anchor(h) for h in re.findall(r"^#+ (.+)$", OPERATIONS, re.M)}
     for rule in rules(SCENARIOS[scenario]):
         assert re.fullmatch(r"Sandcap[A-Z]\w+", rule["alert"])
         assert rule["labels"]["severity"] in {"warning", "critical"}
@@ -219,9 +223,13 @@ def test_alerts_wait_have_severity_and_a_runbook_in_the_repo(scenario: str) -> N
         annotations = rule["annotations"]
         assert annotations["summary"] and annotations["description"]
         path, _, anchor = annotations["runbook_url"].partition("#")
-        assert path == "README.md" and anchor in anchors, annotations["runbook_url"]
-        # The runbook names every alert.
-        assert f"`{rule['alert']}`" in section(README, "Alerts"), rule["alert"]
+        # Its own runbook: a section of the operations page named after the alert.
+        assert path == OPERATIONS_PATH and anchor == rule["alert"].lower(), annotations["runbook_url"]
+        assert anchor in anchors, annotations["runbook_url"]
+        runbook = section(OPERATIONS, rule["alert"])
+        assert runbook.strip() and ("warning" in runbook.lower() or "critical" in runbook.lower()), rule["alert"]
+        # The alerts' table names every alert.
+        assert f"`{rule['alert']}`" in section(OPERATIONS, "Alerts"), rule["alert"]
 
 
 def test_several_leaders_only_with_leader_election() -> None:

@@ -1,7 +1,7 @@
 """checkov, the infrastructure-as-code scanner, on the chart's default render (the install's
 objects and the `helm test` ones, as `helm template` prints them): every check that fails is one
-README explains (its table under "Security notes"), and every one README explains still fails, so
-the table cannot go stale.
+docs/security.md explains (its table under "checkov findings"), and every one it explains still
+fails, so the table cannot go stale.
 
 checkov lives in a venv of its own, installed by .ci/chart.sh; SANDCAP_CHECKOV names its binary
 (default target/checkov-venv/bin/checkov). Run by hand without it, the test skips and says so.
@@ -33,15 +33,16 @@ def checkov() -> pathlib.Path:
 
 
 def explained() -> set[str]:
-    """The check IDs of README's checkov table."""
-    readme = (REPO / "README.md").read_text()
-    start = readme.index("checkov findings on the default render")
-    table = readme[start : readme.index("\n\n", readme.index("\n|", start))]
+    """The check IDs of docs/security.md's checkov table."""
+    security = (REPO / "docs" / "security.md").read_text()
+    start = security.index("checkov findings on the default render")
+    end = security.find("\n\n", security.index("\n|", start))
+    table = security[start : end if end >= 0 else len(security)]
     first_cells = re.findall(r"^\| ([^|]+) \|", table, re.M)
     return {check for cell in first_cells for check in re.findall(r"`(CKV2?_K8S_\d+)`", cell)}
 
 
-def test_every_checkov_finding_is_explained_in_readme(tmp_path: pathlib.Path) -> None:
+def test_every_checkov_finding_is_explained_in_the_security_notes(tmp_path: pathlib.Path) -> None:
     manifest = tmp_path / "sandcap.yaml"
     manifest.write_text(yaml.safe_dump_all(render({}, hooks=True), sort_keys=False))
     # --skip-download: no request to the vendor's platform (CI reaches package registries only).
@@ -56,6 +57,6 @@ def test_every_checkov_finding_is_explained_in_readme(tmp_path: pathlib.Path) ->
     assert report["summary"]["parsing_errors"] == 0 and report["summary"]["resource_count"] > 20, report["summary"]
     failed = {c["check_id"] for c in report["results"]["failed_checks"]}
     unexplained = sorted(failed - explained())
-    assert not unexplained, f"checkov findings README does not explain: {unexplained}"
+    assert not unexplained, f"checkov findings docs/security.md does not explain: {unexplained}"
     fixed = sorted(explained() - failed)
-    assert not fixed, f"README explains findings checkov no longer reports (remove them): {fixed}"
+    assert not fixed, f"docs/security.md explains findings checkov no longer reports (remove them): {fixed}"

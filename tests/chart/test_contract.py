@@ -188,7 +188,7 @@ def test_notes_name_the_version_and_its_crds(version: str) -> None:
     assert f"apply {CRD_DIRS[version]}/ yourself" in unmanaged
 
 
-def test_readme_documents_the_contract_value() -> None:
-    readme = (REPO / "README.md").read_text()
-    table = readme[readme.index("#### Values you will want to look at") :]
-    assert re.search(r"^\| `contract\.version` \| `v1` \|", table, re.M)
+def test_configuration_documents_the_contract_value() -> None:
+    configuration = (REPO / "docs" / "configuration.md").read_text()
+    table = configuration[configuration.index("## Values you will want to look at") :]
+    assert re.search(r"^\| `contract\.version` \(default `v1`\) \|", table, re.M)

@@ -28,7 +28,8 @@ from test_chart import (
     render,
 )
 
-README = (REPO / "README.md").read_text()
+INSTALL = (REPO / "docs" / "install.md").read_text()
+SECURITY = (REPO / "docs" / "security.md").read_text()
 
 SCENARIOS: dict[str, dict[str, Any]] = {
     "default": {},
@@ -287,15 +288,15 @@ def test_the_documented_wide_egress_excepts_every_metadata_service() -> None:
     assert named and all(a in named.group(0) for a in METADATA)
 
 
-# ---- README ------------------------------------------------------------------------------------
+# ---- docs ----------------------------------------------------------------------------------------
 
 
-def test_readme_tells_admins_to_enforce_restricted() -> None:
-    assert "pod-security.kubernetes.io/enforce=restricted" in README
+def test_install_tells_admins_to_enforce_restricted() -> None:
+    assert "kubectl label namespace sandcap-system pod-security.kubernetes.io/enforce=restricted" in INSTALL
 
 
-def test_readme_security_notes_cover_each_scoped_write() -> None:
-    notes = README[README.index("#### Security notes") :]
-    notes = notes[: notes.index("\n#### ", 1)]
+def test_security_notes_cover_each_scoped_write() -> None:
+    notes = SECURITY[SECURITY.index("## What each limit protects against") :]
+    notes = notes[: notes.index("\n## ", 1)]
     for what in ("service-account-token", "Lease", "Events", "secretNamespaces", "caBundle", "NetworkPolicy"):
         assert what in notes, what

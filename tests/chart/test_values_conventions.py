@@ -34,9 +34,9 @@ from test_chart import (
     render_text,
     validate_object,
 )
-from test_conventions import section
+from test_conventions import CONFIGURATION, section
 
-README = (REPO / "README.md").read_text()
+UPGRADE = (REPO / "docs" / "upgrade.md").read_text()
 VALUES_YAML = (CHART / "values.yaml").read_text()
 
 CA_MOUNT = "/etc/sandcap/worker-ca"
@@ -215,13 +215,13 @@ def test_the_ca_comment_names_what_the_probe_reads() -> None:
     """values.yaml tells admins to set SSL_CERT_FILE because the probe's client (reqwest) verifies
     through rustls-platform-verifier, which on Linux takes its roots from rustls-native-certs,
     which reads SSL_CERT_FILE instead of the system's bundle. Should that chain change in
-    Cargo.lock, the comment (and README's row) must change with it."""
+    Cargo.lock, the comment (and docs/configuration.md's row) must change with it."""
     assert "rustls-platform-verifier" in lock_dependencies("reqwest")
     assert "rustls-native-certs" in lock_dependencies("rustls-platform-verifier")
     comment = VALUES_YAML[VALUES_YAML.index("# -- Extra volumes of sandcap's pods") :]
     comment = comment[: comment.index("\nextraVolumes:")]
     assert "SSL_CERT_FILE" in comment and "*instead*" in comment and "rustls-native-certs" in comment
-    table = section(README, "Values you will want to look at")
+    table = section(CONFIGURATION, "Values you will want to look at")
     row = next(line for line in table.splitlines() if "`extraVolumes`" in line)
     assert "SSL_CERT_FILE" in row and "instead" in row
 
@@ -543,12 +543,12 @@ def test_the_port_choice_is_explained() -> None:
     assert "8443" not in host_network and "10250" in host_network
 
 
-def test_readme_documents_the_upgrade_and_the_values() -> None:
-    upgrade = section(README, "8. Upgrade")
-    assert "**From chart 0.2.0: the webhook's container port moves from 8443 to 10250**" in upgrade
+def test_docs_document_the_upgrade_and_the_values() -> None:
+    upgrade = section(UPGRADE, "From chart 0.2.0")
+    assert "**The webhook's container port moves from 8443 to 10250**" in upgrade
     for words in ("stays 443", "NetworkPolicy", "firewall", "webhook.port=8443", "hostNetwork", "kubernetes.io/arch"):
         assert words in upgrade, words
-    table = section(README, "Values you will want to look at")
+    table = section(CONFIGURATION, "Values you will want to look at")
     for value in ("webhook.port", "extraVolumes", "extraVolumeMounts", "rbac.create", "nodeSelector", "commonLabels"):
         assert f"`{value}`" in table, value
     assert "`10250`" in table and "kubernetes.io/arch: amd64" in table

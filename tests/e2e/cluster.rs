@@ -22,11 +22,12 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-};
+use rcgen::KeyPair;
 
-// A file of its own; `path` keeps it found when this file is included by path (examples, benches).
+// Files of their own; `path` keeps them found when this file is included by path (examples, benches).
+#[path = "../support/ca.rs"]
+mod ca;
+pub use ca::TestCa;
 #[path = "proxy.rs"]
 mod proxy;
 pub use proxy::Proxy;
@@ -159,45 +160,6 @@ pub fn tail(log: &Path, lines: usize) -> String {
     let text = fs::read_to_string(log).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// A test CA that signs the apiserver's and the webhooks' serving certificates.
-pub struct TestCa {
-    issuer: Issuer<'static, KeyPair>,
-    pub pem: String,
-}
-
-impl TestCa {
-    pub fn new(name: &str) -> TestCa {
-        let key = KeyPair::generate().expect("key");
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
-        let pem = params.self_signed(&key).expect("self-signed CA").pem();
-        TestCa { issuer: Issuer::new(params, key), pem }
-    }
-
-    /// A serving certificate for loopback and `names`: (certificate PEM, key PEM).
-    pub fn serving(&self, names: &[String]) -> (String, String) {
-        let key = KeyPair::generate().expect("key");
-        let loopback = ["127.0.0.1".to_string(), "localhost".to_string()];
-        let mut params = CertificateParams::new([&loopback[..], names].concat()).expect("params");
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        let cert = params.signed_by(&key, &self.issuer).expect("signed");
-        (cert.pem(), key.serialize_pem())
-    }
-
-    /// Writes a serving pair for loopback and `names` into `dir` as `tls.crt`/`tls.key`; returns
-    /// both paths.
-    pub fn write_serving(&self, dir: &Path, names: &[String]) -> (PathBuf, PathBuf) {
-        let (cert, key) = self.serving(names);
-        fs::create_dir_all(dir).expect("cert dir");
-        let (cert_path, key_path) = (dir.join("tls.crt"), dir.join("tls.key"));
-        fs::write(&cert_path, cert).expect("write cert");
-        fs::write(&key_path, key).expect("write key");
-        (cert_path, key_path)
-    }
 }
 
 /// kube-apiserver could not bind its address (the end of its log).

@@ -1,6 +1,6 @@
 //! The chart's CRDs through real Helm (its Go SDK, tests/chart/release.py) and the real apiserver:
 //! an install whose CRDs the admin applied with `kubectl apply --server-side` (the chart's crds/
-//! layout before the CRDs were templates) upgraded to the chart that renders them, by README's
+//! layout before the CRDs were templates) upgraded to the chart that renders them, by docs/upgrade.md's
 //! "8. Upgrade" steps. The apiserver then enforces the new rules, and `helm uninstall` leaves the
 //! CRDs and every object.
 //!
@@ -76,7 +76,7 @@ const RELEASE_NAME: &str = "meta.helm.sh/release-name";
 const RELEASE_NAMESPACE: &str = "meta.helm.sh/release-namespace";
 const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 
-/// README's adoption step: the CRDs applied by kubectl labelled and annotated as the release's,
+/// docs/upgrade.md's adoption step: the CRDs applied by kubectl labelled and annotated as the release's,
 /// so that Helm takes them over.
 pub fn adopt(c: &Cluster) {
     on_the_crds(c, "label", &[&format!("{MANAGED_BY}=Helm"), "--overwrite"]);
@@ -157,7 +157,7 @@ pub async fn an_upgrade_brings_the_crds_new_rules_and_uninstall_keeps_them(c: Ar
     assert!(refused.contains("exists and cannot be imported into the current release"), "{refused}");
     adopt(&c);
     // Helm 4 applies server side, and the rules it changes are kubectl's (its earlier apply):
-    // README says --force-conflicts.
+    // docs/upgrade.md says --force-conflicts.
     let conflict = helm(&c, &["upgrade", path_str(&new)]).expect_err("a conflict with kubectl's fields");
     assert!(conflict.contains("conflict with \"kubectl\""), "{conflict}");
     helm(&c, &["upgrade", path_str(&new), "--force-conflicts"]).expect("the upgrade");

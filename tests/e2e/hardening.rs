@@ -8,7 +8,7 @@
 //! by kube's Recorder, a repeated one as a patch) goes through. The admin (Helm) is not bound by it.
 //!
 //! The pods, sandcap's and the `helm test` one, are admitted by the apiserver's PodSecurity
-//! admission into a namespace that enforces the `restricted` standard, as README tells admins to
+//! admission into a namespace that enforces the `restricted` standard, as docs/install.md tells admins to
 //! label the release namespace.
 
 use std::sync::Arc;
@@ -259,8 +259,8 @@ async fn elect_once(sa: &Client) {
         .expect("the election under the policy");
 }
 
-/// README tells admins to label the release namespace `pod-security.kubernetes.io/enforce=restricted`:
-/// both pods must be admitted there, without a warning. With `hostNetwork` (README: not under
+/// docs/install.md tells admins to label the release namespace `pod-security.kubernetes.io/enforce=restricted`:
+/// both pods must be admitted there, without a warning. With `hostNetwork` (docs/install.md: not under
 /// `restricted`) the same pod is refused, so this can fail.
 pub async fn the_charts_pods_pass_the_restricted_pod_security_standard(c: Arc<Cluster>) {
     const RESTRICTED: &str = "e2e-restricted";

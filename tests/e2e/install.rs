@@ -35,7 +35,7 @@ pub fn crds_of(cluster: &Cluster, version: ContractVersion) {
     crds_from(cluster, &repo_root().join("crds").join(sandcap::cli::crd_dir(version)));
 }
 
-/// Applies the CRDs in `dir` as an admin following README's `kubectl apply --server-side -f crds/`
+/// Applies the CRDs in `dir` as an admin following docs/install.md's `kubectl apply --server-side -f crds/`
 /// would, and waits until both are served. Forced: earlier scenarios of the same cluster change
 /// the CRDs under their own field manager (a stale CRD for `sandcap check`), and the admin's apply
 /// takes the fields back, as kubectl's own conflict message advises.

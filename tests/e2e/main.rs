@@ -16,6 +16,7 @@ mod cluster;
 mod controllers;
 mod conventions;
 mod crds;
+mod endpoints;
 mod hardening;
 mod install;
 mod leading;
@@ -54,6 +55,7 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         controllers::leases_follow_their_provider_after_a_restart,
         controllers::a_standby_takes_over_and_every_lease_follows,
         controllers::recovers_from_an_apiserver_outage,
+        endpoints::every_endpoint_of_a_service_worker_must_advertise_a_method,
         leading::a_leader_whose_controllers_stop_steps_down_and_stands_again,
         leading::a_hung_apiserver_stops_the_leader_before_a_standby_leads,
         leading::a_throttling_apiserver_loses_no_update,

@@ -14,6 +14,7 @@
 
 mod node;
 mod release;
+mod rollout;
 mod scenarios;
 #[path = "../support/mod.rs"]
 mod support;

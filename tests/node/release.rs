@@ -1,6 +1,6 @@
 //! The release as an admin meets it: `release/release.sh` publishes this checkout to the node's
 //! own registry (examples/node.sh), image and chart signed with a throwaway cosign key; the suite
-//! checks both signatures as README's "Verify the release" does and installs the chart from there,
+//! checks both signatures as docs/install.md's "Verify the release" does and installs the chart from there,
 //! so the node pulls the image by digest.
 
 use std::path::PathBuf;

@@ -27,14 +27,15 @@ pub fn all() -> Vec<(&'static str, Scenario)> {
     vec![
         ("1_install_check_and_helm_test", installed as Scenario),
         ("2_a_worker_by_service_and_the_example_objects", worker_and_examples),
-        ("3_rollouts_refuse_nothing", rollouts_refuse_nothing),
-        ("4_contract_v2_and_back", crate::versions::switch_there_and_back),
-        ("5_faults", faults),
-        ("6_uninstall_keeps_the_crds_and_objects", uninstall_keeps_everything),
+        ("3_a_worker_rollout_is_followed_pod_by_pod", crate::rollout::a_worker_rollout_is_followed_pod_by_pod),
+        ("4_rollouts_refuse_nothing", rollouts_refuse_nothing),
+        ("5_contract_v2_and_back", crate::versions::switch_there_and_back),
+        ("6_faults", faults),
+        ("7_uninstall_keeps_the_crds_and_objects", uninstall_keeps_everything),
     ]
 }
 
-/// `helm install oci://...` as README's "Install on a cluster" gives it: the chart the release
+/// `helm install oci://...` as docs/install.md gives it: the chart the release
 /// published to the node's registry, with default values, its image pulled from there by digest;
 /// checked once, whichever scenarios a filter selects.
 pub fn install(node: &Node) {
@@ -138,14 +139,6 @@ pub fn worker(node: &Node) {
             }),
         ]);
         node.ok(&["kubectl", "rollout", "status", "deployment/acme-worker", "-n", "sandbox-system", "--timeout", "3m"]);
-        // Ready is the kubelet's word; the Service answers once kube-proxy has its endpoint. A
-        // provider probed before that waits a probe interval for its next try.
-        let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
-        let url = "http://acme-worker.sandbox-system.svc:8080/rpc";
-        eventually("the worker's Service answers", WAIT, || {
-            let answer = node.exec(&["curl", "-sf", "-m", "2", "-X", "POST", "-d", initialize, url], "");
-            answer.status.success().then_some(())
-        });
         let examples = repo_root().join("examples");
         node.ok(&["kubectl", "apply", "-f", &examples.join("provider-full.yaml").display().to_string()]);
         condition(node, &["sbp", "acme-kubernetes"], "Ready", "True");

@@ -1,17 +1,15 @@
-//! The one support module of the tests and the benchmarks: the reference worker as a real
-//! process and JSON objects for a live cluster (here), typed objects and manifests for the tests
-//! of the pure core ([`fixtures`]), hostile input ([`hostile`]), the ports of a process started on
-//! port 0 ([`ports`]).
+//! The support module of the shell's tests and the benchmarks: the reference worker as a real
+//! process and JSON objects for a live cluster (here), hostile input ([`hostile`]), the ports of a
+//! process started on port 0 ([`ports`]). The core's tests have their own (core/tests/support).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 
-use sandcap::versions::ContractVersion;
+use sandcap_core::versions::ContractVersion;
 use serde_json::{Value, json};
 
-pub mod fixtures;
 pub mod hostile;
 pub mod ports;
 
@@ -55,8 +53,20 @@ pub struct Worker {
 impl Worker {
     /// Starts it on a free port with `args` (`--methods ...`, `--mode ...`, `--delay ...`).
     pub fn start(args: &[&str]) -> Worker {
-        let mut child = Command::new(worker_binary())
-            .args(["--listen", "127.0.0.1:0"])
+        Worker::spawn(Command::new(worker_binary()), "127.0.0.1:0", args)
+    }
+
+    /// Starts it inside network namespace `netns` (which the test created), listening at `listen`.
+    pub fn in_netns(netns: &str, listen: &str, args: &[&str]) -> Worker {
+        let mut command = Command::new("ip");
+        // `ip netns exec` execs the worker: the child is the worker itself, killed on drop.
+        command.args(["netns", "exec", netns]).arg(worker_binary());
+        Worker::spawn(command, listen, args)
+    }
+
+    fn spawn(mut command: Command, listen: &str, args: &[&str]) -> Worker {
+        let mut child = command
+            .args(["--listen", listen])
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -145,17 +155,6 @@ pub fn provider(name: &str, url: &str, capabilities: Value) -> Value {
 /// The worker methods `version`'s keys need, for a worker that serves exactly those.
 pub fn methods_of(version: ContractVersion) -> Vec<&'static str> {
     version.contract().worker_methods()
-}
-
-/// Every method any contract version needs: a worker that serves them all.
-pub fn every_method() -> Vec<&'static str> {
-    let mut methods: Vec<&'static str> = Vec::new();
-    for method in ContractVersion::ALL.into_iter().flat_map(methods_of) {
-        if !methods.contains(&method) {
-            methods.push(method);
-        }
-    }
-    methods
 }
 
 /// Declares every key of `version` true (the opt-in keys need it).

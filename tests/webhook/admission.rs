@@ -1,5 +1,5 @@
 use sandcap::listener;
-use sandcap::validation::Options;
+use sandcap_core::validation::Options;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
@@ -44,7 +44,7 @@ async fn a_denied_provider_gets_the_contract_message_and_its_warnings() {
         "{response}"
     );
     // Word for word what `sandcap validate` says about the same object.
-    let offline = sandcap::validation::review(&provider, None, &Options::default());
+    let offline = sandcap_core::validation::review(&provider, None, &Options::default());
     assert_eq!(response["status"]["message"], offline.message());
     assert_eq!(response["warnings"], json!(offline.warnings));
     let metrics = harness.metrics().await;
@@ -73,7 +73,7 @@ async fn an_allowed_provider_carries_warnings_each_under_120_characters() {
 
 #[tokio::test]
 async fn updates_of_immutable_fields_are_left_to_the_crd() {
-    // `self == oldSelf` in the CRD (tests/schema.rs) refuses them before the webhook is asked.
+    // `self == oldSelf` in the CRD (core/tests/schema) refuses them before the webhook is asked.
     let (harness, client, _ca, _volume) = serving().await;
     let old = example("provider-full.yaml");
     let mut new = old.clone();

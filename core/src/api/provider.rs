@@ -84,13 +84,43 @@ pub struct WorkerRef {
         "message": "must be an absolute http:// or https:// URL"
     }]))]
     pub url: Option<String>,
+    /// PEM CA certificates, base64-encoded (as a webhook's `clientConfig.caBundle`), that an https
+    /// worker's certificate must chain to, instead of the operator's system store; at most
+    /// 65536 bytes of PEM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "byte", "maxLength" = MAX_CA_BUNDLE_BASE64))]
+    pub ca_bundle: Option<String>,
     #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(skip)]
     pub extra: BTreeMap<String, Value>,
 }
 
+/// The most PEM bytes `spec.worker.caBundle` holds, and its base64 length.
+pub const MAX_CA_BUNDLE_BYTES: usize = 65536;
+const MAX_CA_BUNDLE_BASE64: usize = MAX_CA_BUNDLE_BYTES.div_ceil(3) * 4;
+
+/// How a Service worker is spoken to.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkerScheme {
+    #[default]
+    Http,
+    /// TLS, the worker's certificate verified for the Service's name `<name>.<namespace>.svc`
+    /// at each endpoint.
+    Https,
+}
+
+impl WorkerScheme {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerScheme::Http => "http",
+            WorkerScheme::Https => "https",
+        }
+    }
+}
+
 impl WorkerRef {
-    /// The worker's address as the probe reaches it and status records it: `http://<name>.<namespace>.svc:<port><path>`
+    /// The worker's address as the probe reaches it and status records it: `<scheme>://<name>.<namespace>.svc:<port><path>`
     /// for a Service, else the URL without credentials, query or fragment (they may hold secrets;
     /// a URL that does not parse has no address). Status shows it, and a worker answer counts only
     /// while `spec.worker` still names this address.
@@ -114,11 +144,16 @@ impl ServiceRef {
     /// Where the Service answers, by its cluster DNS name; the path defaults to `/`.
     pub fn url(&self) -> String {
         let path = self.path.as_deref().unwrap_or("/");
-        format!("http://{}.{}.svc:{}{path}", self.name, self.namespace, self.port)
+        format!("{}://{}:{}{path}", self.scheme.unwrap_or_default().as_str(), self.host(), self.port)
+    }
+
+    /// The Service's cluster DNS name, which an https worker's certificate is verified for.
+    pub fn host(&self) -> String {
+        format!("{}.{}.svc", self.name, self.namespace)
     }
 }
 
-/// A Service port that serves the worker's JSON-RPC endpoint over HTTP.
+/// A Service port that serves the worker's JSON-RPC endpoint over HTTP or HTTPS.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
@@ -136,6 +171,9 @@ pub struct ServiceRef {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("pattern" = "^/", "maxLength" = 1024))]
     pub path: Option<String>,
+    /// `http` (the default) or `https`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheme: Option<WorkerScheme>,
     #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(skip)]
     pub extra: BTreeMap<String, Value>,
@@ -231,6 +269,49 @@ pub struct WorkerStatus {
     /// What the probe found, or why it failed.
     #[serde(default)]
     pub message: String,
+    /// For a Service worker: its endpoints that may serve a run, each probed at its own address;
+    /// `supportedMethods` is what every one of them advertises.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoints: Option<EndpointsStatus>,
+}
+
+/// The most endpoints a status names in `EndpointsStatus.differing`.
+pub const MAX_NAMED_ENDPOINTS: usize = 8;
+
+/// What the endpoints of a Service worker answered.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointsStatus {
+    /// Endpoints that may serve a run: those the Service's EndpointSlices mark serving (ready, or
+    /// still serving while terminating), at the Service port's target port.
+    pub serving: u32,
+    /// Of those, how many answered `ok: true`.
+    pub answered: u32,
+    /// Of those that answered, how many advertised no method beyond the ones every endpoint
+    /// advertises.
+    pub agreeing: u32,
+    /// Up to 8 endpoints that failed their probe or lack a method another endpoint advertises.
+    #[serde(default)]
+    #[schemars(extend("maxItems" = MAX_NAMED_ENDPOINTS))]
+    pub differing: Vec<EndpointDifference>,
+}
+
+/// One endpoint that failed or lacks a method.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointDifference {
+    /// `ip:port`, as its EndpointSlice lists it.
+    pub address: String,
+    /// The Pod behind it (the endpoint's `targetRef`), if it names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// The methods of the contract's keys that another endpoint advertises and this one does not
+    /// (only the contract's own method names: nothing a worker wrote is repeated).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lacks: Vec<String>,
+    /// Why its probe failed, in the coarse class a provider's status shows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]

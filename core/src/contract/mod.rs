@@ -3,10 +3,14 @@
 //!
 //! Pure functions only. The webhook, the controllers and `sandcap resolve` all call these, so there
 //! is exactly one place where a capability is granted or removed. By concern: what the worker
-//! verified (`verified.rs`), the gates (`resolution.rs`), a lease's plugin identity
+//! verified (`verified.rs`) and, for a Service worker, what its endpoints agree on
+//! (`endpoints.rs`), the gates in their order (`gates.rs`, which `explain` walks too), the
+//! resolution by the first gate that removes a key (`resolution.rs`), a lease's plugin identity
 //! (`identity.rs`) and config (`config.rs`), and one lease resolved from all of them (`lease.rs`).
 
 mod config;
+mod endpoints;
+mod gates;
 mod identity;
 mod lease;
 mod resolution;
@@ -18,6 +22,8 @@ pub use crate::vocabulary::{
     METHOD_RESUME_LEASE, METHOD_RUNNER_INGRESS_ENDPOINT, METHOD_SYNC_IN, METHOD_SYNC_OUT, Reason,
 };
 pub use config::{ConfigFailure, SecretLookup, resolve_config};
+pub use endpoints::{Agreement, EndpointAnswer, EndpointProbe, agree};
+pub use gates::{GateVerdict, Removal, gates};
 pub use identity::{IdentityFailure, check_identity, driver_kind_failure, pin_for};
 pub use lease::{LeaseResolution, job_backend, resolve_lease};
 pub use resolution::{

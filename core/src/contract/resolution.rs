@@ -1,15 +1,15 @@
-//! The gates: `effective = verified ∩ declared ∩ narrowing`, each capability explained by the first
-//! gate that removes it, at provider level and at lease level.
+//! The resolution: `effective = verified ∩ declared ∩ narrowing`, each capability explained by the
+//! first gate (gates.rs) that removes it, at provider level and at lease level.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::gates::{Removal, gates};
 use super::identity::driver_kind_failure;
 use super::verified::Verified;
 use crate::api::{Capabilities, DriverDeclaration, Explanation};
-use crate::text;
-use crate::versions::{Contract, KeyRule, NarrowedBy, SYNC_PAIR};
+use crate::versions::{Contract, KeyRule};
 use crate::vocabulary::{Capability, LeasePolicy, Reason};
 
 /// A driver's declaration as the host reads it: per key of the contract `Some(bool)` or omitted.
@@ -80,6 +80,19 @@ pub struct Narrowing {
     pub config_failure: Option<String>,
 }
 
+impl Narrowing {
+    /// A provider-level resolution's: nothing of a lease, only whether the driver is read as a
+    /// sandbox provider and the provider's refusal (`refused`, its problems).
+    pub fn of_driver(driver: &DriverDeclaration, refused: Option<&str>) -> Narrowing {
+        let identity_failure = driver_kind_failure(driver).map(|f| f.to_string());
+        Narrowing {
+            refusals: Refusals::provider(refused.map(str::to_string)),
+            identity_failure,
+            ..Narrowing::default()
+        }
+    }
+}
+
 /// One driver's resolved capabilities with an explanation for each.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -94,16 +107,17 @@ impl Resolution {
     }
 }
 
-/// Resolves every key of `contract` through the gates in the order docs/contract.md ("Status")
-/// lists them.
+/// Resolves every key of `contract` through its gates.
 pub fn resolve(contract: &Contract, verified: &Verified, declared: &Declared, narrowing: &Narrowing) -> Resolution {
     let mut capabilities = Capabilities::default();
     let explanations = contract
         .keys
         .iter()
         .map(|rule| {
-            let (reason, message) = first_gate(rule, verified, declared, narrowing);
-            let granted = reason == Reason::Granted;
+            let removal = gates(rule, verified, declared, narrowing).find_map(|g| g.removal);
+            let granted = removal.is_none();
+            let Removal { reason, message } =
+                removal.unwrap_or_else(|| Removal { reason: Reason::Granted, message: why_granted(rule, declared) });
             capabilities.set(rule.capability, granted);
             Explanation { capability: rule.capability, granted, reason, message }
         })
@@ -111,77 +125,14 @@ pub fn resolve(contract: &Contract, verified: &Verified, declared: &Declared, na
     Resolution { capabilities, explanations }
 }
 
-fn first_gate(rule: &KeyRule, verified: &Verified, declared: &Declared, narrowing: &Narrowing) -> (Reason, String) {
-    let cap = rule.capability;
-    if let Some(problems) = &narrowing.refusals.lease {
-        return (Reason::LeaseNotValid, refused("the lease", problems));
-    }
-    if let Some(why) = &narrowing.identity_failure {
-        return (Reason::PluginIdentityFailed, why.clone());
-    }
-    if let Some(problems) = &narrowing.refusals.provider {
-        return (Reason::ProviderNotValid, refused("the provider", problems));
-    }
-    if let Some(why) = verified.why_nothing() {
-        return (Reason::WorkerNotVerified, why.to_string());
-    }
-    let missing: Vec<&str> = rule.methods.iter().copied().filter(|m| !verified.has(m)).collect();
-    if !missing.is_empty() {
-        let message = match (rule.methods, missing.as_slice()) {
-            ([a, b], [absent]) if rule.methods == SYNC_PAIR => {
-                let present = if absent == a { b } else { a };
-                format!(
-                    "the worker advertises {present} but not {absent}; the host uses the sync methods only as a pair"
-                )
-            }
-            _ => format!("the worker does not advertise {}", missing.join(", ")),
-        };
-        return (Reason::MissingWorkerMethods, message);
-    }
-    match declared.get(cap) {
-        Some(false) => {
-            return (Reason::DeclaredFalse, format!("the driver declares {cap}: false"));
-        }
-        None if rule.opt_in => {
-            return (Reason::NotOptedIn, format!("{cap} is opt-in and the driver does not declare it true"));
-        }
-        _ => {}
-    }
-    for narrowed_by in NarrowedBy::ALL.into_iter().filter(|n| rule.narrowed_by(*n)) {
-        if let Some(message) = narrowing.removes(narrowed_by) {
-            return (narrowed_by.reason(), message);
-        }
-    }
-    let message = if declared.get(cap) == Some(true) {
-        format!("declared true and the worker verified {}", rule.methods.join(", "))
+/// Why a key that every gate lets through is granted.
+fn why_granted(rule: &KeyRule, declared: &Declared) -> String {
+    let methods = rule.methods.join(", ");
+    if declared.get(rule.capability) == Some(true) {
+        format!("declared true and the worker verified {methods}")
     } else {
-        format!("the driver defers to the worker, which verified {}", rule.methods.join(", "))
-    };
-    (Reason::Granted, message)
-}
-
-impl Narrowing {
-    /// The message of the explanation when this lease's `narrowed_by` applies; `None` when it
-    /// does not.
-    fn removes(&self, narrowed_by: NarrowedBy) -> Option<String> {
-        match narrowed_by {
-            NarrowedBy::LeasePolicy => self
-                .policy
-                .filter(|p| *p != LeasePolicy::ReuseByEnvironment)
-                .map(|p| format!("the lease policy is {}, not ReuseByEnvironment", p.as_str())),
-            NarrowedBy::JobBackend => self.job_backend.clone(),
-            NarrowedBy::NativeFileSyncUnsupported => {
-                self.native_file_sync_unsupported.then(|| "the lease sets nativeFileSyncUnsupported: true".into())
-            }
-            NarrowedBy::ConfigResolution => self.config_failure.clone(),
-        }
+        format!("the driver defers to the worker, which verified {methods}")
     }
-}
-
-/// The explanation of a refusal: whose, and its first problems.
-fn refused(whose: &str, problems: &str) -> String {
-    let message = format!("{whose} breaks today's rules, so nothing is granted (see its Valid condition): {problems}");
-    text::clip(&message, MAX_REFUSAL_IN_EXPLANATION)
 }
 
 /// Provider-level resolution of one driver under `contract`: verified ∩ declared. A driver that is not
@@ -193,10 +144,7 @@ pub fn resolve_driver(
     driver: &DriverDeclaration,
     refused: Option<&str>,
 ) -> Resolution {
-    let identity_failure = driver_kind_failure(driver).map(|f| f.to_string());
-    let refusals = Refusals::provider(refused.map(str::to_string));
-    let narrowing = Narrowing { refusals, identity_failure, ..Narrowing::default() };
-    resolve(contract, verified, &Declared::from_driver(contract, driver), &narrowing)
+    resolve(contract, verified, &Declared::from_driver(contract, driver), &Narrowing::of_driver(driver, refused))
 }
 
 /// The policy a lease actually gets: reuse exactly when its resolution grants reusableLeases

@@ -93,7 +93,7 @@ pub fn identify(object: &Value) -> (String, String) {
 /// What [`review`] and [`identify`] read of an object, and on UPDATE of the stored object too
 /// (ratcheting reviews it by the same rules). The webhook builds only these parts: the rest (`status`, `metadata.managedFields`, the last-applied annotation) is often most of the
 /// bytes, and reviewing the parts gives the verdict of reviewing the whole (a property test in
-/// tests/properties.rs and the fuzz target hold the two to that).
+/// core/tests/properties.rs and the fuzz target hold the two to that).
 pub const REVIEWED: Shape = Shape::Keys(&[
     ("kind", Shape::Whole),
     ("metadata", Shape::Keys(&[("name", Shape::Whole), ("generateName", Shape::Whole)])),

@@ -14,7 +14,7 @@ pub struct CheckArgs {
     pub namespace: String,
     /// The contract version sandcap runs with (`sandcap run --contract`): the CRDs must be its.
     #[arg(long = "contract", default_value = "v1", value_parser = crate::run::contract_version)]
-    pub contract: crate::versions::ContractVersion,
+    pub contract: sandcap_core::versions::ContractVersion,
     /// The ValidatingWebhookConfiguration that registers sandcap's webhook.
     #[arg(long, default_value = crate::run::WEBHOOK_CONFIG_NAME, value_name = "NAME")]
     pub webhook_configuration: String,

@@ -22,7 +22,7 @@ use args::{Level, Line};
 
 use super::cluster::runtime;
 use super::error::CliError;
-use crate::vocabulary::Check;
+use sandcap_core::vocabulary::Check;
 
 pub(in crate::cli) fn check(args: &CheckArgs, out: &mut dyn Write) -> Result<i32, CliError> {
     let runtime = runtime()?;

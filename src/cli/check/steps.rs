@@ -16,16 +16,16 @@ use serde_json::{Value, json};
 use super::args::{CheckArgs, Level, Line};
 use super::certificate::{self, NotPresented};
 use super::verdicts::{self, Lagging, RealCreate};
-use crate::api::{SandboxLease, SandboxProvider};
 use crate::certs::TLS_CRT;
 use crate::cli::cluster::{bounded, list_pages, within};
 use crate::cli::crds::crd_values;
+use sandcap_core::api::{SandboxLease, SandboxProvider};
 
 /// The unknown field of the dry run: the CRD keeps unknown fields for the webhook to refuse.
 pub const DRY_RUN_FIELD: &str = "sandcapCheck";
 /// The name of the dry run's provider.
 const DRY_RUN_NAME: &str = "sandcap-check-dry-run";
-/// A serving certificate with fewer days left is a warning (as the alert README suggests on
+/// A serving certificate with fewer days left is a warning (as the alert's runbook in docs/operations.md suggests on
 /// `sandcap_certificate_expiry_timestamp_seconds`).
 const DAYS_WARNING: u64 = 30;
 /// How many objects the controllers check names when they lag.
@@ -206,7 +206,7 @@ pub async fn admission(client: &Client, args: &CheckArgs) -> Line {
     };
     let webhooks: Vec<String> = config.webhooks.iter().flatten().map(|w| w.name.clone()).collect();
     let probe = json!({
-        "apiVersion": crate::api::API_VERSION,
+        "apiVersion": sandcap_core::api::API_VERSION,
         "kind": "SandboxProvider",
         "metadata": {"name": DRY_RUN_NAME},
         "spec": {
@@ -226,7 +226,7 @@ pub async fn admission(client: &Client, args: &CheckArgs) -> Line {
     } else {
         String::new()
     };
-    let params = PostParams { dry_run: true, field_manager: Some(crate::vocabulary::FIELD_MANAGER.into()) };
+    let params = PostParams { dry_run: true, field_manager: Some(sandcap_core::vocabulary::FIELD_MANAGER.into()) };
     let result = match within(args.cluster.request_timeout, api.create(&params, &probe)).await {
         Some(Ok(_)) => Ok(()),
         Some(Err(e)) => Err(crate::cli::cluster::api_error(&e)),
@@ -242,7 +242,7 @@ pub async fn admission(client: &Client, args: &CheckArgs) -> Line {
 /// What gets stored is deleted at once; the check fails then, and `--wait` tries again.
 async fn dry_run_only(api: &Api<SandboxProvider>, probe: &SandboxProvider, args: &CheckArgs) -> Result<String, String> {
     let timeout = args.cluster.request_timeout;
-    let params = PostParams { dry_run: false, field_manager: Some(crate::vocabulary::FIELD_MANAGER.into()) };
+    let params = PostParams { dry_run: false, field_manager: Some(sandcap_core::vocabulary::FIELD_MANAGER.into()) };
     let outcome = match within(timeout, api.create(&params, probe)).await {
         Some(Ok(_)) => RealCreate::Stored,
         Some(Err(kube::Error::Api(status))) => {

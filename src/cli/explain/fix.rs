@@ -1,13 +1,13 @@
 //! What to change so that a capability is granted: one sentence per reason, in the words status
-//! already uses (the reasons of [`crate::vocabulary`], the fields of the resources).
+//! already uses (the reasons of [`sandcap_core::vocabulary`], the fields of the resources).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::secret::SecretReport;
-use crate::api::{DriverDeclaration, MAX_CONFIG_BYTES};
-use crate::contract::{IdentityFailure, KeyRule, Refusals, Verified};
 use crate::controller::cache::CONFIG_SOURCE_LABEL;
-use crate::vocabulary::{Capability, ConditionReason, Reason};
+use sandcap_core::api::{DriverDeclaration, MAX_CONFIG_BYTES};
+use sandcap_core::contract::{IdentityFailure, KeyRule, Refusals, Verified};
+use sandcap_core::vocabulary::{Capability, ConditionReason, Reason};
 
 /// What a fix may name.
 pub struct FixContext<'a> {

@@ -2,13 +2,13 @@
 //! declaration, the worker's last probe, the lease's narrowings and its `configFrom` Secrets.
 
 use super::fix::FixContext;
-use super::gates;
-use super::report::{CapabilityReport, DeclarationReport, Gate, GateReport, ProviderLink, capability, status_notes};
+use super::gates::{self, Gates};
+use super::report::{CapabilityReport, DeclarationReport, ProviderLink, capability, status_notes};
 use super::secret::SecretReport;
-use crate::api::{DriverDeclaration, Pinned, SandboxLease, SandboxProvider, WorkerStatus};
-use crate::contract::{self, Contract, Declared, IdentityFailure, Narrowing, Refusals, Resolution, Verified};
-use crate::vocabulary::{ConditionStatus, ConditionType, Kind, LeasePolicy};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use sandcap_core::api::{DriverDeclaration, Pinned, SandboxLease, SandboxProvider, WorkerStatus};
+use sandcap_core::contract::{self, Contract, Declared, IdentityFailure, Narrowing, Refusals, Resolution, Verified};
+use sandcap_core::vocabulary::{ConditionStatus, ConditionType, Kind, LeasePolicy};
 use serde::Serialize;
 
 #[derive(Clone, Debug, Serialize)]
@@ -57,9 +57,17 @@ pub fn lease_report(facts: &LeaseFacts) -> LeaseReport {
     // Explained under the contract that resolved it (the one the cluster runs).
     let contract = status.and_then(|s| s.contract).unwrap_or_default().contract();
     let now = inputs.resolve(contract);
-    let identity_gate = match identity {
-        Err(why) => GateReport::new(Gate::Identity, false, why.to_string()),
-        Ok(_) => GateReport::new(Gate::Identity, true, identity_detail(lease, provider)),
+    // The declaration shown is the driver's as found, even where the identity check fails and the
+    // resolution reads none.
+    let gates = Gates {
+        verified,
+        declared: driver.map(|d| Declared::from_driver(contract, d)).unwrap_or_default(),
+        narrowing,
+        provider,
+        driver,
+        identity: identity_detail(lease, provider),
+        of_lease: true,
+        config: *config,
     };
     let context = FixContext {
         provider: &lease.spec.provider_ref.name,
@@ -76,18 +84,7 @@ pub fn lease_report(facts: &LeaseFacts) -> LeaseReport {
     let capabilities = contract
         .keys
         .iter()
-        .map(|rule| {
-            let mut gates = vec![gates::validity(Gate::LeaseValid, refusals.lease.as_deref()), identity_gate.clone()];
-            if provider.is_some() {
-                gates.push(gates::validity(Gate::ProviderValid, refusals.provider.as_deref()));
-                gates.push(gates::worker(rule, verified, worker));
-            }
-            if let Some(driver) = driver {
-                gates.push(gates::declaration(rule, driver));
-            }
-            gates.extend(gates::narrowings(rule, lease, narrowing, *config));
-            capability(rule, status.map(|s| s.explanations.as_slice()), &now, gates, &context)
-        })
+        .map(|rule| capability(rule, status.map(|s| s.explanations.as_slice()), &now, gates.of(rule), &context))
         .collect::<Vec<_>>();
     let notes = status_notes(status.map(|s| s.observed_generation), lease.metadata.generation, "lease", &capabilities);
     LeaseReport {

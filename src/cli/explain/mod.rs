@@ -27,11 +27,11 @@ use kube::{Api, Client};
 use super::cluster::{ClusterArgs, bounded, runtime};
 use super::error::CliError;
 use super::output::Output;
-use crate::api::{SandboxLease, SandboxProvider};
 use crate::controller::SecretScope;
 use crate::controller::cache::CONFIG_SOURCE_LABEL;
 use lease::{LeaseFacts, LeaseReport, lease_report};
 use provider::{ProviderReport, provider_report};
+use sandcap_core::api::{SandboxLease, SandboxProvider};
 use secret::{Lookup, SecretReport};
 /// How a stored lease is resolved and what a `Valid` condition refuses, which `plan` shares.
 pub(super) use {gates::refusal, lease::LeaseInputs};

@@ -5,11 +5,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::Serialize;
 
 use super::fix::FixContext;
-use super::gates;
-use super::report::{CapabilityReport, DeclarationReport, Gate, GateReport, capability, status_notes};
-use crate::api::{SandboxProvider, WorkerStatus};
-use crate::contract::{self, Refusals};
-use crate::vocabulary::Kind;
+use super::gates::{self, Gates};
+use super::report::{CapabilityReport, DeclarationReport, capability, status_notes};
+use sandcap_core::api::{SandboxProvider, WorkerStatus};
+use sandcap_core::contract::{self, Declared, Narrowing, Refusals};
+use sandcap_core::vocabulary::Kind;
 
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -49,7 +49,9 @@ pub fn provider_report(provider: &SandboxProvider) -> ProviderReport {
         .environment_drivers
         .iter()
         .map(|driver| {
-            let now = contract::resolve_driver(contract, &verified, driver, refusals.provider.as_deref());
+            let narrowing = Narrowing::of_driver(driver, refusals.provider.as_deref());
+            let declared = Declared::from_driver(contract, driver);
+            let now = contract::resolve(contract, &verified, &declared, &narrowing);
             let identity = contract::driver_kind_failure(driver);
             let context = FixContext {
                 provider: &name,
@@ -65,23 +67,21 @@ pub fn provider_report(provider: &SandboxProvider) -> ProviderReport {
             };
             let explanations = status
                 .and_then(|s| s.drivers.iter().find(|d| d.driver_key == driver.driver_key))
-                .map(|d| &d.explanations);
+                .map(|d| d.explanations.as_slice());
+            let gates = Gates {
+                verified: &verified,
+                declared,
+                narrowing: &narrowing,
+                provider: Some(provider),
+                driver: Some(driver),
+                identity: "the driver is kind sandbox_provider".into(),
+                of_lease: false,
+                config: None,
+            };
             let capabilities = contract
                 .keys
                 .iter()
-                .map(|rule| {
-                    let kind = match &identity {
-                        Some(why) => GateReport::new(Gate::Identity, false, why.to_string()),
-                        None => GateReport::new(Gate::Identity, true, "the driver is kind sandbox_provider"),
-                    };
-                    let gates = vec![
-                        kind,
-                        gates::validity(Gate::ProviderValid, refusals.provider.as_deref()),
-                        gates::worker(rule, &verified, worker),
-                        gates::declaration(rule, driver),
-                    ];
-                    capability(rule, explanations.map(Vec::as_slice), &now, gates, &context)
-                })
+                .map(|rule| capability(rule, explanations, &now, gates.of(rule), &context))
                 .collect();
             DriverReport { declaration: DeclarationReport::of(driver), capabilities }
         })

@@ -1,5 +1,5 @@
 //! What `explain` shows, built from the objects as fetched: pure, so every line of reasoning is
-//! tested without a cluster. The reasons are the ones status carries; [`crate::contract`] resolves
+//! tested without a cluster. The reasons are the ones status carries; [`sandcap_core::contract`] resolves
 //! the same objects again, so a status that has not caught up with them is told apart. This file
 //! holds what a lease's and a provider's explanations share.
 
@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::fix::{FixContext, fix};
-use crate::api::{DriverDeclaration, Explanation};
-use crate::contract::{self, KeyRule};
-pub use crate::vocabulary::Gate;
-use crate::vocabulary::{Capability, DriverKind, Reason};
+use sandcap_core::api::{DriverDeclaration, Explanation};
+use sandcap_core::contract::{self, KeyRule};
+pub use sandcap_core::vocabulary::Gate;
+use sandcap_core::vocabulary::{Capability, DriverKind, Reason};
 
 /// One gate for one capability: whether it lets the capability through, and why.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

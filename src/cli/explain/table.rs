@@ -9,7 +9,7 @@ use super::gates::probe_summary;
 use super::lease::LeaseReport;
 use super::provider::ProviderReport;
 use super::report::{CapabilityReport, DeclarationReport, Gate};
-use crate::api::WorkerStatus;
+use sandcap_core::api::WorkerStatus;
 
 pub fn lease(out: &mut dyn Write, r: &LeaseReport) -> io::Result<()> {
     let observed =

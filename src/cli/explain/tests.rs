@@ -7,12 +7,12 @@ use super::provider::provider_report;
 use super::report::Gate;
 use super::secret::{Lookup, SecretReport};
 use super::table;
-use crate::api::{SandboxLease, SandboxProvider};
-use crate::contract::{self, SecretLookup};
 use crate::controller::fixtures::{T0, lease, provider, time};
 use crate::controller::{lease_status, provider_status};
-use crate::versions::V1;
-use crate::vocabulary::{Capability, METHOD_SYNC_IN, Reason};
+use sandcap_core::api::{SandboxLease, SandboxProvider};
+use sandcap_core::contract::{self, SecretLookup};
+use sandcap_core::versions::V1;
+use sandcap_core::vocabulary::{Capability, METHOD_SYNC_IN, Reason};
 
 /// A provider with one driver `k` declaring `declares`, whose worker verified `methods`, with
 /// the status the provider controller writes.
@@ -162,7 +162,7 @@ fn the_declaration_says_which_field_decided_and_the_worker_which_method_is_missi
         Some("the worker of provider p must list environmentSyncOut in initialize's supportedMethods")
     );
     p.spec.environment_drivers[0].sandbox_capabilities =
-        Some(crate::api::DeclaredCapabilities([("reusableLeases".to_string(), false.into())].into()));
+        Some(sandcap_core::api::DeclaredCapabilities([("reusableLeases".to_string(), false.into())].into()));
     let r = report(&l, Some(&p), vec![]);
     assert!(!r.declaration.as_ref().unwrap().legacy_decides);
     let detail = capability(&r, Capability::ReusableLeases)
@@ -242,7 +242,7 @@ fn a_provider_explains_each_driver() {
         .driver("other")
         .probe_failed("probe of http://w:80/ failed: no answer within 5s")
         .build();
-    p.spec.environment_drivers[1].kind = Some(crate::vocabulary::DriverKind::EnvironmentDriver);
+    p.spec.environment_drivers[1].kind = Some(sandcap_core::vocabulary::DriverKind::EnvironmentDriver);
     let worker = p.status.as_ref().and_then(|s| s.worker.clone()).unwrap();
     p.status = Some(provider_status(&V1, &p, worker, None, &time(T0)));
     let r = provider_report(&p);
@@ -274,7 +274,7 @@ fn fix_of(caps: serde_json::Value, legacy: Option<bool>, cap: Capability) -> (Op
     let worker = p.status.as_ref().and_then(|s| s.worker.clone()).unwrap();
     p.status = Some(provider_status(&V1, &p, worker, None, &time(T0)));
     let mut l = lease("team-a", "l").of("p", "k").build();
-    l.spec.policy = Some(crate::api::LeasePolicy::ReuseByEnvironment);
+    l.spec.policy = Some(sandcap_core::api::LeasePolicy::ReuseByEnvironment);
     l.spec.environment = Some("e".into());
     let l = resolved(l, Some(&p), &[]);
     let r = report(&l, Some(&p), vec![]);
@@ -336,7 +336,7 @@ fn every_reason_but_granted_has_a_fix_for_every_capability() {
         config: None,
         secrets: &[],
     };
-    for rule in crate::versions::V2.keys {
+    for rule in sandcap_core::versions::V2.keys {
         for reason in Reason::ALL {
             let text = fix(rule, reason, &ctx);
             assert_eq!(text.is_none(), reason == Reason::Granted, "{} {reason}: {text:?}", rule.capability);

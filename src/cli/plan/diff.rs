@@ -10,13 +10,13 @@ use kube::Resource;
 use serde::Serialize;
 
 use super::super::explain::{LeaseInputs, refusal};
-use crate::addresses::WorkerPolicy;
-use crate::api::{SandboxLease, SandboxProvider};
-use crate::contract::{Contract, ContractVersion, Refusals, Resolution};
 use crate::controller::stored;
-use crate::judge::{Options, Server, judge};
-use crate::text;
-use crate::vocabulary::{Capability, ConditionType, Kind, Reason};
+use sandcap_core::addresses::WorkerPolicy;
+use sandcap_core::api::{SandboxLease, SandboxProvider};
+use sandcap_core::contract::{Contract, ContractVersion, Refusals, Resolution};
+use sandcap_core::judge::{Options, Server, judge};
+use sandcap_core::text;
+use sandcap_core::vocabulary::{Capability, ConditionType, Kind, Reason};
 
 /// The most of one message a plan shows: `sandcap validate` and `sandcap explain` give the whole.
 pub const MAX_SHOWN: usize = 1024;

@@ -17,9 +17,9 @@ use super::cluster::ClusterArgs;
 use super::error::CliError;
 use super::output::Output;
 use crate::run::{WorkerPolicyArgs, contract_version};
-use crate::versions::ContractVersion;
-use crate::vocabulary::Kind;
 use diff::{Admission, Change, Plan, Switch};
+use sandcap_core::versions::ContractVersion;
+use sandcap_core::vocabulary::Kind;
 
 #[derive(Debug, clap::Args)]
 pub struct PlanArgs {

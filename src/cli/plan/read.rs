@@ -6,12 +6,12 @@ use std::path::PathBuf;
 use kube::api::{ApiResource, DynamicObject};
 
 use super::diff::Stored;
-use crate::api::{SandboxLease, SandboxProvider};
 use crate::cli::cluster::{ClusterArgs, list_pages, runtime};
 use crate::cli::error::CliError;
 use crate::cli::manifests::{Loaded, Manifests};
-use crate::validation;
-use crate::vocabulary::Kind;
+use sandcap_core::api::{SandboxLease, SandboxProvider};
+use sandcap_core::validation;
+use sandcap_core::vocabulary::Kind;
 
 /// How a live object is named in an error.
 const CLUSTER: &str = "the cluster";

@@ -4,12 +4,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde_json::json;
 
 use super::diff::{Admission, CHANGES, Change, REFUSED, Stored, Switch, diff, plan};
-use crate::addresses::WorkerPolicy;
-use crate::api::{SandboxLease, SandboxLeaseStatus, SandboxProvider, SandboxProviderStatus};
-use crate::contract::{self, Declared, Narrowing, Refusals, Verified};
 use crate::controller::fixtures::{T0, lease, provider, time};
-use crate::versions::{ContractVersion, V1, V2};
-use crate::vocabulary::{Capability, ConditionType, LeasePolicy, Reason};
+use sandcap_core::addresses::WorkerPolicy;
+use sandcap_core::api::{SandboxLease, SandboxLeaseStatus, SandboxProvider, SandboxProviderStatus};
+use sandcap_core::contract::{self, Declared, Narrowing, Refusals, Verified};
+use sandcap_core::versions::{ContractVersion, V1, V2};
+use sandcap_core::vocabulary::{Capability, ConditionType, LeasePolicy, Reason};
 
 const NINE: [&str; 9] = [
     "reusableLeases",

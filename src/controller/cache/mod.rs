@@ -21,18 +21,21 @@
 //!
 //! Each watch lists by a streaming list, or in pages where the apiserver refuses those (`listing.rs`).
 
+pub mod endpoints;
 mod events;
 mod index;
 pub(super) mod leases;
 mod listing;
 mod names;
+mod secrets;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::hash::Hash;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -44,13 +47,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::cached::CachedLease;
 use super::error::Error;
-use crate::api::{MAX_CONFIG_BYTES, SandboxProvider, SecretKeyRef};
-use crate::contract::SecretLookup;
+use crate::api::SandboxProvider;
 use crate::metrics::{KindLabels, Metrics};
 use crate::vocabulary::Kind;
 use events::{LeaseEvents, ProviderEvents, SecretEvents};
 pub use leases::Leases;
 pub use names::LeaseKey;
+use secrets::keep_config_values;
+pub use secrets::{SecretCache, SecretScope};
 
 /// The label a Secret must carry to serve as a lease's `configFrom` (an admin's explicit choice):
 /// only such Secrets are watched, so no other Secret is ever requested or held in memory.
@@ -62,6 +66,8 @@ pub struct Caches {
     /// Also which leases read which provider and Secret.
     pub leases: Leases,
     pub secrets: SecretCache,
+    /// The serving endpoints of every Service (for `spec.worker.service` workers).
+    pub endpoints: endpoints::Endpoints,
 }
 
 /// What re-triggers reconciles.
@@ -155,56 +161,6 @@ impl Queues {
     }
 }
 
-/// The namespaces whose Secrets sandcap reads (`--secret-namespaces`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SecretScope {
-    All,
-    /// Possibly none: then every `configFrom` reads as a missing Secret and narrows.
-    Namespaces(Vec<String>),
-}
-
-impl std::str::FromStr for SecretScope {
-    type Err = std::convert::Infallible;
-
-    /// `*` is every namespace; otherwise a comma-separated list (empty: none).
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(if s.trim() == "*" {
-            SecretScope::All
-        } else {
-            SecretScope::Namespaces(s.split(',').map(str::trim).filter(|n| !n.is_empty()).map(String::from).collect())
-        })
-    }
-}
-
-/// The labelled `configFrom` Secrets of every namespace in scope, one cache per namespace (a
-/// re-list of one namespace must not empty the others), each as [`keep_config_values`] trims it.
-#[derive(Clone, Default)]
-pub struct SecretCache {
-    all: Option<Store<Secret>>,
-    namespaced: BTreeMap<String, Store<Secret>>,
-}
-
-impl SecretCache {
-    /// What a lease in `namespace` finds for `r`. A Secret out of scope or without the label is
-    /// not in the cache, so it reads as missing, with the same message: nothing about it leaks.
-    pub fn lookup(&self, namespace: &str, r: &SecretKeyRef) -> SecretLookup {
-        let store = self.all.as_ref().or_else(|| self.namespaced.get(namespace));
-        let Some(secret) = store.and_then(|s| s.get(&ObjectRef::new(&r.name).within(namespace))) else {
-            return SecretLookup::MissingSecret;
-        };
-        match secret.data.as_ref().and_then(|data| data.get(&r.key)) {
-            Some(value) => SecretLookup::Found(value.0.clone()),
-            None if secret.annotations().contains_key(&r.key) => SecretLookup::TooLarge,
-            None => SecretLookup::MissingKey,
-        }
-    }
-
-    /// Every store (for readiness).
-    fn stores(&self) -> impl Iterator<Item = &Store<Secret>> {
-        self.all.iter().chain(self.namespaced.values())
-    }
-}
-
 /// One watch of `api`, its events applied to a new cache before anything else sees them. `config`
 /// is that of the paged lists, should the apiserver refuse streaming ones; `trim` takes from each
 /// object what nothing reads.
@@ -231,27 +187,6 @@ fn logged<K: Send>(
 /// Nothing reads `managedFields`, and they can be as large as the rest of the object.
 fn drop_managed_fields<K: Resource>(obj: &mut K) {
     obj.managed_fields_mut().clear();
-}
-
-/// What is kept of a labelled Secret: its data, each value within the bound of a config source
-/// ([`MAX_CONFIG_BYTES`]), so that a Secret costs at most its values within the bound (a value of
-/// 1 MiB costs nothing). A value over the bound is dropped and its key kept as an annotation of
-/// the copy, which says that it was: the Secret's own annotations are dropped (nothing reads
-/// them, and kubectl's last-applied one repeats the data).
-fn keep_config_values(secret: &mut Secret) {
-    drop_managed_fields(secret);
-    let mut over = BTreeMap::new();
-    if let Some(data) = &mut secret.data {
-        data.retain(|key, value| {
-            let within = value.0.len() <= MAX_CONFIG_BYTES;
-            if !within {
-                over.insert(key.clone(), String::new());
-            }
-            within
-        });
-    }
-    secret.metadata.annotations = Some(over).filter(|over| !over.is_empty());
-    secret.string_data = None;
 }
 
 impl Caches {
@@ -299,7 +234,12 @@ impl Caches {
             };
             secret_watches.push(events);
         }
-        let caches = Caches { providers, leases, secrets };
+        // Slices hold up to 100 endpoints (1,000 at most) each: pages of 50.
+        let slice_selector = watcher::Config::default().labels(endpoints::SERVICE_NAME_LABEL).page_size(50);
+        let slice_events =
+            logged(listing::watch(Api::<EndpointSlice>::all(client.clone()), slice_selector).default_backoff());
+        let (endpoints, mut slice_table) = endpoints::table();
+        let caches = Caches { providers, leases, secrets, endpoints };
 
         let (table, leases) = (&caches.leases, &queues.leases);
         let mut on_provider =
@@ -307,6 +247,12 @@ impl Caches {
         spawn_until(shutdown, provider_events, move |event| on_provider.handle(event));
         let mut on_lease = LeaseEvents::new(leases.clone(), lease_table, table.clone(), forget, judge_early);
         spawn_until(shutdown, lease_events, move |event| on_lease.handle(event));
+        let (providers, queue) = (caches.providers.clone(), queues.providers.clone());
+        spawn_until(shutdown, slice_events, move |event| {
+            for service in slice_table.apply(event) {
+                workers_of(&providers, &service).for_each(|p| queue.send(p));
+            }
+        });
         for events in secret_watches {
             let mut on_secret = SecretEvents::new(leases.clone(), table.clone());
             spawn_until(shutdown, events, move |event| on_secret.handle(event));
@@ -320,6 +266,7 @@ impl Caches {
         let all = async {
             self.providers.wait_until_ready().await.map_err(|_| Error::CacheGone("SandboxProvider"))?;
             self.leases.listed().await.then_some(()).ok_or(Error::CacheGone("SandboxLease"))?;
+            self.endpoints.listed().await.then_some(()).ok_or(Error::CacheGone("EndpointSlice"))?;
             for store in self.secrets.stores() {
                 store.wait_until_ready().await.map_err(|_| Error::CacheGone("Secret"))?;
             }
@@ -330,6 +277,17 @@ impl Caches {
             _ = shutdown.cancelled() => Ok(()),
         }
     }
+}
+
+/// The providers whose worker is `service`.
+fn workers_of(
+    providers: &Store<SandboxProvider>,
+    service: &endpoints::ServiceKey,
+) -> impl Iterator<Item = ObjectRef<SandboxProvider>> {
+    let of = |p: &SandboxProvider| {
+        p.spec.worker.service.as_ref().is_some_and(|s| s.namespace == service.0 && s.name == service.1)
+    };
+    providers.state().into_iter().filter(move |p| of(p)).map(|p| ObjectRef::from_obj(p.as_ref()))
 }
 
 /// Drives `events` in a task until `shutdown`, handing each to `handle`.
@@ -350,38 +308,4 @@ fn spawn_until<K: Send + 'static>(
 /// The channel as a stream, for `Controller::reconcile_on`.
 pub fn stream<T: Send + 'static>(mut rx: UnboundedReceiver<T>) -> impl Stream<Item = T> + Send + 'static {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
-}
-
-#[cfg(test)]
-mod tests {
-    use base64::Engine as _;
-    use serde_json::json;
-
-    use super::*;
-    use crate::controller::fixtures::secret;
-
-    #[test]
-    fn a_secret_is_kept_with_its_values_within_the_bound_and_the_rest_named() {
-        let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
-        let big = vec![b'7'; 1024 * 1024 - 64];
-        let within = vec![b' '; MAX_CONFIG_BYTES];
-        let data = json!({"big.json": b64(&big), "within.json": b64(&within), "small.json": b64(b"{}")});
-        let mut s = secret("team-a", "creds", data, json!({CONFIG_SOURCE_LABEL: "true"}));
-        s.metadata.annotations = Some([("kubectl.kubernetes.io/last-applied-configuration".into(), b64(&big))].into());
-        keep_config_values(&mut s);
-        let kept: usize = s.data.iter().flatten().map(|(_, v)| v.0.len()).sum();
-        assert_eq!(kept, MAX_CONFIG_BYTES + 2, "the big value and the annotation are gone");
-
-        let (store, mut writer) = reflector::store();
-        writer.apply_watcher_event(&watcher::Event::Apply(s));
-        let cache = SecretCache { all: Some(store), namespaced: BTreeMap::new() };
-        let lookup = |name: &str, key: &str| {
-            cache.lookup("team-a", &SecretKeyRef { name: name.into(), key: key.into(), ..Default::default() })
-        };
-        assert_eq!(lookup("creds", "big.json"), SecretLookup::TooLarge);
-        assert_eq!(lookup("creds", "small.json"), SecretLookup::Found(b"{}".to_vec()));
-        assert_eq!(lookup("creds", "within.json"), SecretLookup::Found(within));
-        assert_eq!(lookup("creds", "other.json"), SecretLookup::MissingKey);
-        assert_eq!(lookup("other", "big.json"), SecretLookup::MissingSecret);
-    }
 }

@@ -1,10 +1,10 @@
 //! docs/contract.md against the code it describes: each contract version's tables ("Contract
-//! versions") are rendered here from `sandcap::versions`, the table the CRDs, the webhook and
+//! versions") are rendered here from `sandcap_core::versions`, the table the CRDs, the webhook and
 //! resolution derive from, and must stand in the docs verbatim, so the two cannot drift apart.
 
-use sandcap::versions::{Contract, ContractVersion};
+use sandcap_core::versions::{Contract, ContractVersion};
 
-const CONTRACT_MD: &str = include_str!("../docs/contract.md");
+const CONTRACT_MD: &str = include_str!("../../docs/contract.md");
 
 /// A version's keys and refused keys as docs/contract.md writes them.
 fn tables(contract: &Contract) -> String {

@@ -1,40 +1,12 @@
-//! The CRD layer (docs/contract.md, "Resources and who enforces what"): one test per rule the CRD
-//! carries, through the offline evaluator and through `sandcap validate`'s verdict. The expected
-//! texts are what kube-apiserver 1.37.2 answered for the same objects; 1.35.4 answered the same
-//! where a minor's forms could differ (`Server::V1_35`, checked on the cases older minors wrote otherwise).
+//! The provider's rules: its fields, its drivers' keys, where its worker is, and each version's
+//! capability keys (removed and unknown ones named).
 
-mod support;
-
-use sandcap::judge::judge;
-use sandcap::schema::{Rejection, Server};
-use sandcap::validation::Options;
-use sandcap::versions::ContractVersion;
+use sandcap_core::schema::Server;
+use sandcap_core::versions::ContractVersion;
 use serde_json::{Value, json};
-use support::fixtures::*;
 
-const D0: &str = "/spec/environmentDrivers/0";
-const SEMVER: &str = r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-((0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(\+([0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*))?$";
-const SKIPPED: &str = "<nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation";
-
-/// Layer 1 of the default contract version (v1); `version_errors` checks another.
-fn check(object: &Value, old: Option<&Value>, server: Server) -> Result<(), Rejection> {
-    sandcap::schema::check(object, old, server, ContractVersion::V1)
-}
-
-fn errors(object: &Value, old: Option<&Value>, server: Server) -> Vec<String> {
-    check(object, old, server).expect_err("layer 1 rejects").errors
-}
-
-/// The denial `sandcap validate` prints for the object.
-fn denial(object: &Value) -> String {
-    let judgment = judge(object, &Options::default(), Server::default());
-    assert!(!judgment.allowed(), "denied: {judgment:?}");
-    judgment.message()
-}
-
-fn provider_case(pointer: &str, value: Value) -> Value {
-    set(provider_json(), pointer, value)
-}
+use super::{D0, SEMVER, SKIPPED, check, denial, errors, provider_case};
+use crate::support::*;
 
 #[test]
 fn the_examples_pass_layer_1() {
@@ -302,183 +274,6 @@ fn schema_errors_come_before_cel_errors_and_skip_them_when_blocking() {
     }
 }
 
-#[test]
-fn lease_schema_rules() {
-    let cases: Vec<(Value, Vec<&str>)> = vec![
-        (
-            set(lease_json(), "/spec/policy", json!("Reuse")),
-            vec![
-                "spec.policy: Unsupported value: \"Reuse\": supported values: \"Ephemeral\", \"ReuseByEnvironment\"",
-                SKIPPED,
-            ],
-        ),
-        (
-            remove(lease_json(), "/spec/environment"),
-            vec!["spec.environment: Invalid value: environment is required when policy is ReuseByEnvironment"],
-        ),
-        (
-            set(lease_json(), "/spec/environment", json!("")),
-            vec!["spec.environment: Invalid value: environment is required when policy is ReuseByEnvironment"],
-        ),
-        // One problem per field: a wrong type is only a wrong type.
-        (
-            set(lease_json(), "/spec/environment", json!(7)),
-            vec![
-                "spec.environment: Invalid value: \"integer\": spec.environment in body must be of type string: \"integer\"",
-                SKIPPED,
-            ],
-        ),
-        (
-            set(lease_json(), "/spec/providerRef/name", json!("Acme_K8s")),
-            vec![
-                "spec.providerRef.name: Invalid value: \"Acme_K8s\": spec.providerRef.name in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'",
-            ],
-        ),
-        (
-            set(
-                lease_json(),
-                "/spec/configFrom",
-                Value::Array((0..17).map(|i| json!({"secretKeyRef": {"name": format!("s{i}"), "key": "k"}})).collect()),
-            ),
-            vec!["spec.configFrom: Too many: 17: must have at most 16 items", SKIPPED],
-        ),
-        (
-            set(lease_json(), "/spec/configFrom/0/secretKeyRef/key", json!("a/b")),
-            vec![
-                "spec.configFrom[0].secretKeyRef.key: Invalid value: \"a/b\": spec.configFrom[0].secretKeyRef.key in body should match '^[-._a-zA-Z0-9]+$'",
-            ],
-        ),
-        (remove(lease_json(), "/spec/workloadRef/kind"), vec!["spec.workloadRef.kind: Required value", SKIPPED]),
-        (
-            set(lease_json(), "/spec/config", json!("backend=job")),
-            vec![
-                "spec.config: Invalid value: \"string\": spec.config in body must be of type object: \"string\"",
-                SKIPPED,
-            ],
-        ),
-        (
-            set(lease_json(), "/spec/nativeFileSyncUnsupported", json!("no")),
-            vec![
-                "spec.nativeFileSyncUnsupported: Invalid value: \"string\": spec.nativeFileSyncUnsupported in body must be of type boolean: \"string\"",
-                SKIPPED,
-            ],
-        ),
-    ];
-    for (object, expected) in cases {
-        assert_eq!(errors(&object, None, Server::V1_37), expected);
-        assert!(denial(&object).starts_with("SandboxLease.sandcap.dev \"run-42\" is invalid: "));
-    }
-    assert_eq!(check(&remove(remove(lease_json(), "/spec/policy"), "/spec/environment"), None, Server::V1_37), Ok(()));
-}
-
-#[test]
-fn immutable_fields_are_transition_rules_checked_only_on_update() {
-    let old = provider_json();
-    let new = provider_case("/spec/pluginKey", json!("acme.other"));
-    assert_eq!(check(&new, None, Server::V1_37), Ok(()), "a create has no old object");
-    for server in [Server::V1_35, Server::V1_37] {
-        assert_eq!(
-            errors(&new, Some(&old), server),
-            [
-                "spec.pluginKey: Invalid value: \"acme.other\": pluginKey is immutable: to register another plugin, create a new SandboxProvider"
-            ]
-        );
-    }
-    assert_eq!(check(&provider_case("/spec/version", json!("1.5.0")), Some(&old), Server::V1_37), Ok(()));
-    let old = lease_json();
-    let new = set(old.clone(), "/spec/providerRef/driverKey", json!("docker"));
-    assert_eq!(
-        errors(&new, Some(&old), Server::V1_37),
-        [
-            "spec.providerRef: Invalid value: providerRef is immutable: to use another provider or driver, create a new SandboxLease"
-        ]
-    );
-}
-
-#[test]
-fn null_optional_fields_count_as_absent() {
-    assert_eq!(check(&set(lease_json(), "/spec/workloadRef", Value::Null), None, Server::V1_37), Ok(()));
-    // A null service is no service: the one-of rule names the worker.
-    assert_eq!(
-        errors(&provider_case("/spec/worker/service", Value::Null), None, Server::V1_37),
-        ["spec.worker: Invalid value: set exactly one of service or url: neither is set"]
-    );
-}
-
-/// `object` with keys `typo0`, `typo1`, ... added at `pointer` until it holds `keys` keys.
-fn with_keys(object: Value, pointer: &str, keys: usize) -> Value {
-    let mut target = object.pointer(pointer).and_then(Value::as_object).cloned().expect("an object");
-    let mut i = 0;
-    while target.len() < keys {
-        target.insert(format!("typo{i}"), json!(1));
-        i += 1;
-    }
-    set(object, pointer, Value::Object(target))
-}
-
-/// Every object in `spec` keeps unknown keys for the webhook to name, and counts them: 16 keys are
-/// the webhook's to judge, 17 the apiserver refuses (a flood of unknown keys never reaches the
-/// webhook).
-#[test]
-fn every_spec_object_is_bounded_in_its_keys_unknown_keys_included() {
-    let provider_objects = ["/spec", "/spec/worker", "/spec/worker/service", D0];
-    let lease_objects =
-        ["/spec", "/spec/providerRef", "/spec/workloadRef", "/spec/configFrom/0", "/spec/configFrom/0/secretKeyRef"];
-    let cases =
-        provider_objects.map(|p| (provider_json(), p)).into_iter().chain(lease_objects.map(|p| (lease_json(), p)));
-    for (object, pointer) in cases {
-        let path = pointer.trim_start_matches('/').replace("/environmentDrivers/0", ".environmentDrivers[0]");
-        let path = path.replace("/configFrom/0", ".configFrom[0]").replace('/', ".");
-        assert_eq!(check(&with_keys(object.clone(), pointer, 16), None, Server::V1_37), Ok(()), "{path}");
-        assert_eq!(
-            errors(&with_keys(object, pointer, 17), None, Server::V1_37),
-            [format!("{path}: Too many: 17: must have at most 16 items"), SKIPPED.to_string()],
-        );
-    }
-    // The apiserver counts after defaulting (a lease's `policy`) and after dropping the null of a
-    // field that is neither nullable nor defaulted; it keeps a nullable field's null and an
-    // unknown key's null, and counts them.
-    let lease = json!({"providerRef": {"name": "acme", "driverKey": "kubernetes"}});
-    let lease = with_keys(set(lease_json(), "/spec", lease), "/spec", 15);
-    for fits in [
-        lease.clone(),
-        set(lease.clone(), "/spec/config", Value::Null),
-        set(lease.clone(), "/spec/policy", Value::Null),
-    ] {
-        assert_eq!(check(&fits, None, Server::V1_37), Ok(()), "{fits}");
-    }
-    for counted in ["/spec/environment", "/spec/typo99"] {
-        assert_eq!(
-            errors(&set(lease.clone(), counted, Value::Null), None, Server::V1_37),
-            ["spec: Too many: 17: must have at most 16 items", SKIPPED],
-            "{counted}"
-        );
-    }
-    let flood = with_keys(lease_json(), "/spec", 100_000);
-    assert_eq!(errors(&flood, None, Server::V1_37)[0], "spec: Too many: 100000: must have at most 16 items");
-}
-
-#[test]
-fn config_and_config_schema_are_bounded_in_their_keys() {
-    let schema = format!("{D0}/configSchema");
-    let cases = [
-        (lease_json(), "/spec/config".to_string(), "spec.config", 128),
-        (provider_json(), schema.clone(), "spec.environmentDrivers[0].configSchema", 64),
-        (provider_json(), format!("{schema}/properties"), "spec.environmentDrivers[0].configSchema.properties", 128),
-    ];
-    for (object, pointer, path, max) in cases {
-        assert_eq!(check(&with_keys(object.clone(), &pointer, max), None, Server::V1_37), Ok(()), "{path}");
-        assert_eq!(
-            errors(&with_keys(object, &pointer, max + 1), None, Server::V1_37),
-            [format!("{path}: Too many: {}: must have at most {max} items", max + 1), SKIPPED.to_string()],
-        );
-    }
-    // Below its top level, config is the configSchema's to judge (and the request size's to bound).
-    let nested =
-        json!({"deep": {"keys": (0..1000).map(|i| (format!("k{i}"), json!(i))).collect::<serde_json::Map<_, _>>()}});
-    assert_eq!(check(&set(lease_json(), "/spec/config", nested), None, Server::V1_37), Ok(()));
-}
-
 /// The host's first-party manifests declare all nine keys: v2 admits them, v1 refuses each key it
 /// does not have and names the version that would admit it.
 #[test]
@@ -487,7 +282,7 @@ fn nine_keys_are_admitted_under_v2_and_refused_under_v1_naming_v2() {
         ContractVersion::V2.contract().capabilities().map(|c| (c.key().to_string(), json!(true))).collect();
     let provider = provider_case(&format!("{D0}/sandboxCapabilities"), Value::Object(nine));
     for server in [Server::V1_35, Server::V1_37] {
-        assert_eq!(sandcap::schema::check(&provider, None, server, ContractVersion::V2), Ok(()));
+        assert_eq!(sandcap_core::schema::check(&provider, None, server, ContractVersion::V2), Ok(()));
         let refused = check(&provider, None, server).expect_err("v1 refuses the three").errors;
         let at = "spec.environmentDrivers[0].sandboxCapabilities: Invalid value: ";
         assert_eq!(
@@ -508,7 +303,8 @@ fn nine_keys_are_admitted_under_v2_and_refused_under_v1_naming_v2() {
     // concurrentSyncAndExec stays removed, and a typo is unknown in v2 too.
     let caps = format!("{D0}/sandboxCapabilities");
     let removed = provider_case(&caps, json!({"concurrentSyncAndExec": true, "duplexCommandStrem": true}));
-    let e = sandcap::schema::check(&removed, None, Server::V1_37, ContractVersion::V2).expect_err("refused").errors;
+    let e =
+        sandcap_core::schema::check(&removed, None, Server::V1_37, ContractVersion::V2).expect_err("refused").errors;
     assert_eq!(e.len(), 2, "{e:?}");
     assert!(e[0].ends_with(
         "concurrentSyncAndExec was removed from the contract (concurrency is no longer declared): delete it"

@@ -3,16 +3,16 @@
 mod support;
 
 use proptest::prelude::*;
-use sandcap::addresses::WorkerPolicy;
-use sandcap::api::{DeclaredCapabilities, DriverDeclaration, LeasePolicy};
-use sandcap::api::{SandboxLease, SandboxProvider};
-use sandcap::contract::{
+use sandcap_core::addresses::WorkerPolicy;
+use sandcap_core::api::{DeclaredCapabilities, DriverDeclaration, LeasePolicy};
+use sandcap_core::api::{SandboxLease, SandboxProvider};
+use sandcap_core::contract::{
     Capability, Contract, Declared, Narrowing, Reason, Refusals, Verified, resolve, resolve_driver, resolve_lease,
 };
-use sandcap::judge::{Server, judge};
-use sandcap::validation::{ALREADY_STORED, MAX_WARNING_LEN, Options, REVIEWED, Shape, identify, review};
-use sandcap::versions::{ContractVersion, V1, V2};
-use sandcap::vocabulary::DriverKind;
+use sandcap_core::judge::{Server, judge};
+use sandcap_core::validation::{ALREADY_STORED, MAX_WARNING_LEN, Options, REVIEWED, Shape, identify, review};
+use sandcap_core::versions::{ContractVersion, V1, V2};
+use sandcap_core::vocabulary::DriverKind;
 use serde_json::{Value, json};
 
 fn contract() -> impl Strategy<Value = &'static Contract> {
@@ -154,9 +154,9 @@ proptest! {
     #[test]
     fn fewer_verified_methods_never_grant_more(c in contract(), d in driver(), n in narrowing(), drop in 0usize..8) {
         let declared = Declared::from_driver(c, &d);
-        let all = resolve(c, &support::fixtures::all_verified(), &declared, &n);
+        let all = resolve(c, &support::all_verified(), &declared, &n);
         let dropped = V2.worker_methods()[drop];
-        let fewer = resolve(c, &support::fixtures::verified_without(&[dropped]), &declared, &n);
+        let fewer = resolve(c, &support::verified_without(&[dropped]), &declared, &n);
         for cap in Capability::ALL {
             prop_assert!(!fewer.is_granted(cap) || all.is_granted(cap));
         }
@@ -195,8 +195,8 @@ proptest! {
         v in verified(),
         c in contract(),
     ) {
-        let provider = edited(support::fixtures::provider_json(), &provider_edits, "/spec/environmentDrivers/0");
-        let lease = edited(support::fixtures::lease_json(), &lease_edits, "/spec");
+        let provider = edited(support::provider_json(), &provider_edits, "/spec/environmentDrivers/0");
+        let lease = edited(support::lease_json(), &lease_edits, "/spec");
         let options = Options { contract: c.version, ..Options::default() };
         let refusal = |object: &Value| judge(object, &options, Server::default()).refusal();
         let refusals = Refusals { lease: refusal(&lease), provider: refusal(&provider) };
@@ -207,7 +207,7 @@ proptest! {
             return Err(TestCaseError::reject("not readable as the types (never stored: the CRD's types refuse it)"));
         };
         typed_provider.metadata.uid = Some("uid".into());
-        let secret = |_: &_| sandcap::contract::SecretLookup::Found(b"{}".to_vec());
+        let secret = |_: &_| sandcap_core::contract::SecretLookup::Found(b"{}".to_vec());
         let r = resolve_lease(c, &typed_lease, Some(&typed_provider), &v, &refusals, secret);
         if refusals != Refusals::default() {
             for e in &r.resolution.explanations {

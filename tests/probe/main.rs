@@ -1,7 +1,11 @@
 //! The probe client against the real reference worker process over HTTP, plus a one-shot raw HTTP
 //! server for what the worker never does (HTTP errors, redirects) and to see the request itself.
 
+#[path = "../support/ca.rs"]
+mod ca;
+#[path = "../support/mod.rs"]
 mod support;
+mod tls;
 
 use std::time::Duration;
 
@@ -123,23 +127,6 @@ async fn whatever_answers_at_the_address_is_not_quoted() {
     let (url, _) = serve_once(http("500 Internal Server Error", "", &secret)).await;
     let message = failure(probe(&url).await);
     assert!(message.ends_with("the worker answered HTTP 500 Internal Server Error"), "{message}");
-}
-
-#[tokio::test]
-async fn a_tls_failure_is_named_without_the_peers_words() {
-    // A server that answers a ClientHello in plain text: the handshake fails.
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("https://{}/rpc", listener.local_addr().unwrap());
-    let server = tokio::spawn(async move {
-        let (mut socket, _) = listener.accept().await.unwrap();
-        let _ = socket.write_all(http("400 Bad Request", "", "secret-internal-banner").as_bytes()).await;
-        let _ = socket.shutdown().await;
-    });
-    let outcome = probe(&url).await;
-    server.await.unwrap();
-    assert_eq!(failed_with(&outcome), &ProbeError::Tls);
-    let message = failure(outcome);
-    assert!(message.contains("failed: the TLS handshake failed") && !message.contains("banner"), "{message}");
 }
 
 #[tokio::test]
@@ -355,50 +342,4 @@ fn resolve_probes_a_worker_url_live() {
     let explanations = record["explanations"].as_array().unwrap();
     assert!(explanations.iter().all(|e| e["reason"] == "WorkerNotVerified"), "{record}");
     assert!(stderr.contains("cannot connect") && stderr.contains("nothing is verified"), "{stderr}");
-}
-
-/// A CA store that yields no certificate (`SSL_CERT_FILE` naming an empty or missing file, as a
-/// private worker CA set up wrong) leaves http workers probed as ever and fails https ones at
-/// their handshake; before, building the prober panicked.
-#[test]
-fn an_empty_ca_store_fails_https_probes_and_leaves_http_ones() {
-    let dir = tempfile::tempdir().unwrap();
-    let empty = dir.path().join("empty.pem");
-    std::fs::write(&empty, "").unwrap();
-    let missing = dir.path().join("missing.pem");
-    let worker = Worker::with_methods(&V1.worker_methods());
-    let https = tls_server();
-    for file in [&empty, &missing] {
-        let env = [("SSL_CERT_FILE", file.as_path()), ("SSL_CERT_DIR", dir.path())];
-        let (record, stderr) = resolve_with_worker_url_and_env(&worker.url, &env);
-        assert_eq!(record["capabilities"]["nativeSyncIn"], true, "{record}\n{stderr}");
-        let (record, stderr) = resolve_with_worker_url_and_env(&https, &env);
-        let explanations = record["explanations"].as_array().unwrap();
-        assert!(explanations.iter().all(|e| e["reason"] == "WorkerNotVerified"), "{record}");
-        assert!(stderr.contains("the TLS handshake failed"), "{stderr}");
-    }
-}
-
-/// An https server on loopback with a self-signed certificate, answering handshakes until the
-/// test process ends; its URL.
-fn tls_server() -> String {
-    sandcap::tls::install_default_provider();
-    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
-    let key = rustls::pki_types::PrivateKeyDer::try_from(cert.signing_key.serialize_der()).unwrap();
-    let config =
-        rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(vec![cert.cert.der().clone()], key);
-    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config.unwrap()));
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("https://{}/rpc", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async move {
-            listener.set_nonblocking(true).unwrap();
-            let listener = TcpListener::from_std(listener).unwrap();
-            while let Ok((socket, _)) = listener.accept().await {
-                let _ = acceptor.accept(socket).await;
-            }
-        });
-    });
-    url
 }

@@ -3,13 +3,13 @@
 
 use std::time::{Duration, Instant};
 
-use sandcap::config_schema::{BUDGET, Budget, Deadline, Limit, SchemaError, compile, compile_within};
+use sandcap_core::config_schema::{BUDGET, Budget, Deadline, Limit, SchemaError, compile, compile_within};
 use serde_json::{Value, json};
 
 fn over_budget(schema: &Value) -> (String, Limit) {
     let started = Instant::now();
     let result = compile(schema, Deadline::Own);
-    // Generous for a debug build on a loaded machine; the release figures are in README.
+    // Generous for a debug build on a loaded machine; the release figures: docs/benchmarks/.
     assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
     match result {
         Err(SchemaError::OverBudget { at, limit }) => (at, limit),

@@ -1,15 +1,26 @@
-//! Fluent builders for typed test objects and the raw JSON manifests the webhook sees, for the
-//! tests of the pure core (contract, validation, schema, properties, CLI).
+//! The core's test support: fluent builders for typed test objects and the raw JSON manifests the
+//! webhook sees (contract, validation, schema, properties).
+#![allow(dead_code)]
 
-use sandcap::api::{
+use sandcap_core::api::{
     ConfigSource, DeclaredCapabilities, DriverDeclaration, LeasePolicy, ProviderRef, SandboxLease, SandboxLeaseSpec,
     SandboxProvider, SandboxProviderSpec, SecretKeyRef, ServiceRef, WorkerRef, WorkloadRef,
 };
-use sandcap::contract::{Capability, SecretLookup, Verified};
-use sandcap::vocabulary::DriverKind;
+use sandcap_core::contract::{Capability, SecretLookup, Verified};
+use sandcap_core::versions::ContractVersion;
+use sandcap_core::vocabulary::DriverKind;
 use serde_json::{Value, json};
 
-use super::every_method;
+/// Every method any contract version needs: a worker that serves them all.
+fn every_method() -> Vec<&'static str> {
+    let mut methods: Vec<&'static str> = Vec::new();
+    for method in ContractVersion::ALL.into_iter().flat_map(|v| v.contract().worker_methods()) {
+        if !methods.contains(&method) {
+            methods.push(method);
+        }
+    }
+    methods
+}
 
 pub fn all_verified() -> Verified {
     Verified::methods(every_method())

@@ -1,0 +1,302 @@
+//! A Service worker, probed at every endpoint that may serve a run (docs/contract.md, "What
+//! verifies"; docs/controller.md, "A Service worker, endpoint by endpoint").
+//!
+//! What each endpoint last answered is kept here, by provider, until the provider is deleted: an
+//! endpoint new to the Service (a new address, or a new Pod at an old one) is probed in the
+//! reconcile its EndpointSlice triggers; one that did not change waits for its own schedule (the
+//! interval while it answers, retries from seconds while it fails). A replica that starts leading
+//! knows nothing yet and probes every endpoint once.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{Api, ResourceExt};
+use reqwest::Url;
+
+use super::{RETRY_MIN, share_of};
+use crate::api::{ProbeResult, SandboxProvider, ServiceRef, WorkerScheme, WorkerStatus};
+use crate::contract::{self, EndpointAnswer, EndpointProbe};
+use crate::controller::cache::endpoints::Member;
+use crate::controller::context::Context;
+use crate::controller::error::Error;
+use crate::metrics::ProbeLabels;
+use crate::probe::{ProbeError, ProbeFailure, ProbeOutcome, Target, ca_bundle};
+
+/// A Service with more serving endpoints than this verifies nothing: probing them all, 16 at a
+/// time within the probe timeout, must fit in one reconcile's deadline.
+pub const MAX_ENDPOINTS: usize = 128;
+/// Endpoints of one provider probed at once (the provider controller runs 16 reconciles at once,
+/// so at most 256 probes are in flight).
+const ENDPOINTS_AT_ONCE: usize = 16;
+
+/// What each provider's endpoints last answered, by provider uid.
+#[derive(Default)]
+pub struct EndpointProbes {
+    by_provider: Mutex<HashMap<String, Vec<Probed>>>,
+}
+
+/// One endpoint's last probe.
+#[derive(Clone, Debug)]
+struct Probed {
+    member: Member,
+    outcome: ProbeOutcome,
+    at: Instant,
+    /// When it started failing (the first failure of the current run of failures).
+    failing_since: Option<Instant>,
+}
+
+impl EndpointProbes {
+    /// The provider with this uid was deleted.
+    pub fn forget(&self, uid: &str) {
+        self.by_provider.lock().expect("not poisoned").remove(uid);
+    }
+
+    fn take(&self, uid: &str) -> Vec<Probed> {
+        self.by_provider.lock().expect("not poisoned").remove(uid).unwrap_or_default()
+    }
+
+    fn keep(&self, uid: &str, probed: Vec<Probed>) {
+        self.by_provider.lock().expect("not poisoned").insert(uid.to_string(), probed);
+    }
+}
+
+/// How long after its last probe an endpoint is probed again: after `interval` (plus its share
+/// of a tenth of it) while it answers; while it fails, after as long as it has been failing, at
+/// least [`RETRY_MIN`], at most `interval`, each retry spread by its share of a tenth.
+fn due_after(probed: &Probed, interval: Duration, share: u64) -> Duration {
+    let spread = |d: Duration| d + d / 10 * share as u32 / 1000;
+    match probed.failing_since {
+        Some(since) => spread(probed.at.duration_since(since).clamp(RETRY_MIN, interval.max(RETRY_MIN))),
+        None => spread(interval),
+    }
+}
+
+/// The worker status of a provider whose worker is `service`, probing the endpoints that are
+/// due, and how long until the next one is; `None` for an `ExternalName` Service, which has no
+/// endpoints and is probed at its name.
+pub async fn probe_endpoints(
+    provider: &SandboxProvider,
+    service: &ServiceRef,
+    ctx: &Context,
+    now: &Time,
+) -> Result<Option<(WorkerStatus, Duration)>, Error> {
+    let uid = provider.uid().unwrap_or_default();
+    let failed = |message: String| {
+        let worker = WorkerStatus {
+            probe: ProbeResult::Failed,
+            last_probe_time: Some(now.clone()),
+            address: provider.spec.worker.address(),
+            message,
+            ..WorkerStatus::default()
+        };
+        ctx.endpoint_probes.forget(&uid);
+        Ok(Some((worker, ctx.probe_interval)))
+    };
+    let port_name = match service_port(ctx, service).await? {
+        Port::Named(name) => Some(name),
+        Port::Missing => None,
+        Port::ExternalName => return Ok(None),
+    };
+    let Some(port_name) = port_name else {
+        let message = format!(
+            "the Service {}/{} does not exist or has no port {}, so nothing is verified",
+            service.namespace, service.name, service.port
+        );
+        return failed(message);
+    };
+    let members = ctx.caches.endpoints.serving(&(service.namespace.clone(), service.name.clone()), &port_name);
+    if members.len() > MAX_ENDPOINTS {
+        let message = format!(
+            "the Service {}/{} has {} serving endpoints, more than the {MAX_ENDPOINTS} sandcap probes, so nothing is verified",
+            service.namespace,
+            service.name,
+            members.len()
+        );
+        return failed(message);
+    }
+
+    let interval = ctx.probe_interval;
+    let started = Instant::now();
+    let mut previous: HashMap<Member, Probed> =
+        ctx.endpoint_probes.take(&uid).into_iter().map(|p| (p.member.clone(), p)).collect();
+    let mut kept = Vec::with_capacity(members.len());
+    let mut due = Vec::new();
+    for member in members {
+        match previous.remove(&member) {
+            Some(p) if started.duration_since(p.at) < due_after(&p, interval, share_of(&uid, &member.address())) => {
+                kept.push(p)
+            }
+            last => due.push((member, last.and_then(|p| p.failing_since))),
+        }
+    }
+    let ca = match ca_bundle(&provider.spec.worker) {
+        Ok(ca) => ca,
+        Err(error) => return failed(error.to_string()),
+    };
+    let path = service.path.as_deref().unwrap_or("/");
+    let scheme = service.scheme.unwrap_or_default();
+    let (ca, host) = (ca.as_deref(), &service.host());
+    let probes = futures::stream::iter(due)
+        .map(|(member, failing_before)| async move {
+            // Over https the certificate is verified for the Service's name, at the endpoint.
+            let (url, address) = match scheme {
+                WorkerScheme::Http => (format!("http://{}{path}", member.address()), None),
+                WorkerScheme::Https => {
+                    (format!("https://{host}:{}{path}", member.port), Some(SocketAddr::new(member.ip, member.port)))
+                }
+            };
+            let outcome = match Url::parse(&url) {
+                Ok(url) => ctx.prober.probe_at(Target { url: &url, address, ca }, &provider.spec).await,
+                Err(e) => {
+                    ProbeOutcome::Failed(ProbeError::Endpoint(format!("no URL for {}: {e}", member.address())).into())
+                }
+            };
+            count(ctx, provider, &member, &outcome);
+            let at = Instant::now();
+            let failing_since = match outcome {
+                ProbeOutcome::Failed(_) => Some(failing_before.unwrap_or(at)),
+                ProbeOutcome::Succeeded { .. } => None,
+            };
+            Probed { member, outcome, at, failing_since }
+        })
+        .buffer_unordered(ENDPOINTS_AT_ONCE);
+    let probed_now: Vec<Probed> = probes.collect().await;
+    let any_probed = !probed_now.is_empty();
+    kept.extend(probed_now);
+    kept.sort_by(|a, b| a.member.cmp(&b.member));
+
+    let addresses: Vec<String> = kept.iter().map(|p| p.member.address()).collect();
+    let classes: Vec<String> = kept.iter().map(|p| failure_class(&p.outcome)).collect();
+    let endpoints: Vec<EndpointProbe> = kept
+        .iter()
+        .zip(&addresses)
+        .zip(&classes)
+        .map(|((p, address), class)| EndpointProbe {
+            address,
+            pod: p.member.pod.as_deref(),
+            answer: match &p.outcome {
+                ProbeOutcome::Succeeded { methods } => EndpointAnswer::Methods(methods),
+                ProbeOutcome::Failed(_) => EndpointAnswer::Failed(class),
+            },
+        })
+        .collect();
+    let agreement = contract::agree(ctx.contract.contract(), &endpoints);
+    let next = kept
+        .iter()
+        .map(|p| {
+            let after = due_after(p, interval, share_of(&uid, &p.member.address()));
+            (p.at + after).saturating_duration_since(Instant::now())
+        })
+        .min()
+        .unwrap_or(interval)
+        .max(Duration::from_millis(100));
+    ctx.endpoint_probes.keep(&uid, kept);
+
+    let (probe, supported_methods) = match agreement.methods {
+        Some(methods) => (ProbeResult::Succeeded, methods),
+        None => (ProbeResult::Failed, Vec::new()),
+    };
+    let mut worker = WorkerStatus {
+        supported_methods,
+        probe,
+        last_probe_time: Some(now.clone()),
+        address: provider.spec.worker.address(),
+        message: agreement.message,
+        endpoints: Some(agreement.status),
+    };
+    // A probe that found what status says moves lastProbeTime once per interval at most, so a
+    // rollout's reconciles, or a new leader probing every endpoint once, write only what changed.
+    let published = provider.status.as_ref().filter(|s| s.observed_generation == provider.metadata.generation);
+    if let Some(published) = published.and_then(|s| s.worker.as_ref()) {
+        let same = WorkerStatus { last_probe_time: published.last_probe_time.clone(), ..worker.clone() } == *published;
+        let recent =
+            published.last_probe_time.as_ref().and_then(|t| Duration::try_from(now.0.duration_since(t.0)).ok());
+        if same && (!any_probed || recent.is_some_and(|r| r < interval)) {
+            worker.last_probe_time = published.last_probe_time.clone();
+        }
+    }
+    Ok(Some((worker, next)))
+}
+
+/// What the Service says of the port a provider names.
+enum Port {
+    /// Its name (empty for an unnamed port), which the Service's EndpointSlices name it by.
+    Named(String),
+    /// No such Service, or no such port.
+    Missing,
+    ExternalName,
+}
+
+async fn service_port(ctx: &Context, service: &ServiceRef) -> Result<Port, Error> {
+    let api: Api<Service> = Api::namespaced(ctx.client.clone(), &service.namespace);
+    let found = api
+        .get_opt(&service.name)
+        .await
+        .map_err(|source| Error::ReadService { name: format!("{}/{}", service.namespace, service.name), source })?;
+    let Some(spec) = found.and_then(|s| s.spec) else { return Ok(Port::Missing) };
+    if spec.type_.as_deref() == Some("ExternalName") {
+        return Ok(Port::ExternalName);
+    }
+    let port = spec.ports.unwrap_or_default().into_iter().find(|p| p.port == service.port);
+    Ok(port.map_or(Port::Missing, |p| Port::Named(p.name.unwrap_or_default())))
+}
+
+/// What status may say of a failed endpoint (nothing for one that answered).
+fn failure_class(outcome: &ProbeOutcome) -> String {
+    match outcome {
+        ProbeOutcome::Succeeded { .. } => String::new(),
+        ProbeOutcome::Failed(ProbeFailure { error, .. }) => match error.class() {
+            Some(class) => class.as_str().to_string(),
+            None => error.to_string(),
+        },
+    }
+}
+
+/// The probe metric and the log line of one endpoint's probe; the detail is for the operator only.
+fn count(ctx: &Context, provider: &SandboxProvider, member: &Member, outcome: &ProbeOutcome) {
+    let labels = ProbeLabels { result: outcome.label(), reason: outcome.reason() };
+    ctx.metrics.probes.get_or_create(&labels).inc();
+    let (provider, endpoint, pod) = (provider.name_any(), member.address(), member.pod.as_deref().unwrap_or(""));
+    match outcome {
+        ProbeOutcome::Failed(failure) => tracing::info!(
+            %provider, %endpoint, pod, result = labels.result, reason = labels.reason, detail = %failure.detail(), "probed endpoint"
+        ),
+        ProbeOutcome::Succeeded { .. } => {
+            tracing::debug!(%provider, %endpoint, pod, result = labels.result, "probed endpoint")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probed(at: Instant, failing_since: Option<Instant>) -> Probed {
+        let member = Member { ip: "10.0.0.1".parse().unwrap(), port: 80, pod: None };
+        let outcome = match failing_since {
+            Some(_) => ProbeOutcome::Failed(crate::probe::ProbeError::NotOk.into()),
+            None => ProbeOutcome::Succeeded { methods: vec![] },
+        };
+        Probed { member, outcome, at, failing_since }
+    }
+
+    #[test]
+    fn failures_are_retried_from_seconds_doubling_to_the_interval_and_answers_after_it() {
+        let interval = Duration::from_secs(300);
+        let start = Instant::now();
+        let after = |failing_for: u64, share: u64| {
+            due_after(&probed(start + Duration::from_secs(failing_for), Some(start)), interval, share)
+        };
+        assert_eq!(after(0, 0), RETRY_MIN, "a first failure is retried within seconds");
+        assert_eq!(after(1, 0), RETRY_MIN);
+        assert_eq!(after(40, 0), Duration::from_secs(40), "as long again as it has been failing");
+        assert_eq!(after(3600, 0), interval, "never longer than the interval");
+        assert_eq!(after(0, 999), RETRY_MIN + RETRY_MIN / 10 * 999 / 1000, "spread by a tenth at most");
+        assert_eq!(due_after(&probed(start, None), interval, 500), interval + Duration::from_secs(15));
+    }
+}
