@@ -1,16 +1,15 @@
-//! What every reconcile shares, and what is done around every reconcile: queue accounting,
-//! metrics, the deadline and the backoff after a failure.
+//! What every reconcile shares, and what is done around every reconcile: metrics, the deadline
+//! and the backoff after a failure.
 
 use std::collections::HashMap;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kube::runtime::controller::Action;
 use kube::{Client, Resource, ResourceExt};
 
 use super::audit::Audits;
-use super::cache::{Caches, Queue, Queued};
+use super::cache::Caches;
+use super::engine::{Next, ReconcileFuture};
 use super::error::Error;
 use super::leader::Fence;
 use super::provider::EndpointProbes;
@@ -107,8 +106,8 @@ impl Context {
     async fn observe<K: Resource<DynamicType = ()>>(
         &self,
         obj: &K,
-        work: impl Future<Output = Result<Action, Error>>,
-    ) -> Result<Action, Error> {
+        work: impl Future<Output = Result<Next, Error>>,
+    ) -> Result<Next, Error> {
         let labels = KindLabels { kind: kind_label::<K>() };
         let started = Instant::now();
         let result =
@@ -135,21 +134,16 @@ impl Context {
     }
 }
 
-pub type ReconcileFuture = Pin<Box<dyn Future<Output = Result<Action, Error>> + Send>>;
-
-/// `reconcile` as a controller runs it: the object leaves `queue` (it is no longer waiting, see
-/// `sandcap_reconcile_queue_depth`) as the reconcile starts, and the reconcile is counted, timed
-/// and bounded ([`Context::observe`]). Done here, once, so no reconcile can forget it.
+/// `reconcile` as the engine runs it: counted, timed and bounded ([`Context::observe`]). Done
+/// here, once, so no reconcile can forget it.
 pub fn reconciler<K, Fut>(
-    queue: Queue<K>,
     reconcile: impl Fn(Arc<K>, Arc<Context>) -> Fut,
 ) -> impl FnMut(Arc<K>, Arc<Context>) -> ReconcileFuture
 where
-    K: Resource<DynamicType = ()> + Queued + Send + Sync + 'static,
-    Fut: Future<Output = Result<Action, Error>> + Send + 'static,
+    K: Resource<DynamicType = ()> + Send + Sync + 'static,
+    Fut: Future<Output = Result<Next, Error>> + Send + 'static,
 {
     move |obj, ctx| {
-        queue.started(&obj.queue_key());
         let work = reconcile(obj.clone(), ctx.clone());
         Box::pin(async move { ctx.observe(obj.as_ref(), work).await })
     }
@@ -158,10 +152,6 @@ where
 /// The backoff key: the uid, so an object deleted and re-created starts afresh.
 fn key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
     obj.meta().uid.clone().unwrap_or_else(|| format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()))
-}
-
-pub fn error_policy<K: Resource<DynamicType = ()>>(obj: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
-    Action::requeue(retry_delay(obj, error, ctx))
 }
 
 /// A failed reconcile: counted, logged once, and retried after the returned delay.

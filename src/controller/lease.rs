@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
 use super::cache::SecretCache;
 use super::cached::CachedLease;
 use super::context::Context;
+use super::engine::Next;
 use super::error::Error;
 use super::publish::publish;
 use super::status::{Conditions, now};
@@ -28,10 +28,10 @@ pub const RESYNC: Duration = Duration::from_secs(3600);
 /// Resolves one lease, judges its spec against today's rules ([`super::audit`]) and
 /// [`publish`]es its status: written if it differs from the published one, with an Event when
 /// its `Valid` condition turned.
-pub async fn reconcile_lease(lease: Arc<CachedLease>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile_lease(lease: Arc<CachedLease>, ctx: Arc<Context>) -> Result<Next, Error> {
     let provider = ctx.caches.providers.get(&ObjectRef::new(&lease.spec.provider_ref.name));
     if awaits_first_probe(&lease, provider.as_deref()) {
-        return Ok(Action::await_change());
+        return Ok(Next::Change);
     }
     // Both objects judged against today's rules: what they refuse grants nothing. Each judgment is
     // remembered per generation (a lease's in the lease table), so this costs a lookup once an
@@ -59,7 +59,7 @@ pub async fn reconcile_lease(lease: Arc<CachedLease>, ctx: Arc<Context>) -> Resu
     let desired = lease_status(&lease, &resolution, &now);
     publish(&ctx, lease.as_ref(), desired, &finding, &now).await?;
     // Nothing to schedule: the loop's pass every [`RESYNC`] comes back to every lease.
-    Ok(Action::await_change())
+    Ok(Next::Change)
 }
 
 /// Whether `lease` grants nothing now (it has no status, or one with every capability off) and its

@@ -1,5 +1,5 @@
-//! The operator half: two kube-runtime controllers that write the status docs/contract.md
-//! ("Status") describes.
+//! The operator half: two controllers, on one engine (`engine.rs`), that write the status
+//! docs/contract.md ("Status") describes.
 //!
 //! - The provider controller probes each provider's worker (on a spec change and every probe
 //!   interval) and publishes `SandboxProvider.status`: the verified methods and, per driver,
@@ -20,6 +20,7 @@ pub mod cache;
 mod cached;
 mod changes;
 mod context;
+mod engine;
 mod error;
 #[cfg(test)]
 pub(crate) mod fixtures;
@@ -29,24 +30,19 @@ mod provider;
 mod publish;
 mod recorder;
 mod renewal;
-mod runner;
 mod status;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
-use kube::runtime::controller::{self, Action, Config as ControllerConfig, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
-use kube::{Client, Resource};
+use kube::Client;
 use tokio_util::sync::CancellationToken;
 
 use audit::Audits;
 /// The form of a stored object the controllers judge, which `sandcap plan` judges too.
 pub(crate) use audit::stored;
 pub use cache::{CONFIG_SOURCE_LABEL, Caches, SecretScope};
-use context::{Context, PerObject, Writes, error_policy, reconciler, retry_delay};
+use context::{Context, PerObject, Writes, reconciler, retry_delay};
 pub use error::Error;
 use lease::reconcile_lease;
 use provider::reconcile_provider;
@@ -55,11 +51,12 @@ use provider::reconcile_provider;
 pub(crate) use {lease::lease_status, provider::provider_status};
 
 use crate::judge::Options;
-use crate::metrics::Metrics;
+use crate::metrics::{KindLabels, Metrics};
 use crate::probe::Prober;
+use crate::vocabulary::Kind;
 
 /// Probes are slow I/O; a few at a time keeps a burst of new providers from piling up sockets.
-const PROVIDER_CONCURRENCY: u16 = 16;
+const PROVIDER_CONCURRENCY: usize = 16;
 /// Bounds the apiserver load when every lease is resolved at once (startup, leader change).
 const LEASE_CONCURRENCY: usize = 32;
 
@@ -146,7 +143,7 @@ async fn controllers(
         let audits = audits.clone();
         move |lease: &cached::CachedLease| audits.judge_early(lease, &lease.spec)
     };
-    let (caches, queues, triggers) = Caches::start(
+    let (caches, triggers) = Caches::start(
         &client,
         &options.secret_namespaces,
         forget,
@@ -169,19 +166,29 @@ async fn controllers(
     let ctx = Context::new(client, caches.clone(), prober, metrics, options.probe_interval, writes, per_object);
     let ctx = Arc::new(ctx);
 
-    let provider_controller = Controller::for_stream(futures::stream::pending(), caches.providers.clone())
-        .with_config(ControllerConfig::default().concurrency(PROVIDER_CONCURRENCY))
-        .reconcile_on(cache::stream(triggers.providers))
-        .graceful_shutdown_on(shutdown.clone().cancelled_owned())
-        .run(reconciler(queues.providers, reconcile_provider), error_policy, ctx.clone())
-        .for_each(log_outcome);
-    // Leases by the loop of `runner`: a trigger is reconciled at once (a host waits for it).
-    let settings = runner::Settings { concurrency: LEASE_CONCURRENCY, resync: lease::RESYNC };
-    let lease_controller = runner::run(
+    let depth = |kind: Kind| ctx.metrics.reconcile_queue.get_or_create(&KindLabels { kind: kind.as_str() }).clone();
+    // Providers need no resync: each reconcile schedules the next probe.
+    let settings =
+        engine::Settings { concurrency: PROVIDER_CONCURRENCY, resync: None, depth: depth(Kind::SandboxProvider) };
+    let provider_controller = engine::run(
+        caches.providers.clone(),
+        cache::stream(triggers.providers),
+        settings,
+        reconciler(reconcile_provider),
+        retry_delay,
+        ctx.clone(),
+        shutdown.clone(),
+    );
+    let settings = engine::Settings {
+        concurrency: LEASE_CONCURRENCY,
+        resync: Some(lease::RESYNC),
+        depth: depth(Kind::SandboxLease),
+    };
+    let lease_controller = engine::run(
         caches.leases.clone(),
         cache::stream(triggers.leases),
         settings,
-        reconciler(queues.leases, reconcile_lease),
+        reconciler(reconcile_lease),
         retry_delay,
         ctx,
         shutdown,
@@ -213,21 +220,11 @@ fn running(metrics: &Metrics) -> impl Drop + use<> {
     Running(metrics.controllers_running.clone())
 }
 
-/// What the controllers report besides reconciles. A failed reconcile is not repeated here: it
-/// is [`error_policy`]'s one line, with the object, the error and the retry delay.
-async fn log_outcome<K: Resource>(outcome: Result<(ObjectRef<K>, Action), controller::Error<Error, watcher::Error>>) {
-    match outcome {
-        Ok(_) | Err(controller::Error::ReconcilerFailed(..)) => {}
-        Err(error) => tracing::debug!(%error, "controller event"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-    use crate::metrics::KindLabels;
 
     /// Log lines written while the returned guard lives (on this thread), at every level.
     pub(super) fn capture() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
@@ -271,24 +268,12 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn every_reconcile_leaves_the_queue_as_it_starts_and_is_counted() {
+    async fn every_reconcile_is_counted() {
         let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
-        let (queues, _triggers) = cache::Queues::new(&metrics);
         let lease = Arc::new(cached::CachedLease::from(fixtures::lease("team-a", "l").of("p", "k").build()));
-        queues.leases.send(cache::LeaseKey::of(&lease));
-        let labels = KindLabels { kind: "SandboxLease" };
-        let depth = || metrics.reconcile_queue.get_or_create(&labels).get();
-        assert_eq!(depth(), 1);
-        let waiting_at_start = Arc::new(Mutex::new(None));
-        let seen = waiting_at_start.clone();
-        let gauge = metrics.reconcile_queue.get_or_create(&labels).clone();
-        let mut run = reconciler(queues.leases.clone(), move |_lease, _ctx| {
-            *seen.lock().unwrap() = Some(gauge.get());
-            async { Ok(Action::await_change()) }
-        });
+        let mut run = reconciler(|_lease: Arc<cached::CachedLease>, _ctx| async { Ok(engine::Next::Change) });
         run(lease, context(metrics.clone())).await.unwrap();
-        assert_eq!(*waiting_at_start.lock().unwrap(), Some(0), "no longer waiting once started");
-        assert_eq!(metrics.reconciles.get_or_create(&labels).get(), 1);
+        assert_eq!(metrics.reconciles.get_or_create(&KindLabels { kind: "SandboxLease" }).get(), 1);
     }
 
     #[tokio::test]
@@ -298,10 +283,7 @@ mod tests {
         let ctx = context(metrics);
         let lease = fixtures::lease("team-a", "run-42").of("p", "k").build();
         let failed = || Error::CacheGone("SandboxProvider");
-        let lease = Arc::new(lease);
-        error_policy(lease.clone(), &failed(), ctx);
-        let reference = Box::new(ObjectRef::from_obj(lease.as_ref()).erase());
-        log_outcome::<crate::api::SandboxLease>(Err(controller::Error::ReconcilerFailed(failed(), reference))).await;
+        assert_eq!(retry_delay(Arc::new(lease), &failed(), ctx), Duration::from_secs(1));
 
         let logs = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
         assert_eq!(logs.lines().count(), 1, "{logs}");

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
-use kube::runtime::controller::Action;
 
 use super::context::Context;
+use super::engine::Next;
 use super::error::Error;
 use super::publish::publish;
 use super::status::{Conditions, now};
@@ -30,7 +30,7 @@ pub use endpoints::EndpointProbes;
 /// rules ([`super::audit`]) and [`publish`]es the status: written if it differs from the published
 /// one, with an Event for every capability that turned on or off and when its `Valid` condition
 /// turned.
-pub async fn reconcile_provider(provider: Arc<SandboxProvider>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile_provider(provider: Arc<SandboxProvider>, ctx: Arc<Context>) -> Result<Next, Error> {
     let provider = provider.as_ref();
     let now = now();
     let by_endpoint = match &provider.spec.worker.service {
@@ -57,7 +57,7 @@ pub async fn reconcile_provider(provider: Arc<SandboxProvider>, ctx: Arc<Context
         None => ctx.probe_interval,
     });
     publish(&ctx, provider, desired, &finding, &now).await?;
-    Ok(Action::requeue(next_probe))
+    Ok(Next::After(next_probe))
 }
 
 /// The worker probed at its one address (`spec.worker.url`, an `ExternalName` Service, or a

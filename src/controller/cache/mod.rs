@@ -29,7 +29,6 @@ mod listing;
 mod names;
 mod secrets;
 
-use std::collections::HashSet;
 use std::hash::Hash;
 use std::time::Duration;
 
@@ -40,9 +39,8 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
-use prometheus_client::metrics::gauge::Gauge;
 use serde::de::DeserializeOwned;
-use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio_util::sync::CancellationToken;
 
 use super::cached::CachedLease;
@@ -79,73 +77,41 @@ pub struct Triggers {
 /// An object the controllers queue, and the key it is queued by.
 pub trait Queued {
     type Key: Hash + Eq + Clone + Send + Sync + 'static;
-    fn queue_key(&self) -> Self::Key;
 }
 
 impl Queued for SandboxProvider {
     type Key = ObjectRef<SandboxProvider>;
-
-    fn queue_key(&self) -> Self::Key {
-        ObjectRef::from_obj(self)
-    }
 }
 
 impl Queued for CachedLease {
     type Key = LeaseKey;
-
-    fn queue_key(&self) -> LeaseKey {
-        LeaseKey::of(self)
-    }
 }
 
-/// A set or queue of triggers larger than this gives its memory back once it is empty: a burst
-/// (every lease at a start, the hourly resync) grows it to the number of objects, and a hash
-/// table never shrinks by itself.
-pub const KEPT_CAPACITY: usize = 1024;
-
-/// The objects of one kind that were triggered and not yet reconciled (a set, as the controller's
-/// own queue deduplicates), exported as `sandcap_reconcile_queue_depth`.
+/// Where the triggers of one kind go: to its controller's engine, which deduplicates them and
+/// counts what waits (`sandcap_reconcile_queue_depth`).
 pub struct Queue<K: Queued> {
-    tx: tokio::sync::mpsc::UnboundedSender<K::Key>,
-    pending: std::sync::Arc<std::sync::Mutex<HashSet<K::Key>>>,
-    depth: Gauge,
+    tx: UnboundedSender<K::Key>,
 }
 
 impl<K: Queued> Clone for Queue<K> {
     fn clone(&self) -> Self {
-        Queue { tx: self.tx.clone(), pending: self.pending.clone(), depth: self.depth.clone() }
+        Queue { tx: self.tx.clone() }
     }
 }
 
 impl<K: Queued> Queue<K> {
-    fn new(metrics: &Metrics, kind: &'static str) -> (Queue<K>, UnboundedReceiver<K::Key>) {
+    fn new() -> (Queue<K>, UnboundedReceiver<K::Key>) {
         let (tx, rx) = unbounded_channel();
-        let depth = metrics.reconcile_queue.get_or_create(&KindLabels { kind }).clone();
-        (Queue { tx, pending: Default::default(), depth }, rx)
+        (Queue { tx }, rx)
     }
 
     pub(super) fn send(&self, object: K::Key) {
-        let mut pending = self.pending.lock().expect("not poisoned");
-        pending.insert(object.clone());
-        self.depth.set(pending.len() as i64);
         // Only fails once the controller is gone, when nothing is left to trigger.
         let _ = self.tx.send(object);
     }
-
-    /// A reconcile of `object` starts: it is no longer waiting.
-    pub fn started(&self, object: &K::Key) {
-        let mut pending = self.pending.lock().expect("not poisoned");
-        if pending.remove(object) {
-            self.depth.set(pending.len() as i64);
-            if pending.is_empty() && pending.capacity() > KEPT_CAPACITY {
-                pending.shrink_to_fit();
-            }
-        }
-    }
 }
 
-/// The two controllers' queues. What a reconcile starts is marked where every reconcile is
-/// wrapped for its controller, not in each reconcile.
+/// The two controllers' queues.
 #[derive(Clone)]
 pub struct Queues {
     pub providers: Queue<SandboxProvider>,
@@ -154,9 +120,9 @@ pub struct Queues {
 
 impl Queues {
     /// Both queues, and the receiving ends the controllers read.
-    pub(super) fn new(metrics: &Metrics) -> (Queues, Triggers) {
-        let (providers, provider_rx) = Queue::new(metrics, Kind::SandboxProvider.as_str());
-        let (leases, lease_rx) = Queue::new(metrics, Kind::SandboxLease.as_str());
+    pub(super) fn new() -> (Queues, Triggers) {
+        let (providers, provider_rx) = Queue::new();
+        let (leases, lease_rx) = Queue::new();
         (Queues { providers, leases }, Triggers { providers: provider_rx, leases: lease_rx })
     }
 }
@@ -202,8 +168,8 @@ impl Caches {
         metrics: &Metrics,
         list_deadline: Duration,
         shutdown: &CancellationToken,
-    ) -> Result<(Caches, Queues, Triggers), Error> {
-        let (queues, triggers) = Queues::new(metrics);
+    ) -> Result<(Caches, Triggers), Error> {
+        let (queues, triggers) = Queues::new();
         let (providers, provider_events) =
             watch(Api::<SandboxProvider>::all(client.clone()), watcher::Config::default(), drop_managed_fields);
         // Where streaming lists are refused, kube's default paged list: pages of 500 of the latest
@@ -259,7 +225,7 @@ impl Caches {
         }
 
         caches.ready(list_deadline, shutdown).await?;
-        Ok((caches, queues, triggers))
+        Ok((caches, triggers))
     }
 
     async fn ready(&self, deadline: Duration, shutdown: &CancellationToken) -> Result<(), Error> {
@@ -305,7 +271,7 @@ fn spawn_until<K: Send + 'static>(
     });
 }
 
-/// The channel as a stream, for `Controller::reconcile_on`.
+/// The channel as a stream, for the engine.
 pub fn stream<T: Send + 'static>(mut rx: UnboundedReceiver<T>) -> impl Stream<Item = T> + Send + 'static {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }

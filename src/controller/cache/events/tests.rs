@@ -12,7 +12,6 @@ use crate::controller::cache::LeaseKey;
 use crate::controller::cache::leases::table;
 use crate::controller::cache::{CONFIG_SOURCE_LABEL, Queues, Triggers};
 use crate::controller::fixtures::{LeaseFixture, ProviderFixture, lease, provider, secret};
-use crate::metrics::Metrics;
 
 /// What the handlers write to: both queues (read back from their receiving ends), the lease
 /// table (its writer, until the lease handler takes it), the uids forgotten and the leases
@@ -31,8 +30,7 @@ type JudgeEarly = Box<dyn Fn(&CachedLease)>;
 
 impl Outputs {
     fn new() -> Outputs {
-        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
-        let (queues, triggers) = Queues::new(&metrics);
+        let (queues, triggers) = Queues::new();
         let (table, writer) = table(Default::default());
         let (forgotten, judged_early) = Default::default();
         Outputs { queues, triggers, table, writer: Some(writer), forgotten, judged_early }

@@ -1,0 +1,225 @@
+//! The one reconcile engine both controllers run on: a triggered object is reconciled at once, in
+//! its own task.
+//!
+//! kube-runtime's `Controller` passes every trigger through a timer queue of millisecond ticks,
+//! which delays each reconcile by up to two of them: a large part of what a host waits between
+//! creating a lease and seeing it resolved. This loop hands a trigger to a task as soon as fewer
+//! than `concurrency` run, with the guarantees the controller gave: never two reconciles of one
+//! object at once (a trigger during one runs it again afterwards), a reconcile scheduled again
+//! after the time it asks for ([`Next::After`]: a provider's next probe) or after the delay its
+//! error policy returns, and reconciles in flight finished at shutdown. The optional safety net is
+//! one pass over the cache, not a timer per object. The queue-depth gauge counts what waits here,
+//! so it is kept where the waiting is.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::Hash;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::FuturesUnordered;
+use futures::{Stream, StreamExt};
+use kube::Resource;
+use kube::runtime::reflector::{ObjectRef, Store};
+use prometheus_client::metrics::gauge::Gauge;
+use tokio_util::sync::CancellationToken;
+use tokio_util::time::{DelayQueue, delay_queue};
+
+use super::cache::{LeaseKey, Leases};
+use super::cached::CachedLease;
+use super::error::Error;
+
+/// A set or queue of triggers larger than this gives its memory back once it is empty: a burst
+/// (every object at a start, the hourly resync) grows it to the number of objects, and a hash
+/// table never shrinks by itself.
+pub const KEPT_CAPACITY: usize = 1024;
+
+/// What a successful reconcile asks of the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing until the object, or something it reads, changes (or the resync comes).
+    Change,
+    /// Reconcile again after this long, unless a trigger comes first.
+    After(Duration),
+}
+
+pub type ReconcileFuture = Pin<Box<dyn Future<Output = Result<Next, Error>> + Send>>;
+
+/// A cache the engine reads its objects from when their turn comes, so a reconcile always reads
+/// the newest version.
+pub trait Objects: Clone + Send + 'static {
+    type Key: Hash + Eq + Clone + Send + Sync + 'static;
+    type Object: Send + Sync + 'static;
+    fn get(&self, key: &Self::Key) -> Option<Arc<Self::Object>>;
+    /// Every cached object's key (the resync's pass).
+    fn keys(&self) -> Vec<Self::Key>;
+}
+
+impl Objects for Leases {
+    type Key = LeaseKey;
+    type Object = CachedLease;
+
+    fn get(&self, key: &LeaseKey) -> Option<Arc<CachedLease>> {
+        Leases::get(self, key)
+    }
+
+    fn keys(&self) -> Vec<LeaseKey> {
+        Leases::keys(self)
+    }
+}
+
+impl<K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static> Objects for Store<K> {
+    type Key = ObjectRef<K>;
+    type Object = K;
+
+    fn get(&self, key: &ObjectRef<K>) -> Option<Arc<K>> {
+        Store::get(self, key)
+    }
+
+    fn keys(&self) -> Vec<ObjectRef<K>> {
+        self.state().iter().map(|obj| ObjectRef::from_obj(obj.as_ref())).collect()
+    }
+}
+
+/// How one controller runs on the engine.
+pub struct Settings {
+    /// Reconciles at most at once.
+    pub concurrency: usize,
+    /// Every cached object is reconciled again this often, if set.
+    pub resync: Option<Duration>,
+    /// `sandcap_reconcile_queue_depth` of the kind: triggered and not yet started.
+    pub depth: Gauge,
+}
+
+/// What is waiting, running and scheduled.
+struct State<Q> {
+    waiting: VecDeque<Q>,
+    queued: HashSet<Q>,
+    running: HashSet<Q>,
+    /// Triggered while running: queued again once the reconcile ends.
+    again: HashSet<Q>,
+    scheduled: DelayQueue<Q>,
+    schedule_keys: HashMap<Q, delay_queue::Key>,
+}
+
+impl<Q: Hash + Eq + Clone> State<Q> {
+    fn new() -> Self {
+        State {
+            waiting: VecDeque::new(),
+            queued: HashSet::new(),
+            running: HashSet::new(),
+            again: HashSet::new(),
+            scheduled: DelayQueue::new(),
+            schedule_keys: HashMap::new(),
+        }
+    }
+
+    fn trigger(&mut self, object: Q) {
+        if let Some(key) = self.schedule_keys.remove(&object) {
+            self.scheduled.remove(&key);
+        }
+        if self.running.contains(&object) {
+            self.again.insert(object);
+        } else if self.queued.insert(object.clone()) {
+            self.waiting.push_back(object);
+        }
+    }
+
+    /// A burst of triggers has drained: its capacity goes back (see [`KEPT_CAPACITY`]).
+    fn drained(&mut self) {
+        if self.waiting.is_empty() && self.waiting.capacity() > KEPT_CAPACITY {
+            self.waiting.shrink_to_fit();
+            self.queued.shrink_to_fit();
+        }
+    }
+
+    /// `object` is triggered after `after`, unless it is triggered first.
+    fn schedule(&mut self, object: Q, after: Duration) {
+        let key = self.scheduled.insert(object.clone(), after);
+        if let Some(old) = self.schedule_keys.insert(object, key) {
+            self.scheduled.remove(&old);
+        }
+    }
+}
+
+/// Reconciles the objects `triggers` names (looked up in `objects` when their turn comes: a
+/// deleted one is skipped) until `shutdown`; then lets the reconciles in flight finish.
+pub async fn run<O: Objects, Ctx>(
+    objects: O,
+    triggers: impl Stream<Item = O::Key>,
+    settings: Settings,
+    mut reconcile: impl FnMut(Arc<O::Object>, Arc<Ctx>) -> ReconcileFuture,
+    retry_delay: impl Fn(Arc<O::Object>, &Error, Arc<Ctx>) -> Duration,
+    ctx: Arc<Ctx>,
+    shutdown: CancellationToken,
+) {
+    let mut state = State::new();
+    let mut triggers = std::pin::pin!(triggers.take_until(shutdown.clone().cancelled_owned()));
+    let mut triggers_open = true;
+    let mut in_flight = FuturesUnordered::new();
+    let mut resync = settings.resync.map(|every| tokio::time::interval_at(tokio::time::Instant::now() + every, every));
+    loop {
+        while in_flight.len() < settings.concurrency.max(1) && !shutdown.is_cancelled() {
+            let Some(object) = state.waiting.pop_front() else {
+                state.drained();
+                break;
+            };
+            state.queued.remove(&object);
+            let Some(obj) = objects.get(&object) else { continue };
+            state.running.insert(object.clone());
+            let task = tokio::spawn(reconcile(obj.clone(), ctx.clone()));
+            in_flight.push(async move {
+                let result = match task.await {
+                    Ok(result) => result,
+                    // A panic is the loop's, as it was kube-runtime's controller's; a task is
+                    // cancelled only when the runtime shuts down, and the loop with it.
+                    Err(e) => match e.try_into_panic() {
+                        Ok(panic) => std::panic::resume_unwind(panic),
+                        Err(_) => std::future::pending().await,
+                    },
+                };
+                (object, obj, result)
+            });
+        }
+        settings.depth.set(state.queued.len() as i64);
+        if shutdown.is_cancelled() {
+            while in_flight.next().await.is_some() {}
+            return;
+        }
+        tokio::select! {
+            Some((object, obj, result)) = in_flight.next() => {
+                state.running.remove(&object);
+                match &result {
+                    Ok(Next::Change) => {}
+                    Ok(Next::After(after)) => state.schedule(object.clone(), *after),
+                    Err(error) => state.schedule(object.clone(), retry_delay(obj, error, ctx.clone())),
+                }
+                if state.again.remove(&object) {
+                    state.trigger(object);
+                }
+            }
+            next = triggers.next(), if triggers_open => match next {
+                Some(object) => state.trigger(object),
+                None => triggers_open = false,
+            },
+            Some(expired) = state.scheduled.next() => {
+                let object = expired.into_inner();
+                state.schedule_keys.remove(&object);
+                state.trigger(object);
+            }
+            _ = tick(&mut resync) => objects.keys().into_iter().for_each(|key| state.trigger(key)),
+            _ = shutdown.cancelled() => {}
+        }
+    }
+}
+
+/// The resync's next tick; never without one.
+async fn tick(resync: &mut Option<tokio::time::Interval>) {
+    match resync {
+        Some(interval) => _ = interval.tick().await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests;
