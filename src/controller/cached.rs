@@ -14,28 +14,28 @@
 
 use std::borrow::Cow;
 use std::hash::{BuildHasher, Hasher, RandomState};
-use std::ops::Deref;
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use kube::Resource;
 use serde::Deserialize;
 
-use super::audit::Finding;
-use crate::api::{Pinned, SandboxLease, SandboxLeaseSpec, SandboxLeaseStatus};
+use crate::api::{Pinned, ResolvableLease, SandboxLease, SandboxLeaseSpec, SandboxLeaseStatus};
 use crate::vocabulary::{ConditionStatus, ConditionType};
 
-/// A lease as the cache holds it: derefs to the trimmed [`SandboxLease`], whose status holds the
-/// pin alone (what the identity check reads).
-#[derive(Clone, Debug, Deserialize)]
+/// A lease as a reconcile reads it, which is all the cache holds of it: its spec, the metadata that
+/// name and version it (name, namespace, uid, generation, resourceVersion), its pin and what is
+/// known of its published status.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(from = "Wire")]
 pub struct CachedLease {
-    lease: SandboxLease,
+    /// Of the metadata, only the fields above are set.
+    metadata: ObjectMeta,
+    pub spec: SandboxLeaseSpec,
+    pinned: Option<Pinned>,
     /// `None` while the lease has no status.
     published: Option<Published>,
-    /// What the audit found of this generation, if it was judged.
-    finding: Option<Arc<Finding>>,
 }
 
 /// What is kept of a published status besides the pin.
@@ -110,12 +110,8 @@ impl From<Wire> for CachedLease {
         let Meta { name, namespace, uid, generation, resource_version } = lease.metadata;
         let mut spec = lease.spec;
         spec.drop_config_over_bound();
-        let lease = SandboxLease {
-            metadata: ObjectMeta { name, namespace, uid, generation, resource_version, ..ObjectMeta::default() },
-            spec,
-            status: pinned.map(|pinned| SandboxLeaseStatus { pinned: Some(pinned), ..SandboxLeaseStatus::default() }),
-        };
-        CachedLease { lease, published, finding: None }
+        let metadata = ObjectMeta { name, namespace, uid, generation, resource_version, ..ObjectMeta::default() };
+        CachedLease { metadata, spec, pinned, published }
     }
 }
 
@@ -123,6 +119,9 @@ impl From<Wire> for CachedLease {
 pub struct Kept {
     uid: Option<Box<str>>,
     generation: Option<i64>,
+    /// What the status write names as the version it was computed from (docs/controller.md,
+    /// "Status writes carry a precondition").
+    resource_version: Option<Box<str>>,
     spec: Box<[u8]>,
     /// The spec's `config_over_bound`, which its JSON does not carry.
     config_over_bound: bool,
@@ -144,19 +143,19 @@ impl Kept {
         &self.spec
     }
 
-    /// Takes the published status (and pin) of `lease`, the same generation of this lease: its
-    /// spec is the one kept.
+    /// Takes the published status (and pin) and the version of `lease`, the same generation of
+    /// this lease: its spec is the one kept.
     pub fn republish(&mut self, lease: CachedLease) {
-        let pinned = lease.lease.status.and_then(|s| s.pinned);
-        if self.pinned.as_deref() != pinned.as_ref() {
-            self.pinned = pinned.map(Box::new);
+        self.resource_version = lease.metadata.resource_version.map(String::into_boxed_str);
+        if self.pinned.as_deref() != lease.pinned.as_ref() {
+            self.pinned = lease.pinned.map(Box::new);
         }
         self.published = lease.published;
     }
 
     /// The lease as a reconcile reads it. `None` (with an error in the log) should its spec not
     /// decode, which would be a bug: it is the JSON this process encoded.
-    pub fn view(&self, namespace: &str, name: &str, finding: Option<Arc<Finding>>) -> Option<CachedLease> {
+    pub fn view(&self, namespace: &str, name: &str) -> Option<CachedLease> {
         let mut spec: SandboxLeaseSpec = serde_json::from_slice(&self.spec)
             .map_err(|error| tracing::error!(namespace, name, %error, "a kept lease spec does not decode"))
             .ok()?;
@@ -166,37 +165,30 @@ impl Kept {
             namespace: Some(namespace.into()),
             uid: self.uid.as_deref().map(String::from),
             generation: self.generation,
+            resource_version: self.resource_version.as_deref().map(String::from),
             ..ObjectMeta::default()
         };
-        let status = self
-            .pinned
-            .as_deref()
-            .map(|p| SandboxLeaseStatus { pinned: Some(p.clone()), ..SandboxLeaseStatus::default() });
-        let lease = SandboxLease { metadata, spec, status };
-        Some(CachedLease { lease, published: self.published.clone(), finding })
+        let pinned = self.pinned.as_deref().cloned();
+        Some(CachedLease { metadata, spec, pinned, published: self.published.clone() })
     }
 }
 
 impl CachedLease {
     /// The compact form, for the table (see [`Kept`]).
     pub fn keep(self) -> Kept {
-        let SandboxLease { metadata, mut spec, status } = self.lease;
+        let CachedLease { metadata, mut spec, pinned, published } = self;
         // Kept as a flag, not as the stand-in the spec would be written with.
         let config_over_bound = std::mem::take(&mut spec.config_over_bound);
         Kept {
             uid: metadata.uid.map(String::into_boxed_str),
             generation: metadata.generation,
+            resource_version: metadata.resource_version.map(String::into_boxed_str),
             // Serializing a spec cannot fail: no map with non-string keys, no I/O.
             spec: serde_json::to_vec(&spec).unwrap_or_default().into_boxed_slice(),
             config_over_bound,
-            pinned: status.and_then(|s| s.pinned).map(Box::new),
-            published: self.published,
+            pinned: pinned.map(Box::new),
+            published,
         }
-    }
-
-    /// What the audit found of this generation, if it was judged.
-    pub fn finding(&self) -> Option<Arc<Finding>> {
-        self.finding.clone()
     }
 
     /// Whether `desired` is the status published now (by its digest: a status that differs in
@@ -228,14 +220,6 @@ impl CachedLease {
     }
 }
 
-impl Deref for CachedLease {
-    type Target = SandboxLease;
-
-    fn deref(&self) -> &SandboxLease {
-        &self.lease
-    }
-}
-
 /// The same resource as [`SandboxLease`]: the watch and the controller address it as such.
 impl Resource for CachedLease {
     type DynamicType = ();
@@ -258,11 +242,22 @@ impl Resource for CachedLease {
     }
 
     fn meta(&self) -> &ObjectMeta {
-        &self.lease.metadata
+        &self.metadata
     }
 
     fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.lease.metadata
+        &mut self.metadata
+    }
+}
+
+/// What resolving it reads.
+impl ResolvableLease for CachedLease {
+    fn spec(&self) -> &SandboxLeaseSpec {
+        &self.spec
+    }
+
+    fn pinned(&self) -> Option<&Pinned> {
+        self.pinned.as_ref()
     }
 }
 

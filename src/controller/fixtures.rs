@@ -2,13 +2,31 @@
 //! them over, built from JSON so that they read like the manifests they stand for.
 //!
 //! `provider("p").driver("k").declares(&["nativeSyncIn"]).probed_ok(&["environmentSyncIn"]).at(T0)`,
-//! `lease("team-a", "l").of("p", "k").config_from("s", "config.json")`.
+//! `lease("team-a", "l").of("p", "k").config_from("s", "config.json")`; a [`Context`] around them
+//! ([`context`]), whose client may be a scripted apiserver ([`apiserver`]).
+
+pub mod apiserver;
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Client;
+use kube::runtime::reflector;
 use serde_json::{Value, json};
 
+use super::audit::Audits;
+use super::cache::{self, Caches, ProviderTable, leases::Writer};
+use super::context::{Context, Writes};
+use super::known;
+use super::leader::Fence;
+use super::recorder;
 use crate::api::{SandboxLease, SandboxProvider};
+use crate::judge::Options;
+use crate::metrics::Metrics;
+use crate::probe::Prober;
+use crate::vocabulary::Kind;
 
 /// The time of a fixture's probe or status: `at(T0)`, then `later(T0, 90)`.
 pub const T0: &str = "2030-01-01T00:00:00Z";
@@ -162,4 +180,41 @@ pub fn secret(namespace: &str, name: &str, data: Value, labels: Value) -> Secret
         "data": data
     }))
     .expect("a valid Secret")
+}
+
+/// A context and the ends of it a test drives: the lease table's writer (what the lease watch
+/// would write) and the Event publisher (which runs once a test takes and spawns it).
+pub struct Parts {
+    pub ctx: Arc<Context>,
+    pub leases: Writer,
+    pub publisher: Option<recorder::Publisher>,
+}
+
+/// A context whose client is `client`, with empty caches.
+pub fn context_with(client: Client, metrics: &Metrics) -> Parts {
+    let prober = Prober::new(Duration::from_secs(1), Default::default(), "test").expect("a prober");
+    let (leases, leases_writer) = cache::leases::table(known::nonconforming(metrics, Kind::SandboxLease));
+    let caches = Caches {
+        providers: reflector::store().0,
+        leases,
+        secrets: cache::SecretCache::default(),
+        endpoints: cache::endpoints::table().0,
+    };
+    let (audits, provider_table) = (Arc::new(Audits::new(Options::default())), Arc::new(ProviderTable::new(metrics)));
+    let (events, publisher) = recorder::channel(client.clone(), "test", metrics.events_dropped.clone(), Fence::Open);
+    let (probe_interval, contract) = (Duration::from_secs(60), audits.contract());
+    let writes = Writes { fence: Fence::Open, events };
+    let metrics = metrics.clone();
+    let ctx = Context { client, caches, prober, writes, metrics, probe_interval, contract, audits, provider_table };
+    Parts { ctx: Arc::new(ctx), leases: leases_writer, publisher: Some(publisher) }
+}
+
+/// A context whose client is never connected to (see [`context_with`]).
+pub fn context(metrics: &Metrics) -> Parts {
+    let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"))).expect("a client");
+    context_with(client, metrics)
+}
+
+pub fn metrics() -> Metrics {
+    Metrics::register(&mut prometheus_client::registry::Registry::default())
 }

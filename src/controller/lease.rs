@@ -6,17 +6,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
 
 use super::cache::SecretCache;
 use super::cached::CachedLease;
-use super::context::Context;
+use super::context::{self, Context};
 use super::engine::Next;
 use super::error::Error;
 use super::publish::publish;
 use super::status::{Conditions, now};
-use crate::api::{SandboxLease, SandboxLeaseStatus, SandboxProvider};
+use crate::api::{ResolvableLease, SandboxLeaseStatus, SandboxProvider};
 use crate::config_schema;
 use crate::contract::{self, Contract, LeaseResolution, Reason, Refusals, Verified};
 use crate::vocabulary::{ConditionReason as Why, ConditionStatus, ConditionType as Type};
@@ -34,18 +34,11 @@ pub async fn reconcile_lease(lease: Arc<CachedLease>, ctx: Arc<Context>) -> Resu
         return Ok(Next::Change);
     }
     // Both objects judged against today's rules: what they refuse grants nothing. Each judgment is
-    // remembered per generation (a lease's in the lease table), so this costs a lookup once an
-    // object has been judged.
-    let finding = match lease.finding() {
-        Some(finding) => finding,
-        None => {
-            let finding = ctx.audits.judge(lease.as_ref(), &lease.spec).await;
-            ctx.caches.leases.judged(&lease, finding.clone());
-            finding
-        }
-    };
+    // remembered per generation by its kind's table, so this costs a lookup once an object has
+    // been judged.
+    let finding = context::finding(&ctx, lease.as_ref(), &lease.spec).await;
     let provider_finding = match &provider {
-        Some(p) => Some(ctx.audits.finding(p.as_ref(), &p.spec).await),
+        Some(p) => Some(context::finding(&ctx, p.as_ref(), &p.spec).await),
         None => None,
     };
     let refusals = Refusals { lease: finding.refusal(), provider: provider_finding.and_then(|f| f.refusal()) };
@@ -73,7 +66,7 @@ fn awaits_first_probe(lease: &CachedLease, provider: Option<&SandboxProvider>) -
 
 /// Whether resolving `lease` compiles no configSchema: its driver declares none, or the compiled
 /// one is cached.
-fn compiles_nothing(lease: &SandboxLease, provider: Option<&SandboxProvider>) -> bool {
+fn compiles_nothing(lease: &CachedLease, provider: Option<&SandboxProvider>) -> bool {
     let driver = provider
         .and_then(|p| p.spec.environment_drivers.iter().find(|d| d.driver_key == lease.spec.provider_ref.driver_key));
     driver.and_then(|d| d.config_schema.as_ref()).is_none_or(config_schema::is_cached)
@@ -83,7 +76,7 @@ fn compiles_nothing(lease: &SandboxLease, provider: Option<&SandboxProvider>) ->
 /// rules refuse of the two, and the cached `configFrom` Secrets of its namespace.
 fn resolve(
     contract: &Contract,
-    lease: &SandboxLease,
+    lease: &CachedLease,
     provider: Option<&SandboxProvider>,
     refusals: &Refusals,
     secrets: &SecretCache,
@@ -97,8 +90,8 @@ fn resolve(
 /// `pinned` is set once, from the first resolution whose identity check passed, and kept.
 pub fn lease_status(lease: &CachedLease, r: &LeaseResolution, now: &Time) -> SandboxLeaseStatus {
     let previous = lease.conditions();
-    let conditions = Conditions { generation: lease.metadata.generation, previous: &previous, now };
-    let pinned = lease.status.as_ref().and_then(|s| s.pinned.clone()).or_else(|| r.pin.clone());
+    let conditions = Conditions { generation: lease.meta().generation, previous: &previous, now };
+    let pinned = lease.pinned().cloned().or_else(|| r.pin.clone());
     let identity = match (&r.identity, &pinned) {
         (Ok(()), Some(p)) => {
             let message = format!(
@@ -159,7 +152,7 @@ pub fn lease_status(lease: &CachedLease, r: &LeaseResolution, now: &Time) -> San
         }
     };
     SandboxLeaseStatus {
-        observed_generation: lease.metadata.generation,
+        observed_generation: lease.meta().generation,
         conditions: vec![resolved, config, identity],
         pinned,
         effective_policy: Some(r.effective_policy),
@@ -175,6 +168,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::api::SandboxLease;
     use crate::controller::fixtures::{T0, later, lease, provider, time};
     use crate::versions::V1;
     use crate::vocabulary::Capability;
@@ -264,7 +258,7 @@ mod tests {
 
     #[test]
     fn a_schema_compiled_before_is_checked_without_leaving_the_async_worker() {
-        let l = lease("team-a", "l").of("p", "k").build();
+        let l = CachedLease::from(lease("team-a", "l").of("p", "k").build());
         let plain = provider("p").driver("k").probed_ok(&METHODS).build();
         assert!(compiles_nothing(&l, Some(&plain)) && compiles_nothing(&l, None));
         let schema = json!({"type": "object", "title": "compiles_nothing"});

@@ -24,6 +24,7 @@ mod engine;
 mod error;
 #[cfg(test)]
 pub(crate) mod fixtures;
+mod known;
 pub mod leader;
 mod lease;
 mod provider;
@@ -42,7 +43,7 @@ use audit::Audits;
 /// The form of a stored object the controllers judge, which `sandcap plan` judges too.
 pub(crate) use audit::stored;
 pub use cache::{CONFIG_SOURCE_LABEL, Caches, SecretScope};
-use context::{Context, PerObject, Writes, reconciler, retry_delay};
+use context::{Context, Writes, reconciler, retry_delay};
 pub use error::Error;
 use lease::reconcile_lease;
 use provider::reconcile_provider;
@@ -130,24 +131,21 @@ async fn controllers(
     fence: leader::Fence,
 ) -> Result<(), Error> {
     let prober = Prober::new(options.probe_timeout, options.rules.workers.clone(), &options.identity)?;
-    let per_object = PerObject::new(Audits::new(options.rules.clone(), &metrics));
+    let audits = Arc::new(Audits::new(options.rules.clone()));
+    known::count_none(&metrics);
+    let provider_table = Arc::new(cache::ProviderTable::new(&metrics));
     let forget = {
-        let per_object = per_object.clone();
-        move |uid: &str| per_object.forget(uid)
+        let provider_table = provider_table.clone();
+        move |uid: &str| provider_table.forget(uid)
     };
     // The watches end with the controllers, also when they stop for a lost leader lease.
     let watches = shutdown.child_token();
     let _stop_watches = watches.clone().drop_guard();
-    let audits = per_object.audits.clone();
-    let judge_early = {
-        let audits = audits.clone();
-        move |lease: &cached::CachedLease| audits.judge_early(lease, &lease.spec)
-    };
     let (caches, triggers) = Caches::start(
         &client,
         &options.secret_namespaces,
         forget,
-        judge_early,
+        audits.clone(),
         &metrics,
         options.cache_sync_timeout,
         &watches,
@@ -163,7 +161,20 @@ async fn controllers(
     let publishing = CancellationToken::new();
     let publisher = tokio::spawn(publisher.run(publishing.clone()));
     let writes = Writes { fence, events };
-    let ctx = Context::new(client, caches.clone(), prober, metrics, options.probe_interval, writes, per_object);
+    let contract = audits.contract();
+    let probe_interval = options.probe_interval;
+    let (caches_, metrics_) = (caches.clone(), metrics.clone());
+    let ctx = Context {
+        client,
+        caches: caches_,
+        prober,
+        writes,
+        metrics: metrics_,
+        probe_interval,
+        contract,
+        audits,
+        provider_table,
+    };
     let ctx = Arc::new(ctx);
 
     let depth = |kind: Kind| ctx.metrics.reconcile_queue.get_or_create(&KindLabels { kind: kind.as_str() }).clone();
@@ -204,7 +215,7 @@ async fn controllers(
     // A publisher that panicked only lost Events, which are counted as dropped.
     let _ = publisher.await;
     // Another replica, or the next run, counts from scratch.
-    audits.clear();
+    known::count_none(&metrics);
     tracing::info!("controllers stopped");
     Ok(())
 }
@@ -249,39 +260,20 @@ mod tests {
         (lines, tracing::subscriber::set_default(subscriber))
     }
 
-    /// A context whose client is never connected to.
-    fn context(metrics: Metrics) -> Arc<Context> {
-        let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
-        let prober = Prober::new(Duration::from_secs(1), Default::default(), "test").unwrap();
-        let caches = Caches {
-            providers: kube::runtime::reflector::store().0,
-            leases: cache::leases::table(Default::default()).0,
-            secrets: cache::SecretCache::default(),
-            endpoints: cache::endpoints::table().0,
-        };
-        let per_object = PerObject::new(Audits::new(Options::default(), &metrics));
-        let (events, _) =
-            recorder::channel(client.clone(), "test", metrics.events_dropped.clone(), leader::Fence::Open);
-        let interval = Duration::from_secs(60);
-        let writes = Writes { fence: leader::Fence::Open, events };
-        Arc::new(Context::new(client, caches, prober, metrics, interval, writes, per_object))
-    }
-
     #[tokio::test]
     async fn every_reconcile_is_counted() {
-        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+        let metrics = fixtures::metrics();
         let lease = Arc::new(cached::CachedLease::from(fixtures::lease("team-a", "l").of("p", "k").build()));
         let mut run = reconciler(|_lease: Arc<cached::CachedLease>, _ctx| async { Ok(engine::Next::Change) });
-        run(lease, context(metrics.clone())).await.unwrap();
+        run(lease, fixtures::context(&metrics).ctx).await.unwrap();
         assert_eq!(metrics.reconciles.get_or_create(&KindLabels { kind: "SandboxLease" }).get(), 1);
     }
 
     #[tokio::test]
     async fn a_failed_reconcile_is_logged_once_with_the_object_the_error_and_the_retry_delay() {
         let (lines, _guard) = capture();
-        let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
-        let ctx = context(metrics);
-        let lease = fixtures::lease("team-a", "run-42").of("p", "k").build();
+        let ctx = fixtures::context(&fixtures::metrics()).ctx;
+        let lease = cached::CachedLease::from(fixtures::lease("team-a", "run-42").of("p", "k").build());
         let failed = || Error::CacheGone("SandboxProvider");
         assert_eq!(retry_delay(Arc::new(lease), &failed(), ctx), Duration::from_secs(1));
 

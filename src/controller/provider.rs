@@ -12,7 +12,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
-use super::context::Context;
+use super::context::{self, Context};
 use super::engine::Next;
 use super::error::Error;
 use super::publish::publish;
@@ -24,7 +24,6 @@ use crate::metrics::ProbeLabels;
 use crate::probe::{ProbeOutcome, Prober};
 use crate::text;
 use crate::vocabulary::{ConditionReason as Why, ConditionType as Type};
-pub use endpoints::EndpointProbes;
 
 /// Reconciles one provider: probes its worker if a probe is due, judges its spec against today's
 /// rules ([`super::audit`]) and [`publish`]es the status: written if it differs from the published
@@ -43,7 +42,7 @@ pub async fn reconcile_provider(provider: Arc<SandboxProvider>, ctx: Arc<Context
         Some((worker, wait)) => (worker, Some(wait)),
         None => probe_by_address(provider, &ctx, &now).await,
     };
-    let finding = ctx.audits.finding(provider, &provider.spec).await;
+    let finding = context::finding(&ctx, provider, &provider.spec).await;
     let refusal = finding.refusal();
     // Compiling the drivers' configSchemas is CPU work (bounded by the compile budget): off the
     // async workers, so that it delays no other reconcile, watch or probe. Schemas compiled before

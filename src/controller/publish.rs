@@ -362,3 +362,6 @@ mod tests {
         assert!(valid_turned(std::slice::from_ref(&valid), &valid).is_none(), "still conforming");
     }
 }
+
+#[cfg(test)]
+mod requests;

@@ -243,6 +243,24 @@ pub struct SandboxLeaseStatus {
     pub explanations: Vec<Explanation>,
 }
 
+/// What resolving a lease reads of it: its spec and its pin. The stored object has both; the
+/// controller's cache holds a lease trimmed to these (and to what names and versions it).
+pub trait ResolvableLease {
+    fn spec(&self) -> &SandboxLeaseSpec;
+    /// The identity it was first resolved against, once published.
+    fn pinned(&self) -> Option<&Pinned>;
+}
+
+impl ResolvableLease for SandboxLease {
+    fn spec(&self) -> &SandboxLeaseSpec {
+        &self.spec
+    }
+
+    fn pinned(&self) -> Option<&Pinned> {
+        self.status.as_ref().and_then(|s| s.pinned.as_ref())
+    }
+}
+
 /// The exact plugin identity a lease was first resolved against.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]

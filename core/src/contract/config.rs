@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::api::{CONFIG_TOO_LARGE, DriverDeclaration, MAX_CONFIG_BYTES, SandboxLease, SecretKeyRef};
+use crate::api::{CONFIG_TOO_LARGE, DriverDeclaration, MAX_CONFIG_BYTES, ResolvableLease, SecretKeyRef};
 use crate::config_schema::{self, Deadline, SchemaError};
 use crate::vocabulary::ConditionReason;
 
@@ -70,19 +70,19 @@ pub enum SecretLookup {
 /// Resolves a lease's config: `config` (or `{}`), each `configFrom` object merged over it in
 /// order, then checked against the driver's `configSchema`. The error never includes a value.
 pub fn resolve_config(
-    lease: &SandboxLease,
+    lease: &impl ResolvableLease,
     driver: &DriverDeclaration,
     secret: impl Fn(&SecretKeyRef) -> SecretLookup,
 ) -> Result<Value, ConfigFailure> {
-    if lease.spec.config_too_large() {
+    if lease.spec().config_too_large() {
         return Err(ConfigFailure::ConfigTooLarge);
     }
-    let mut config = match &lease.spec.config {
+    let mut config = match &lease.spec().config {
         None => Value::Object(Default::default()),
         Some(v @ Value::Object(_)) => v.clone(),
         Some(_) => return Err(ConfigFailure::ConfigNotAnObject),
     };
-    for source in &lease.spec.config_from {
+    for source in &lease.spec().config_from {
         let r = &source.secret_key_ref;
         let (name, key) = (r.name.clone(), r.key.clone());
         let bytes = match secret(r) {
@@ -144,7 +144,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::api::{ProviderRef, SandboxLeaseSpec};
+    use crate::api::{ProviderRef, SandboxLease, SandboxLeaseSpec};
 
     fn lease(config: Value, secret: &str) -> SandboxLease {
         let r = SecretKeyRef { name: "creds".into(), key: secret.into(), ..SecretKeyRef::default() };

@@ -1,7 +1,7 @@
 //! A lease's exact-plugin identity: the pin it takes, and why it fails against the provider as it
 //! is now (or a driver that is no sandbox provider at all).
 
-use crate::api::{DriverDeclaration, Pinned, SandboxLease, SandboxProvider};
+use crate::api::{DriverDeclaration, Pinned, ResolvableLease, SandboxProvider};
 use crate::vocabulary::ConditionReason;
 
 /// Why a driver's capabilities are never read, if they are not: it is not `kind: sandbox_provider`.
@@ -59,12 +59,12 @@ pub fn pin_for(provider: &SandboxProvider, driver_key: &str) -> Option<Pinned> {
 /// Checks the exact-plugin identity of a lease against the provider as it is now.
 /// Returns the driver on success, or the reason every capability must be off.
 pub fn check_identity<'p>(
-    lease: &SandboxLease,
+    lease: &impl ResolvableLease,
     provider: Option<&'p SandboxProvider>,
 ) -> Result<&'p DriverDeclaration, IdentityFailure> {
-    let wanted = &lease.spec.provider_ref;
+    let wanted = &lease.spec().provider_ref;
     let name = || wanted.name.clone();
-    let pinned = lease.status.as_ref().and_then(|s| s.pinned.as_ref());
+    let pinned = lease.pinned();
     let Some(provider) = provider else {
         return Err(match pinned {
             Some(p) => IdentityFailure::PinnedProviderGone { name: name(), uid: p.provider_uid.clone() },

@@ -4,19 +4,19 @@ use super::config::{ConfigFailure, SecretLookup, resolve_config};
 use super::identity::{IdentityFailure, check_identity, pin_for};
 use super::resolution::{Declared, Narrowing, Refusals, Resolution, effective_policy, resolve};
 use super::verified::Verified;
-use crate::api::{Pinned, SandboxLease, SandboxProvider, SecretKeyRef};
+use crate::api::{Pinned, ResolvableLease, SandboxProvider, SecretKeyRef};
 use crate::versions::{Contract, ContractVersion};
 use crate::vocabulary::LeasePolicy;
 
 /// Why a lease is Job-backed, if it is. The CRD admits `backend` only in lowercase; a stored
 /// lease from before that rule is Job-backed in any case and with any surrounding space (and
 /// grants nothing anyway, as today's rules refuse it).
-pub fn job_backend(lease: &SandboxLease) -> Option<String> {
-    if let Some(backend) = lease.spec.backend.as_deref().filter(|b| b.trim().eq_ignore_ascii_case("job")) {
+pub fn job_backend(lease: &impl ResolvableLease) -> Option<String> {
+    if let Some(backend) = lease.spec().backend.as_deref().filter(|b| b.trim().eq_ignore_ascii_case("job")) {
         return Some(format!("the lease is Job-backed (spec.backend: {backend:?})"));
     }
     lease
-        .spec
+        .spec()
         .workload_ref
         .as_ref()
         .filter(|w| w.is_batch_job())
@@ -42,13 +42,13 @@ pub struct LeaseResolution {
 /// what today's rules refuse of the two.
 pub fn resolve_lease(
     contract: &Contract,
-    lease: &SandboxLease,
+    lease: &impl ResolvableLease,
     provider: Option<&SandboxProvider>,
     verified: &Verified,
     refusals: &Refusals,
     secret: impl Fn(&SecretKeyRef) -> SecretLookup,
 ) -> LeaseResolution {
-    let driver_key = lease.spec.provider_ref.driver_key.clone();
+    let driver_key = lease.spec().provider_ref.driver_key.clone();
     let driver = match check_identity(lease, provider) {
         Ok(driver) => driver,
         Err(why) => {
@@ -73,19 +73,19 @@ pub fn resolve_lease(
     let narrowing = Narrowing {
         refusals: refusals.clone(),
         identity_failure: None,
-        policy: Some(lease.spec.policy()),
+        policy: Some(lease.spec().policy()),
         job_backend: job_backend(lease),
-        native_file_sync_unsupported: lease.spec.native_file_sync_unsupported.unwrap_or(false),
+        native_file_sync_unsupported: lease.spec().native_file_sync_unsupported.unwrap_or(false),
         config_failure: config.clone().err().map(|f| f.to_string()),
     };
     let resolution = resolve(contract, verified, &Declared::from_driver(contract, driver), &narrowing);
-    let already_pinned = lease.status.as_ref().is_some_and(|s| s.pinned.is_some());
+    let already_pinned = lease.pinned().is_some();
     LeaseResolution {
         driver_key,
         effective_policy: effective_policy(&resolution),
         resolution,
         contract: contract.version,
-        pin: if already_pinned { None } else { pin_for(provider, &lease.spec.provider_ref.driver_key) },
+        pin: if already_pinned { None } else { pin_for(provider, &lease.spec().provider_ref.driver_key) },
         identity: Ok(()),
         config: Some(config),
     }

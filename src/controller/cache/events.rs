@@ -1,6 +1,6 @@
 //! What each watch event does, one handler per watch: what `changes.rs` (the lease table, for
-//! leases) finds an event changed goes to the controllers' queues and to `forget` (what the
-//! controllers keep about a deleted object). A handler is driven by its watch's task alone, so it
+//! leases) finds an event changed goes to the controllers' queues and, of a deleted provider, to
+//! `forget` (what is known of it; the lease table forgets a deleted lease itself). A handler is driven by its watch's task alone, so it
 //! owns its change detection.
 //!
 //! Before a watch's first list has completed no related lease is triggered: every lease is then
@@ -9,8 +9,8 @@
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::watcher::Event;
 
-use super::Queue;
 use super::leases::{Leases, Writer};
+use super::{LeaseKey, Queue};
 use crate::api::SandboxProvider;
 use crate::controller::cached::CachedLease;
 use crate::controller::changes::{Seen, forget_deleted, generation, lease_view, secret_view};
@@ -49,29 +49,26 @@ impl<F: Fn(&str)> ProviderEvents<F> {
 }
 
 /// Lease events: the lease table, and each lease's own spec changes.
-pub(super) struct LeaseEvents<F, J> {
+pub(super) struct LeaseEvents<J> {
     table: Writer,
-    leases: Leases,
     own: Queue<CachedLease>,
-    forget: F,
     judge_early: J,
 }
 
-impl<F: Fn(&str), J: Fn(&CachedLease)> LeaseEvents<F, J> {
+impl<J: Fn(&LeaseKey)> LeaseEvents<J> {
     /// `judge_early` is handed each new generation a live event brings, before its reconcile is
     /// queued; a listing's are not (at a start, that is every lease at once).
-    pub(super) fn new(own: Queue<CachedLease>, table: Writer, leases: Leases, forget: F, judge_early: J) -> Self {
-        LeaseEvents { table, leases, own, forget, judge_early }
+    pub(super) fn new(own: Queue<CachedLease>, table: Writer, judge_early: J) -> Self {
+        LeaseEvents { table, own, judge_early }
     }
 
     pub(super) fn handle(&mut self, event: Event<CachedLease>) {
         let live = matches!(event, Event::Apply(_));
-        let changed = self.table.apply(event);
-        changed.deleted.iter().for_each(|uid| (self.forget)(uid));
+        let triggered = self.table.apply(event);
         if live {
-            changed.triggered.iter().filter_map(|key| self.leases.get(key)).for_each(|l| (self.judge_early)(&l));
+            triggered.iter().for_each(|key| (self.judge_early)(key));
         }
-        changed.triggered.into_iter().for_each(|l| self.own.send(l));
+        triggered.into_iter().for_each(|l| self.own.send(l));
     }
 }
 

@@ -1,25 +1,31 @@
 //! The lease table: one entry per lease, holding everything the controllers keep of it: what the
 //! next reconcile reads ([`Kept`]), the generation its change detection compares, what it reads
-//! (its provider, its `configFrom` Secrets) and what the audit found of its spec, with the reverse
+//! (its provider, its `configFrom` Secrets) and what else is known of it ([`Known`]: its failed
+//! reconciles, what the audit found of its spec, the judgment started early), with the reverse
 //! index from each provider and Secret to its leases.
 //!
 //! A key is allocated once per lease and shared by the table, the index and the queues (an `Arc`);
 //! namespaces, provider names and Secret names are interned (`names.rs`), so a thousand leases of
 //! one namespace and provider hold one copy of each. Only the lease watch writes the leases
-//! ([`Writer::apply`]); a reconcile writes its lease's finding ([`Leases::judged`]).
+//! ([`Writer::apply`]); a reconcile writes what is known of its lease ([`Leases::known`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
-use kube::ResourceExt;
 use kube::runtime::watcher::Event;
+use kube::{Resource, ResourceExt};
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::watch;
 
 use super::index::Index;
 use super::names::{Interned, LeaseKey};
-use crate::controller::audit::Finding;
+use crate::controller::audit::{Audits, Pending};
 use crate::controller::cached::{CachedLease, Kept};
+use crate::controller::known::Known;
+
+/// Early judgments waiting for their reconcile, at most (a burst beyond it, or a start's listing,
+/// is judged by the reconciles, as many at once as run).
+pub const EARLY_MAX: usize = 64;
 
 /// The table, shared between the lease watch that writes it and everything that reads it.
 #[derive(Clone)]
@@ -43,21 +49,15 @@ struct Table {
     names: Interned,
     /// `sandcap_nonconforming_objects{kind="SandboxLease"}`: the leases whose finding does not conform.
     nonconforming: Gauge,
+    /// The entries whose [`Known`] holds an early judgment.
+    early: usize,
 }
 
 struct Entry {
     kept: Kept,
     provider: Arc<str>,
     secrets: Box<[Arc<str>]>,
-    /// The audit's finding, and of which generation.
-    judged: Option<(Option<i64>, Arc<Finding>)>,
-}
-
-/// What one event changed: the leases to reconcile, and the uids of those deleted.
-#[derive(Debug, Default, PartialEq)]
-pub struct Changed {
-    pub triggered: Vec<LeaseKey>,
-    pub deleted: Vec<String>,
+    known: Known,
 }
 
 /// The table and the writer that fills it; `nonconforming` counts the leases whose finding does
@@ -69,25 +69,36 @@ pub fn table(nonconforming: Gauge) -> (Leases, Writer) {
 }
 
 impl Leases {
-    /// The lease as the next reconcile reads it, with the finding of its generation if it was
-    /// judged.
+    /// The lease as the next reconcile reads it.
     pub fn get(&self, key: &LeaseKey) -> Option<Arc<CachedLease>> {
         let table = self.table.read().expect("not poisoned");
-        let entry = table.entries.get(key)?;
-        let judged = entry.judged.as_ref().filter(|(generation, _)| *generation == entry.kept.generation());
-        entry.kept.view(key.namespace(), key.name(), judged.map(|(_, finding)| finding.clone())).map(Arc::new)
+        table.entries.get(key)?.kept.view(key.namespace(), key.name()).map(Arc::new)
     }
 
-    /// Remembers what the audit found of `lease`'s generation (until a newer one is judged, or the
-    /// lease is deleted).
-    pub fn judged(&self, lease: &CachedLease, finding: Arc<Finding>) {
+    /// Runs `f` on what is known of `lease`, with the leases' gauge; `None` if the table no longer
+    /// holds it (deleted, or created again under its name).
+    pub fn known<R>(&self, lease: &CachedLease, f: impl FnOnce(&mut Known, &Gauge) -> R) -> Option<R> {
         let mut table = self.table.write().expect("not poisoned");
-        let Table { entries, nonconforming, .. } = &mut *table;
-        let Some(entry) = entries.get_mut(&LeaseKey::of(lease)) else { return };
-        finding.count(nonconforming, 1);
-        if let Some((_, old)) = entry.judged.replace((lease.metadata.generation, finding)) {
-            old.count(nonconforming, -1);
-        }
+        let Table { entries, nonconforming, early, .. } = &mut *table;
+        let entry = entries.get_mut(&LeaseKey::of(lease)).filter(|e| e.kept.uid() == lease.meta().uid.as_deref())?;
+        let waited = entry.known.waits_early();
+        let result = f(&mut entry.known, nonconforming);
+        *early = *early + usize::from(entry.known.waits_early()) - usize::from(waited);
+        Some(result)
+    }
+
+    /// Starts judging the generation of the lease at `key` on `audits`' thread, for the reconcile
+    /// that asks for its finding next, unless [`EARLY_MAX`] other judgments wait for theirs. Only
+    /// the lease watch calls it, so the room it finds is still there once the lease is encoded
+    /// (off the lock the reconciles take).
+    pub fn judge_early(&self, key: &LeaseKey, audits: &Audits) {
+        let room = {
+            let table = self.table.read().expect("not poisoned");
+            table.early < EARLY_MAX || table.entries.get(key).is_some_and(|e| e.known.waits_early())
+        };
+        let Some(lease) = room.then(|| self.get(key)).flatten() else { return };
+        let pending: Pending = audits.submit(lease.as_ref(), &lease.spec);
+        self.known(&lease, |known, _| known.start_early(lease.meta().generation, pending));
     }
 
     /// Every lease's key (the hourly pass).
@@ -116,32 +127,30 @@ impl Leases {
 }
 
 impl Writer {
-    /// Applies one watch event: a new lease, or one whose generation moved, is triggered; a
-    /// deleted one (also one a re-list no longer holds) leaves the table and the index.
-    pub fn apply(&mut self, event: Event<CachedLease>) -> Changed {
-        let mut changed = Changed::default();
+    /// Applies one watch event; returns the leases to reconcile: a new lease, or one whose
+    /// generation moved. A deleted one (also one a re-list no longer holds) leaves the table and
+    /// the index, and what is known of it with it.
+    pub fn apply(&mut self, event: Event<CachedLease>) -> Vec<LeaseKey> {
+        let mut triggered = Vec::new();
         let mut table = self.table.write().expect("not poisoned");
         match event {
             Event::Init => self.listing = Some(HashSet::new()),
             Event::InitApply(lease) | Event::Apply(lease) => {
-                let key = table.insert(lease, &mut changed);
+                let key = table.insert(lease, &mut triggered);
                 if let Some(listing) = self.listing.as_mut() {
                     listing.insert(key);
                 }
             }
-            Event::Delete(lease) => {
-                let key = LeaseKey::of(&lease);
-                changed.deleted.extend(table.remove(&key));
-            }
+            Event::Delete(lease) => table.remove(&LeaseKey::of(&lease)),
             Event::InitDone => {
                 if let Some(listing) = self.listing.take() {
                     let gone: Vec<LeaseKey> = table.entries.keys().filter(|k| !listing.contains(*k)).cloned().collect();
-                    gone.iter().for_each(|key| changed.deleted.extend(table.remove(key)));
+                    gone.iter().for_each(|key| table.remove(key));
                 }
                 self.listed.send_replace(true);
             }
         }
-        changed
+        triggered
     }
 }
 
@@ -151,7 +160,7 @@ const SHRINK_ABOVE: usize = 1024;
 
 impl Table {
     /// Keeps `lease`, replacing what was kept of it; returns its key (the one kept, when there was).
-    fn insert(&mut self, lease: CachedLease, changed: &mut Changed) -> LeaseKey {
+    fn insert(&mut self, lease: CachedLease, triggered: &mut Vec<LeaseKey>) -> LeaseKey {
         let namespace = self.names.get(lease.namespace().as_deref().unwrap_or_default());
         let probe = LeaseKey::new(namespace, &lease.name_any());
         if let Some(key) = self.at_its_generation(&probe, &lease) {
@@ -165,17 +174,17 @@ impl Table {
         // A lease deleted and created again under its name while the watch was away (a uid of its
         // own) is a new lease: its generations count afresh, and nothing judged of the old holds.
         if self.entries.get(&probe).is_some_and(|old| old.kept.uid() != kept.uid()) {
-            changed.deleted.extend(self.remove(&probe));
+            self.remove(&probe);
         }
-        let (key, old) = match self.entries.remove_entry(&probe) {
+        let (key, mut old) = match self.entries.remove_entry(&probe) {
             Some((key, old)) => (key, Some(old)),
             None => (probe, None),
         };
         if old.as_ref().is_none_or(|old| old.kept.generation() != kept.generation()) {
-            changed.triggered.push(key.clone());
+            triggered.push(key.clone());
         }
-        let judged = old.as_ref().and_then(|old| old.judged.clone());
-        let new = Entry { kept, provider, secrets, judged };
+        let known = old.as_mut().map(|old| std::mem::take(&mut old.known)).unwrap_or_default();
+        let new = Entry { kept, provider, secrets, known };
         let moved = old.as_ref().is_none_or(|old| old.provider != new.provider || old.secrets != new.secrets);
         if moved {
             if let Some(old) = &old {
@@ -195,20 +204,18 @@ impl Table {
     /// allocated instead of landing between each event's short-lived allocations.
     fn at_its_generation(&self, probe: &LeaseKey, lease: &CachedLease) -> Option<LeaseKey> {
         let (key, entry) = self.entries.get_key_value(probe)?;
-        let same =
-            entry.kept.uid() == lease.metadata.uid.as_deref() && entry.kept.generation() == lease.metadata.generation;
+        let (uid, generation) = (lease.meta().uid.as_deref(), lease.meta().generation);
+        let same = entry.kept.uid() == uid && entry.kept.generation() == generation;
         same.then(|| key.clone())
     }
 
-    /// Forgets the lease at `key`; its uid, if it was kept.
-    fn remove(&mut self, key: &LeaseKey) -> Option<String> {
-        let (key, old) = self.entries.remove_entry(key)?;
+    /// Forgets the lease at `key`, and what is known of it.
+    fn remove(&mut self, key: &LeaseKey) {
+        let Some((key, old)) = self.entries.remove_entry(key) else { return };
         self.index.unlink(&key, &old.provider, &old.secrets);
-        if let Some((_, finding)) = &old.judged {
-            finding.count(&self.nonconforming, -1);
-        }
+        self.early -= usize::from(old.known.waits_early());
+        old.known.forgotten(&self.nonconforming);
         self.shrink();
-        old.kept.uid().map(String::from)
     }
 
     fn shrink(&mut self) {

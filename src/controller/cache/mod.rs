@@ -27,9 +27,11 @@ mod index;
 pub(super) mod leases;
 mod listing;
 mod names;
+pub mod providers;
 mod secrets;
 
 use std::hash::Hash;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -43,14 +45,17 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio_util::sync::CancellationToken;
 
+use super::audit::Audits;
 use super::cached::CachedLease;
 use super::error::Error;
+use super::known;
 use crate::api::SandboxProvider;
-use crate::metrics::{KindLabels, Metrics};
+use crate::metrics::Metrics;
 use crate::vocabulary::Kind;
 use events::{LeaseEvents, ProviderEvents, SecretEvents};
 pub use leases::Leases;
 pub use names::LeaseKey;
+pub use providers::ProviderTable;
 use secrets::keep_config_values;
 pub use secrets::{SecretCache, SecretScope};
 
@@ -158,13 +163,13 @@ fn drop_managed_fields<K: Resource>(obj: &mut K) {
 impl Caches {
     /// Starts every watch in its own task (until `shutdown`), waits until each has listed once
     /// (at most `list_deadline`), and returns the caches and the triggers of both controllers.
-    /// `forget` is called with the uid of every deleted provider and lease (watch gaps included),
-    /// `judge_early` with each lease whose new generation its watch brings.
+    /// `forget` is called with the uid of every deleted provider (watch gaps included); each lease
+    /// whose new generation its watch brings is judged early on `audits`.
     pub async fn start(
         client: &Client,
         scope: &SecretScope,
-        forget: impl Fn(&str) + Send + Sync + Clone + 'static,
-        judge_early: impl Fn(&CachedLease) + Send + 'static,
+        forget: impl Fn(&str) + Send + Sync + 'static,
+        audits: Arc<Audits>,
         metrics: &Metrics,
         list_deadline: Duration,
         shutdown: &CancellationToken,
@@ -178,9 +183,7 @@ impl Caches {
         let lease_events = logged(
             listing::watch(Api::<CachedLease>::all(client.clone()), watcher::Config::default()).default_backoff(),
         );
-        let nonconforming =
-            metrics.nonconforming.get_or_create(&KindLabels { kind: Kind::SandboxLease.as_str() }).clone();
-        let (leases, lease_table) = leases::table(nonconforming);
+        let (leases, lease_table) = leases::table(known::nonconforming(metrics, Kind::SandboxLease));
         // Pages of 16 Secrets where streaming lists are refused: a Secret may hold 1 MiB, and a page
         // is decoded whole before it is trimmed.
         let selector = watcher::Config::default().labels(&format!("{CONFIG_SOURCE_LABEL}=true")).page_size(16);
@@ -208,10 +211,13 @@ impl Caches {
         let caches = Caches { providers, leases, secrets, endpoints };
 
         let (table, leases) = (&caches.leases, &queues.leases);
-        let mut on_provider =
-            ProviderEvents::new(queues.providers.clone(), leases.clone(), table.clone(), forget.clone());
+        let mut on_provider = ProviderEvents::new(queues.providers.clone(), leases.clone(), table.clone(), forget);
         spawn_until(shutdown, provider_events, move |event| on_provider.handle(event));
-        let mut on_lease = LeaseEvents::new(leases.clone(), lease_table, table.clone(), forget, judge_early);
+        let judge_early = {
+            let table = table.clone();
+            move |key: &LeaseKey| table.judge_early(key, &audits)
+        };
+        let mut on_lease = LeaseEvents::new(leases.clone(), lease_table, judge_early);
         spawn_until(shutdown, lease_events, move |event| on_lease.handle(event));
         let (providers, queue) = (caches.providers.clone(), queues.providers.clone());
         spawn_until(shutdown, slice_events, move |event| {

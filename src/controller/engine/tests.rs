@@ -7,6 +7,8 @@ use tokio::sync::Semaphore;
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 use tokio::task::JoinHandle;
 
+use kube::ResourceExt;
+
 use super::*;
 use crate::controller::cache::{leases, stream};
 use crate::controller::fixtures::lease;
@@ -42,7 +44,7 @@ impl Fake {
         move |obj, _| {
             let fake = fake.clone();
             Box::pin(async move {
-                let name = obj.metadata.name.clone().unwrap();
+                let name = obj.name_any();
                 fake.started.lock().unwrap().push(name.clone());
                 let now = fake.running.fetch_add(1, Ordering::SeqCst) + 1;
                 fake.most.fetch_max(now, Ordering::SeqCst);

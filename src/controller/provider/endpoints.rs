@@ -1,7 +1,8 @@
 //! A Service worker, probed at every endpoint that may serve a run (docs/contract.md, "What
 //! verifies"; docs/controller.md, "A Service worker, endpoint by endpoint").
 //!
-//! What each endpoint last answered is kept here, by provider, until the provider is deleted: an
+//! What each endpoint last answered is kept with what else is known of the provider
+//! ([`crate::controller::cache::ProviderTable`]), until the provider is deleted: an
 //! endpoint new to the Service (a new address, or a new Pod at an old one) is probed in the
 //! reconcile its EndpointSlice triggers; one that did not change waits for its own schedule (the
 //! interval while it answers, retries from seconds while it fails). A replica that starts leading
@@ -9,7 +10,6 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -22,6 +22,7 @@ use super::{RETRY_MIN, share_of};
 use crate::api::{ProbeResult, SandboxProvider, ServiceRef, WorkerScheme, WorkerStatus};
 use crate::contract::{self, EndpointAnswer, EndpointProbe};
 use crate::controller::cache::endpoints::Member;
+use crate::controller::cache::providers::Probed;
 use crate::controller::context::Context;
 use crate::controller::error::Error;
 use crate::metrics::ProbeLabels;
@@ -33,37 +34,6 @@ pub const MAX_ENDPOINTS: usize = 128;
 /// Endpoints of one provider probed at once (the provider controller runs 16 reconciles at once,
 /// so at most 256 probes are in flight).
 const ENDPOINTS_AT_ONCE: usize = 16;
-
-/// What each provider's endpoints last answered, by provider uid.
-#[derive(Default)]
-pub struct EndpointProbes {
-    by_provider: Mutex<HashMap<String, Vec<Probed>>>,
-}
-
-/// One endpoint's last probe.
-#[derive(Clone, Debug)]
-struct Probed {
-    member: Member,
-    outcome: ProbeOutcome,
-    at: Instant,
-    /// When it started failing (the first failure of the current run of failures).
-    failing_since: Option<Instant>,
-}
-
-impl EndpointProbes {
-    /// The provider with this uid was deleted.
-    pub fn forget(&self, uid: &str) {
-        self.by_provider.lock().expect("not poisoned").remove(uid);
-    }
-
-    fn take(&self, uid: &str) -> Vec<Probed> {
-        self.by_provider.lock().expect("not poisoned").remove(uid).unwrap_or_default()
-    }
-
-    fn keep(&self, uid: &str, probed: Vec<Probed>) {
-        self.by_provider.lock().expect("not poisoned").insert(uid.to_string(), probed);
-    }
-}
 
 /// How long after its last probe an endpoint is probed again: after `interval` (plus its share
 /// of a tenth of it) while it answers; while it fails, after as long as it has been failing, at
@@ -94,7 +64,7 @@ pub async fn probe_endpoints(
             message,
             ..WorkerStatus::default()
         };
-        ctx.endpoint_probes.forget(&uid);
+        ctx.provider_table.with(&uid, |known, _| known.endpoints = Vec::new());
         Ok(Some((worker, ctx.probe_interval)))
     };
     let port_name = match service_port(ctx, service).await? {
@@ -122,8 +92,12 @@ pub async fn probe_endpoints(
 
     let interval = ctx.probe_interval;
     let started = Instant::now();
-    let mut previous: HashMap<Member, Probed> =
-        ctx.endpoint_probes.take(&uid).into_iter().map(|p| (p.member.clone(), p)).collect();
+    let mut previous: HashMap<Member, Probed> = ctx
+        .provider_table
+        .with(&uid, |known, _| std::mem::take(&mut known.endpoints))
+        .into_iter()
+        .map(|p| (p.member.clone(), p))
+        .collect();
     let mut kept = Vec::with_capacity(members.len());
     let mut due = Vec::new();
     for member in members {
@@ -195,7 +169,7 @@ pub async fn probe_endpoints(
         .min()
         .unwrap_or(interval)
         .max(Duration::from_millis(100));
-    ctx.endpoint_probes.keep(&uid, kept);
+    ctx.provider_table.with(&uid, |known, _| known.endpoints = kept);
 
     let (probe, supported_methods) = match agreement.methods {
         Some(methods) => (ProbeResult::Succeeded, methods),

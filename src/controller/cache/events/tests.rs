@@ -14,8 +14,8 @@ use crate::controller::cache::{CONFIG_SOURCE_LABEL, Queues, Triggers};
 use crate::controller::fixtures::{LeaseFixture, ProviderFixture, lease, provider, secret};
 
 /// What the handlers write to: both queues (read back from their receiving ends), the lease
-/// table (its writer, until the lease handler takes it), the uids forgotten and the leases
-/// handed to be judged early.
+/// table (its writer, until the lease handler takes it), the providers' uids forgotten and the
+/// leases handed to be judged early.
 struct Outputs {
     queues: Queues,
     triggers: Triggers,
@@ -26,7 +26,7 @@ struct Outputs {
 }
 
 type Forget = Box<dyn Fn(&str)>;
-type JudgeEarly = Box<dyn Fn(&CachedLease)>;
+type JudgeEarly = Box<dyn Fn(&LeaseKey)>;
 
 impl Outputs {
     fn new() -> Outputs {
@@ -46,11 +46,11 @@ impl Outputs {
         ProviderEvents::new(own, related, self.table.clone(), self.forget())
     }
 
-    fn leases(&mut self) -> LeaseEvents<Forget, JudgeEarly> {
+    fn leases(&mut self) -> LeaseEvents<JudgeEarly> {
         let writer = self.writer.take().expect("one lease handler");
         let judged = self.judged_early.clone();
-        let judge_early: JudgeEarly = Box::new(move |l| judged.borrow_mut().push(format!("{:?}", LeaseKey::of(l))));
-        LeaseEvents::new(self.queues.leases.clone(), writer, self.table.clone(), self.forget(), judge_early)
+        let judge_early: JudgeEarly = Box::new(move |key| judged.borrow_mut().push(format!("{key:?}")));
+        LeaseEvents::new(self.queues.leases.clone(), writer, judge_early)
     }
 
     fn secrets(&self) -> SecretEvents {
@@ -186,12 +186,11 @@ fn a_new_lease_is_related_to_what_it_reads_and_triggers_itself() {
     assert_eq!(out.lease_triggers(), ["team-a/l"]);
     assert_eq!(names(out.table.of_provider("p")), ["team-a/l"]);
     assert_eq!(names(out.table.of_secret("team-a", "s")), ["team-a/l"]);
-    assert_eq!(out.forgotten(), NONE);
     assert_eq!(out.judged_early(), ["team-a/l"], "handed over before its reconcile is queued");
 }
 
 /// A lease handler that has seen `team-a/l` of `p`, its trigger taken (the test above's).
-fn applied_lease() -> (Outputs, LeaseEvents<Forget, JudgeEarly>) {
+fn applied_lease() -> (Outputs, LeaseEvents<JudgeEarly>) {
     let mut out = Outputs::new();
     let mut on = out.leases();
     on.handle(Event::Apply(cached(lease("team-a", "l").of("p", "k"))));
@@ -226,7 +225,7 @@ fn a_lease_that_names_another_provider_moves_to_it_and_triggers_itself() {
 fn a_deleted_lease_is_forgotten_and_unrelated_not_triggered() {
     let (mut out, mut on) = applied_lease();
     on.handle(Event::Delete(cached(lease("team-a", "l").of("p", "k"))));
-    assert_eq!(out.forgotten(), ["team-a-l-uid"]);
+    assert!(out.table.get(&LeaseKey::new("team-a".into(), "l")).is_none());
     assert_eq!(out.lease_triggers(), NONE);
     assert_eq!(names(out.table.of_provider("p")), NONE);
 }
@@ -240,7 +239,7 @@ fn a_lease_deleted_during_a_watch_gap_is_forgotten_and_unrelated() {
     assert_eq!(out.lease_triggers(), ["team-a/gone", "team-a/kept"]);
     assert_eq!(out.judged_early(), NONE, "a listing's leases are judged by their reconciles");
     list([kept]).into_iter().for_each(|e| on.handle(e));
-    assert_eq!(out.forgotten(), ["team-a-gone-uid"]);
+    assert!(out.table.get(&LeaseKey::new("team-a".into(), "gone")).is_none());
     assert_eq!(out.lease_triggers(), NONE, "the kept lease is unchanged");
     assert_eq!(names(out.table.of_provider("p")), ["team-a/kept"]);
 }

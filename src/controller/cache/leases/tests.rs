@@ -2,12 +2,15 @@
 
 use super::*;
 use crate::api::SandboxLeaseStatus;
+use crate::controller::audit::Finding;
 use crate::controller::fixtures::{LeaseFixture, lease};
 use crate::vocabulary::Capability;
 
-fn apply(writer: &mut Writer, lease: LeaseFixture) -> Changed {
+fn apply(writer: &mut Writer, lease: LeaseFixture) -> Vec<LeaseKey> {
     writer.apply(Event::Apply(lease.build().into()))
 }
+
+const NONE: Vec<LeaseKey> = Vec::new();
 
 fn names(mut leases: Vec<LeaseKey>) -> Vec<String> {
     leases.sort_by(|a, b| (a.namespace(), a.name()).cmp(&(b.namespace(), b.name())));
@@ -45,13 +48,13 @@ fn one_key_and_one_copy_of_each_name_are_kept_per_lease() {
 #[test]
 fn a_lease_is_triggered_when_new_or_when_its_generation_moves_not_by_a_status_write() {
     let (leases, mut writer) = table(Gauge::default());
-    assert_eq!(names(apply(&mut writer, lease("team-a", "l").of("p", "k")).triggered), ["team-a/l"]);
+    assert_eq!(names(apply(&mut writer, lease("team-a", "l").of("p", "k"))), ["team-a/l"]);
     let mut written = lease("team-a", "l").of("p", "k").build();
     written.status = Some(Default::default());
-    assert_eq!(writer.apply(Event::Apply(written.into())), Changed::default());
+    assert_eq!(writer.apply(Event::Apply(written.into())), NONE);
     let mut moved = lease("team-a", "l").of("q", "k").build();
     moved.metadata.generation = Some(2);
-    assert_eq!(names(writer.apply(Event::Apply(moved.into())).triggered), ["team-a/l"]);
+    assert_eq!(names(writer.apply(Event::Apply(moved.into()))), ["team-a/l"]);
     assert!(leases.of_provider("p").is_empty());
     assert_eq!(names(leases.of_provider("q")), ["team-a/l"]);
     assert!(leases.table.read().unwrap().index.is_empty_but(1), "no empty entry is kept");
@@ -68,7 +71,7 @@ fn a_status_write_changes_the_published_status_alone() {
     let mut status = SandboxLeaseStatus::default();
     status.capabilities.set(Capability::ReusableLeases, true);
     written.status = Some(status);
-    assert_eq!(writer.apply(Event::Apply(written.into())), Changed::default());
+    assert_eq!(writer.apply(Event::Apply(written.into())), NONE);
     assert!(leases.get(&key).unwrap().grants_any(), "the new status is the published one");
     assert_eq!(spec(&leases), before, "the spec kept is not allocated again");
     assert_eq!(names(leases.of_secret("team-a", "s")), ["team-a/l"]);
@@ -92,7 +95,8 @@ fn a_deleted_lease_is_in_no_relation_and_nothing_of_it_is_kept() {
     apply(&mut writer, lease("team-a", "one").of("p", "k").config_from("s", "a"));
     apply(&mut writer, lease("team-a", "two").of("p", "k").config_from("s", "a"));
     let deleted = writer.apply(Event::Delete(lease("team-a", "one").of("p", "k").build().into()));
-    assert_eq!(deleted, Changed { triggered: vec![], deleted: vec!["team-a-one-uid".into()] });
+    assert_eq!(deleted, NONE);
+    assert!(leases.get(&LeaseKey::new("team-a".into(), "one")).is_none());
     assert_eq!(names(leases.of_provider("p")), ["team-a/two"]);
     assert_eq!(names(leases.of_secret("team-a", "s")), ["team-a/two"]);
     writer.apply(Event::Delete(lease("team-a", "two").of("p", "k").build().into()));
@@ -116,7 +120,7 @@ fn names_no_lease_reads_any_more_are_dropped() {
 }
 
 #[test]
-fn a_finding_is_kept_for_its_generation_and_counted_until_the_lease_is_gone() {
+fn what_is_known_of_a_lease_is_kept_for_it_and_counted_until_it_is_gone() {
     let gauge = Gauge::default();
     let (leases, mut writer) = table(gauge.clone());
     let at = |generation: i64| {
@@ -127,23 +131,27 @@ fn a_finding_is_kept_for_its_generation_and_counted_until_the_lease_is_gone() {
     writer.apply(Event::Apply(at(1).into()));
     let key = LeaseKey::new("team-a".into(), "l");
     let first = leases.get(&key).unwrap();
-    assert!(first.finding().is_none(), "not judged yet");
+    let finding = |l: &CachedLease| leases.known(l, |known, _| known.finding(l.meta().generation)).unwrap();
+    assert!(finding(&first).is_none(), "not judged yet");
     let broken = Arc::new(Finding { conforms: false, message: "breaks".into() });
-    leases.judged(&first, broken.clone());
+    let judged =
+        |l: &CachedLease, f: &Arc<Finding>| leases.known(l, |known, g| known.judged(l.meta().generation, f.clone(), g));
+    judged(&first, &broken);
     assert_eq!(gauge.get(), 1);
     let mut written = at(1);
     written.status = Some(Default::default());
     writer.apply(Event::Apply(written.into()));
-    assert!(Arc::ptr_eq(&leases.get(&key).unwrap().finding().unwrap(), &broken), "a status write keeps it");
+    assert!(Arc::ptr_eq(&finding(&leases.get(&key).unwrap()).unwrap(), &broken), "a status write keeps it");
     writer.apply(Event::Apply(at(2).into()));
     let second = leases.get(&key).unwrap();
-    assert!(second.finding().is_none(), "a new generation is judged again");
+    assert!(finding(&second).is_none(), "a new generation is judged again");
     assert_eq!(gauge.get(), 1, "and counts as it was until then");
-    leases.judged(&second, Arc::new(Finding { conforms: true, message: "ok".into() }));
+    judged(&second, &Arc::new(Finding { conforms: true, message: "ok".into() }));
     assert_eq!(gauge.get(), 0);
-    leases.judged(&second, broken);
+    judged(&second, &broken);
     writer.apply(Event::Delete(at(2).into()));
     assert_eq!(gauge.get(), 0, "a deleted lease no longer counts");
+    assert!(leases.known(&second, |_, _| ()).is_none(), "nothing is known of it");
 }
 
 #[test]
@@ -152,12 +160,15 @@ fn a_lease_created_again_under_its_name_is_a_new_lease() {
     let (leases, mut writer) = table(gauge.clone());
     writer.apply(Event::Apply(lease("team-a", "l").of("p", "k").build().into()));
     let key = LeaseKey::new("team-a".into(), "l");
-    leases.judged(&leases.get(&key).unwrap(), Arc::new(Finding { conforms: false, message: "breaks".into() }));
+    let old = leases.get(&key).unwrap();
+    let broken = Arc::new(Finding { conforms: false, message: "breaks".into() });
+    leases.known(&old, |known, g| known.judged(Some(1), broken, g));
     let mut again = lease("team-a", "l").of("p", "k").build();
     again.metadata.uid = Some("another-uid".into());
-    let changed = writer.apply(Event::Apply(again.into()));
-    assert_eq!(changed, Changed { triggered: vec![key.clone()], deleted: vec!["team-a-l-uid".into()] });
-    assert!(leases.get(&key).unwrap().finding().is_none(), "judged afresh");
+    assert_eq!(writer.apply(Event::Apply(again.into())), vec![key.clone()]);
+    assert!(leases.known(&old, |_, _| ()).is_none(), "the old one is forgotten");
+    let new = leases.get(&key).unwrap();
+    assert!(leases.known(&new, |known, _| known.finding(Some(1))).unwrap().is_none(), "judged afresh");
     assert_eq!(gauge.get(), 0, "the old one no longer counts");
 }
 
@@ -171,11 +182,11 @@ async fn a_relist_forgets_the_leases_it_no_longer_holds_and_marks_the_table_list
     assert!(leases.listed().await);
     assert_eq!(leases.count(), 2);
     writer.apply(Event::Init);
-    assert_eq!(writer.apply(Event::InitApply(kept)), Changed::default(), "unchanged");
+    assert_eq!(writer.apply(Event::InitApply(kept)), NONE, "unchanged");
     let relisted = writer.apply(Event::InitDone);
-    assert_eq!(relisted, Changed { triggered: vec![], deleted: vec!["team-a-gone-uid".into()] });
+    assert_eq!(relisted, NONE);
     assert_eq!(names(leases.keys()), ["team-a/kept"]);
-    assert_eq!(leases.get(&LeaseKey::new("team-a".into(), "kept")).unwrap().metadata.name.as_deref(), Some("kept"));
+    assert_eq!(leases.get(&LeaseKey::new("team-a".into(), "kept")).unwrap().name_any(), "kept");
 }
 
 #[tokio::test]
