@@ -37,13 +37,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
 use audit::Audits;
 /// The form of a stored object the controllers judge, which `sandcap plan` judges too.
 pub(crate) use audit::stored;
 pub use cache::{CONFIG_SOURCE_LABEL, Caches, SecretScope};
-use context::{Context, Writes, reconciler, retry_delay};
+use context::{Context, Stateful, Writes, reconciler, retry_delay};
 pub use error::Error;
 use lease::reconcile_lease;
 use provider::reconcile_provider;
@@ -163,47 +164,24 @@ async fn controllers(
     let writes = Writes { fence, events };
     let contract = audits.contract();
     let probe_interval = options.probe_interval;
-    let (caches_, metrics_) = (caches.clone(), metrics.clone());
     let ctx = Context {
         client,
-        caches: caches_,
+        caches: caches.clone(),
         prober,
         writes,
-        metrics: metrics_,
+        metrics: metrics.clone(),
         probe_interval,
         contract,
         audits,
         provider_table,
     };
     let ctx = Arc::new(ctx);
-
-    let depth = |kind: Kind| ctx.metrics.reconcile_queue.get_or_create(&KindLabels { kind: kind.as_str() }).clone();
     // Providers need no resync: each reconcile schedules the next probe.
-    let settings =
-        engine::Settings { concurrency: PROVIDER_CONCURRENCY, resync: None, depth: depth(Kind::SandboxProvider) };
-    let provider_controller = engine::run(
-        caches.providers.clone(),
-        cache::stream(triggers.providers),
-        settings,
-        reconciler(reconcile_provider),
-        retry_delay,
-        ctx.clone(),
-        shutdown.clone(),
-    );
-    let settings = engine::Settings {
-        concurrency: LEASE_CONCURRENCY,
-        resync: Some(lease::RESYNC),
-        depth: depth(Kind::SandboxLease),
-    };
-    let lease_controller = engine::run(
-        caches.leases.clone(),
-        cache::stream(triggers.leases),
-        settings,
-        reconciler(reconcile_lease),
-        retry_delay,
-        ctx,
-        shutdown,
-    );
+    let providers = Controller { kind: Kind::SandboxProvider, concurrency: PROVIDER_CONCURRENCY, resync: None };
+    let provider_controller =
+        providers.run(&ctx, caches.providers.clone(), triggers.providers, reconcile_provider, shutdown.clone());
+    let leases = Controller { kind: Kind::SandboxLease, concurrency: LEASE_CONCURRENCY, resync: Some(lease::RESYNC) };
+    let lease_controller = leases.run(&ctx, caches.leases.clone(), triggers.leases, reconcile_lease, shutdown);
 
     tracing::info!(
         providers = caches.providers.state().len(),
@@ -218,6 +196,35 @@ async fn controllers(
     known::count_none(&metrics);
     tracing::info!("controllers stopped");
     Ok(())
+}
+
+/// One kind's controller: its reconcile on the engine, wrapped as every reconcile is
+/// ([`reconciler`], [`retry_delay`]).
+struct Controller {
+    kind: Kind,
+    concurrency: usize,
+    resync: Option<Duration>,
+}
+
+impl Controller {
+    fn run<O, Fut>(
+        self,
+        ctx: &Arc<Context>,
+        objects: O,
+        triggers: UnboundedReceiver<O::Key>,
+        reconcile: impl Fn(Arc<O::Object>, Arc<Context>) -> Fut,
+        shutdown: CancellationToken,
+    ) -> impl Future<Output = ()>
+    where
+        O: engine::Objects,
+        O::Object: Stateful,
+        Fut: Future<Output = Result<engine::Next, Error>> + Send + 'static,
+    {
+        let depth = ctx.metrics.reconcile_queue.get_or_create(&KindLabels { kind: self.kind.as_str() }).clone();
+        let settings = engine::Settings { concurrency: self.concurrency, resync: self.resync, depth };
+        let triggers = cache::stream(triggers);
+        engine::run(objects, triggers, settings, reconciler(reconcile), retry_delay, ctx.clone(), shutdown)
+    }
 }
 
 /// Sets `sandcap_controllers_running` back to 0 however the controllers end.
