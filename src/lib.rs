@@ -7,8 +7,7 @@
 //! layers, and which module may use which, are in docs/architecture.md.
 
 /// The core's modules under this crate's name, for the code not yet moved to `sandcap_core::`
-/// paths: the controllers and the probe (`crate::...`), the end-to-end, node and probe tests and
-/// the fuzz targets (`sandcap::...`).
+/// paths: the end-to-end, node and probe tests and the fuzz targets (`sandcap::...`).
 pub use sandcap_core::{
     addresses, admission, api, config_schema, contract, judge, schema, text, validation, versions, vocabulary,
 };

@@ -1,5 +1,5 @@
 //! The audit of stored objects: every provider and lease judged against today's rules, the CRD's
-//! and the webhook's, by the function `sandcap validate` calls ([`crate::judge`]), with the
+//! and the webhook's, by the function `sandcap validate` calls ([`sandcap_core::judge`]), with the
 //! operator's own webhook settings. The finding is kept and counted (the gauge
 //! `sandcap_nonconforming_objects`) by the object's table ([`super::state`]), and published by
 //! [`super::publish`] as the `Valid` condition and an Event when the verdict turns.
@@ -29,9 +29,9 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use crate::judge::{Judgment, Options, Server, judge};
-use crate::versions::ContractVersion;
-use crate::vocabulary::Kind;
+use sandcap_core::judge::{Judgment, Options, Server, judge};
+use sandcap_core::versions::ContractVersion;
+use sandcap_core::vocabulary::Kind;
 
 /// The message of an object that conforms.
 const CONFORMS: &str = "the CRD and the webhook would admit it today";
@@ -43,7 +43,7 @@ static CONFORMING: LazyLock<Arc<Finding>> =
 pub struct Finding {
     pub conforms: bool,
     /// [`CONFORMS`], or which layer would refuse the object and its problems, at most
-    /// [`crate::judge::MAX_MESSAGE`] bytes.
+    /// [`sandcap_core::judge::MAX_MESSAGE`] bytes.
     pub message: String,
 }
 
@@ -71,7 +71,7 @@ impl Finding {
     }
 
     /// The problems of an object that does not conform, for the explanations of what it refuses
-    /// to grant ([`crate::contract::Refusals`]).
+    /// to grant ([`sandcap_core::contract::Refusals`]).
     pub fn refusal(&self) -> Option<String> {
         (!self.conforms).then(|| self.message.clone())
     }
@@ -125,13 +125,13 @@ pub async fn judged(pending: Pending) -> Arc<Finding> {
 /// Judging is CPU work bounded by the webhook's budgets (a provider's may compile `configSchema`s
 /// for up to the compile budget's second), so it runs off the async workers, and one thread per
 /// kind keeps a lease from ever waiting behind a provider. Its own thread also holds the CRDs'
-/// compiled rules once ([`crate::judge`] compiles them per thread), not once per worker thread.
+/// compiled rules once ([`sandcap_core::judge`] compiles them per thread), not once per worker thread.
 fn judge_on_a_thread(kind: Kind, options: Options) -> Sender<Job> {
     let (jobs, queue) = mpsc::channel::<Job>();
     let judging = move || {
         // Compiled before the first job, not by it: a lease created right after a start would
         // wait for it.
-        crate::schema::prepare(kind, options.contract);
+        sandcap_core::schema::prepare(kind, options.contract);
         for Job { object, reply } in queue {
             let judged = panic::catch_unwind(|| Finding::of(&judge(&object, &options, Server::default())));
             let finding = judged.unwrap_or_else(|_| {

@@ -21,8 +21,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time
 use kube::Resource;
 use serde::Deserialize;
 
-use crate::api::{Pinned, ResolvableLease, SandboxLease, SandboxLeaseSpec, SandboxLeaseStatus};
-use crate::vocabulary::{ConditionStatus, ConditionType};
+use sandcap_core::api::{Pinned, ResolvableLease, SandboxLease, SandboxLeaseSpec, SandboxLeaseStatus};
+use sandcap_core::vocabulary::{ConditionStatus, ConditionType};
 
 /// A lease as a reconcile reads it, which is all the cache holds of it: its spec, the metadata that
 /// name and version it (name, namespace, uid, generation, resourceVersion), its pin and what is

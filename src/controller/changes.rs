@@ -11,7 +11,7 @@ use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
-use crate::api::SandboxProvider;
+use sandcap_core::api::SandboxProvider;
 
 /// What of a provider a lease reads: its identity, its drivers and the worker's verdict. A probe
 /// that returns what it returned before (a new `lastProbeTime` only) changes none of it.

@@ -17,10 +17,10 @@ use super::known::Known;
 use super::leader::Fence;
 use super::recorder::Events;
 use super::status::kind_label;
-use crate::api::SandboxProvider;
 use crate::metrics::{FailureLabels, KindLabels, Metrics};
 use crate::probe::Prober;
-use crate::versions::ContractVersion;
+use sandcap_core::api::SandboxProvider;
+use sandcap_core::versions::ContractVersion;
 
 /// No reconcile may take longer (a probe has its own, shorter timeout): one that does fails and is
 /// retried, so nothing can keep a controller's queue, or shutdown, waiting forever.

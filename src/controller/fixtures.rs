@@ -22,11 +22,11 @@ use super::context::{Context, Writes};
 use super::known;
 use super::leader::Fence;
 use super::recorder;
-use crate::api::{SandboxLease, SandboxProvider};
-use crate::judge::Options;
 use crate::metrics::Metrics;
 use crate::probe::Prober;
-use crate::vocabulary::Kind;
+use sandcap_core::api::{SandboxLease, SandboxProvider};
+use sandcap_core::judge::Options;
+use sandcap_core::vocabulary::Kind;
 
 /// The time of a fixture's probe or status: `at(T0)`, then `later(T0, 90)`.
 pub const T0: &str = "2030-01-01T00:00:00Z";

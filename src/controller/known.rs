@@ -12,7 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 
 use super::audit::{Finding, Pending};
 use crate::metrics::{KindLabels, Metrics};
-use crate::vocabulary::Kind;
+use sandcap_core::vocabulary::Kind;
 
 const BACKOFF_BASE: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);

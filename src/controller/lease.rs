@@ -16,10 +16,10 @@ use super::engine::Next;
 use super::error::Error;
 use super::publish::publish;
 use super::status::{Conditions, now};
-use crate::api::{ResolvableLease, SandboxLeaseStatus, SandboxProvider};
-use crate::config_schema;
-use crate::contract::{self, Contract, LeaseResolution, Reason, Refusals, Verified};
-use crate::vocabulary::{ConditionReason as Why, ConditionStatus, ConditionType as Type};
+use sandcap_core::api::{ResolvableLease, SandboxLeaseStatus, SandboxProvider};
+use sandcap_core::config_schema;
+use sandcap_core::contract::{self, Contract, LeaseResolution, Reason, Refusals, Verified};
+use sandcap_core::vocabulary::{ConditionReason as Why, ConditionStatus, ConditionType as Type};
 
 /// The watches re-trigger a lease whenever something it reads changes; this periodic pass over
 /// every lease is a safety net only, and costs no request when nothing changed.
@@ -168,10 +168,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::api::SandboxLease;
     use crate::controller::fixtures::{T0, later, lease, provider, time};
-    use crate::versions::V1;
-    use crate::vocabulary::Capability;
+    use sandcap_core::api::SandboxLease;
+    use sandcap_core::versions::V1;
+    use sandcap_core::vocabulary::Capability;
 
     const METHODS: [&str; 3] = ["environmentExecute", "environmentSyncIn", "environmentSyncOut"];
 
@@ -305,7 +305,7 @@ mod tests {
         let over = status_at(&over, Some(&p), &time(T0));
         assert_eq!(verdict(&over, "ConfigResolved"), ("False", "ConfigTooLarge"));
         let message = &condition(&over, "ConfigResolved").message;
-        assert_eq!(message, &format!("spec.config: {}", crate::api::CONFIG_TOO_LARGE));
+        assert_eq!(message, &format!("spec.config: {}", sandcap_core::api::CONFIG_TOO_LARGE));
         let narrowed = over.explanations.iter().find(|e| e.capability == Capability::PersistentProcessSessions);
         assert_eq!(narrowed.map(|e| (e.granted, e.reason.as_str())), Some((false, "NarrowedByConfigResolution")));
     }

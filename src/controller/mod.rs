@@ -9,11 +9,11 @@
 //!   provider's changes and by changes of a Secret it references, not by a full resync.
 //!
 //! Both end in one step, `publish.rs`: the status with the audit's `Valid` condition, replacing the
-//! published one (one merge patch, field manager [`crate::vocabulary::FIELD_MANAGER`]) only when it
+//! published one (one merge patch, field manager [`sandcap_core::vocabulary::FIELD_MANAGER`]) only when it
 //! differs, and the Events of what turned. With leader election only the
 //! holder of the `coordination.k8s.io/v1` Lease runs them.
 //!
-//! [`contract::resolve_lease`]: crate::contract::resolve_lease
+//! [`contract::resolve_lease`]: sandcap_core::contract::resolve_lease
 
 mod audit;
 pub mod cache;
@@ -52,10 +52,10 @@ use provider::reconcile_provider;
 #[cfg(test)]
 pub(crate) use {lease::lease_status, provider::provider_status};
 
-use crate::judge::Options;
 use crate::metrics::{KindLabels, Metrics};
 use crate::probe::Prober;
-use crate::vocabulary::Kind;
+use sandcap_core::judge::Options;
+use sandcap_core::vocabulary::Kind;
 
 /// Probes are slow I/O; a few at a time keeps a burst of new providers from piling up sockets.
 const PROVIDER_CONCURRENCY: usize = 16;

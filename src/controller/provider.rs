@@ -17,13 +17,13 @@ use super::engine::Next;
 use super::error::Error;
 use super::publish::publish;
 use super::status::{Conditions, now};
-use crate::api::{DriverStatus, ProbeResult, SandboxProvider, SandboxProviderStatus, WorkerStatus};
-use crate::config_schema::{self, Deadline, SchemaError};
-use crate::contract::{self, Contract, Declared};
 use crate::metrics::ProbeLabels;
 use crate::probe::{ProbeOutcome, Prober};
-use crate::text;
-use crate::vocabulary::{ConditionReason as Why, ConditionType as Type};
+use sandcap_core::api::{DriverStatus, ProbeResult, SandboxProvider, SandboxProviderStatus, WorkerStatus};
+use sandcap_core::config_schema::{self, Deadline, SchemaError};
+use sandcap_core::contract::{self, Contract, Declared};
+use sandcap_core::text;
+use sandcap_core::vocabulary::{ConditionReason as Why, ConditionType as Type};
 
 /// Reconciles one provider: probes its worker if a probe is due, judges its spec against today's
 /// rules ([`super::audit`]) and [`publish`]es the status: written if it differs from the published
@@ -228,7 +228,7 @@ pub fn provider_status(
 }
 
 /// `ConfigSchemasCompiled`: whether every driver's `configSchema` compiles within the budget
-/// ([`crate::config_schema::BUDGET`]). A schema that does not leaves its leases without the
+/// ([`sandcap_core::config_schema::BUDGET`]). A schema that does not leaves its leases without the
 /// capabilities that need a resolved config; this says so once, on the provider, with the limit
 /// it broke. Over budget wins the reason over a schema that is merely invalid.
 fn config_schemas_condition(provider: &SandboxProvider, conditions: &Conditions) -> Condition {

@@ -21,9 +21,11 @@ use super::cached::CachedLease;
 use super::context::Context;
 use super::error::Error;
 use super::status::{Conditions, kind_label};
-use crate::api::{DriverStatus, SandboxLease, SandboxLeaseStatus, SandboxProvider, SandboxProviderStatus, StatusPatch};
-use crate::text;
-use crate::vocabulary::{ConditionReason as Why, ConditionStatus, ConditionType as Type, FIELD_MANAGER, Kind};
+use sandcap_core::api::{
+    DriverStatus, SandboxLease, SandboxLeaseStatus, SandboxProvider, SandboxProviderStatus, StatusPatch,
+};
+use sandcap_core::text;
+use sandcap_core::vocabulary::{ConditionReason as Why, ConditionStatus, ConditionType as Type, FIELD_MANAGER, Kind};
 
 /// The apiserver refuses an Event whose note is longer.
 const MAX_NOTE: usize = 1024;
@@ -243,9 +245,9 @@ fn capability_changes(before: &[DriverStatus], desired: &SandboxProviderStatus) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{Capabilities, Explanation};
     use crate::controller::fixtures::{T0, later, lease, provider, time};
-    use crate::vocabulary::{Capability, DriverKind, Reason};
+    use sandcap_core::api::{Capabilities, Explanation};
+    use sandcap_core::vocabulary::{Capability, DriverKind, Reason};
 
     fn conforming() -> Finding {
         Finding { conforms: true, message: "the CRD and the webhook would admit it today".into() }

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::leader::Fence;
-use crate::vocabulary::FIELD_MANAGER;
+use sandcap_core::vocabulary::FIELD_MANAGER;
 
 /// Events waiting for the publisher; past it, new ones are dropped.
 pub const QUEUE: usize = 256;

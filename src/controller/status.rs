@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 
-use crate::vocabulary::{ConditionReason, ConditionStatus, ConditionType, Kind};
+use sandcap_core::vocabulary::{ConditionReason, ConditionStatus, ConditionType, Kind};
 
 /// The `kind` label of the controller metrics.
 pub fn kind_label<K: Resource<DynamicType = ()>>() -> &'static str {

@@ -8,7 +8,7 @@ use serde::de::{self, Deserializer, Error as _, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use crate::api::SandboxProviderSpec;
+use sandcap_core::api::SandboxProviderSpec;
 
 use super::error::ProbeError;
 

@@ -2,11 +2,11 @@
 
 use reqwest::Url;
 
-pub use crate::api::redacted;
-use crate::api::{ServiceRef, WorkerRef, is_dns_label};
+pub use sandcap_core::api::redacted;
+use sandcap_core::api::{ServiceRef, WorkerRef, is_dns_label};
 
 use super::error::ProbeError;
-use crate::addresses::WorkerPolicy;
+use sandcap_core::addresses::WorkerPolicy;
 
 /// Where the worker answers: its Service's cluster DNS name, or `spec.worker.url` when the
 /// operator allows URLs and its host is not refused by name or IP literal.

@@ -4,8 +4,8 @@ use std::fmt;
 use std::io;
 use std::time::Duration;
 
-use crate::addresses::AddressClass;
-use crate::vocabulary::words;
+use sandcap_core::addresses::AddressClass;
+use sandcap_core::vocabulary::words;
 
 /// The prober could not be built (see [`crate::probe::Prober::new`]).
 #[derive(Debug, thiserror::Error)]

@@ -29,15 +29,15 @@ use std::time::Duration;
 
 use reqwest::Url;
 
-use crate::api::{MAX_CA_BUNDLE_BYTES, SandboxProvider, SandboxProviderSpec, WorkerRef};
-use crate::contract::Verified;
+use sandcap_core::api::{MAX_CA_BUNDLE_BYTES, SandboxProvider, SandboxProviderSpec, WorkerRef};
+use sandcap_core::contract::Verified;
 
-use crate::addresses::WorkerPolicy;
-use crate::addresses::literal_ip;
 use answer::{initialize_request, parse_answer};
 pub use endpoint::{endpoint, parse_worker_url, redacted};
 pub use error::{FailureClass, MAX_ANSWER_BYTES, ProbeError, ProbeFailure, SetupError};
 use resolver::{GuardedResolver, Lookup, ResolveError, system_lookup};
+use sandcap_core::addresses::WorkerPolicy;
+use sandcap_core::addresses::literal_ip;
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 

@@ -1,13 +1,13 @@
 //! The probe's resolver: looks a worker's host name up and keeps only the addresses the address
-//! policy ([`crate::addresses`]) lets a worker reach.
+//! policy ([`sandcap_core::addresses`]) lets a worker reach.
 
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::addresses::{AddressClass, AllowedCidrs};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use sandcap_core::addresses::{AddressClass, AllowedCidrs};
 
 /// Resolves host names for the probe and keeps only the addresses worker URLs may reach, so the
 /// check holds for the address actually connected to, whatever the name (one that rebinds

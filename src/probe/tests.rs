@@ -19,8 +19,8 @@ fn policy(allow_urls: bool, allowed_cidrs: AllowedCidrs) -> WorkerPolicy {
 fn urls() -> WorkerPolicy {
     policy(true, AllowedCidrs::default())
 }
-use crate::addresses::{AddressClass, AllowedCidrs};
-use crate::api::ServiceRef;
+use sandcap_core::addresses::{AddressClass, AllowedCidrs};
+use sandcap_core::api::ServiceRef;
 
 fn answer(v: Value) -> Result<Vec<String>, ProbeError> {
     parse_answer(v.to_string().as_bytes(), 7)

@@ -2,9 +2,9 @@
 
 use super::*;
 use crate::controller::fixtures::{lease, provider};
-use crate::judge::MAX_MESSAGE;
-use crate::schema::Rejection;
-use crate::validation::MAX_PER_KIND;
+use sandcap_core::judge::MAX_MESSAGE;
+use sandcap_core::schema::Rejection;
+use sandcap_core::validation::MAX_PER_KIND;
 
 /// What the audit finds of `obj`, whose spec is `spec`.
 async fn finding<K: Resource<DynamicType = ()>>(obj: &K, spec: &impl Serialize) -> Arc<Finding> {
@@ -12,7 +12,7 @@ async fn finding<K: Resource<DynamicType = ()>>(obj: &K, spec: &impl Serialize) 
 }
 
 /// A lease with `extra` keys in its spec (kept by the CRD, refused by the webhook).
-fn lease_with(extra: Value) -> crate::api::SandboxLease {
+fn lease_with(extra: Value) -> sandcap_core::api::SandboxLease {
     let mut l = lease("team-a", "l").of("p", "k").build();
     l.spec.extra = serde_json::from_value(extra).unwrap();
     l
@@ -72,12 +72,12 @@ fn an_object_read_into_its_type_is_judged_as_the_raw_object_is() {
     for path in files.into_iter().chain(examples).filter(|p| p.extension().is_some_and(|e| e == "yaml")) {
         for raw in crate::cli::load_objects(&path).unwrap() {
             let typed = match raw["kind"].as_str() {
-                Some("SandboxProvider") => {
-                    serde_json::from_value::<crate::api::SandboxProvider>(raw.clone()).ok().map(|p| stored(&p, &p.spec))
-                }
-                Some("SandboxLease") => {
-                    serde_json::from_value::<crate::api::SandboxLease>(raw.clone()).ok().map(|l| stored(&l, &l.spec))
-                }
+                Some("SandboxProvider") => serde_json::from_value::<sandcap_core::api::SandboxProvider>(raw.clone())
+                    .ok()
+                    .map(|p| stored(&p, &p.spec)),
+                Some("SandboxLease") => serde_json::from_value::<sandcap_core::api::SandboxLease>(raw.clone())
+                    .ok()
+                    .map(|l| stored(&l, &l.spec)),
                 _ => None,
             };
             // A `null` reads as absent in the types, and the CRD lets one through only where

@@ -11,9 +11,9 @@ use kube::runtime::watcher::Event;
 
 use super::leases::{Leases, Writer};
 use super::{LeaseKey, Queue};
-use crate::api::SandboxProvider;
 use crate::controller::cached::CachedLease;
 use crate::controller::changes::{Seen, forget_deleted, generation, lease_view, secret_view};
+use sandcap_core::api::SandboxProvider;
 
 /// Provider events: a provider's own spec changes, and the leases that read a changed provider.
 pub(super) struct ProviderEvents<F> {

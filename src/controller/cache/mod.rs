@@ -49,13 +49,13 @@ use super::audit::Audits;
 use super::cached::CachedLease;
 use super::error::Error;
 use super::known;
-use crate::api::SandboxProvider;
 use crate::metrics::Metrics;
-use crate::vocabulary::Kind;
 use events::{LeaseEvents, ProviderEvents, SecretEvents};
 pub use leases::Leases;
 pub use names::LeaseKey;
 pub use providers::ProviderTable;
+use sandcap_core::api::SandboxProvider;
+use sandcap_core::vocabulary::Kind;
 use secrets::keep_config_values;
 pub use secrets::{SecretCache, SecretScope};
 

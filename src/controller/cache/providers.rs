@@ -12,7 +12,7 @@ use super::endpoints::Member;
 use crate::controller::known::{self, Known};
 use crate::metrics::Metrics;
 use crate::probe::ProbeOutcome;
-use crate::vocabulary::Kind;
+use sandcap_core::vocabulary::Kind;
 
 /// What is known of each provider, by uid, with what its worker's endpoints last answered.
 pub struct ProviderTable {

@@ -8,8 +8,8 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::drop_managed_fields;
-use crate::api::{MAX_CONFIG_BYTES, SecretKeyRef};
-use crate::contract::SecretLookup;
+use sandcap_core::api::{MAX_CONFIG_BYTES, SecretKeyRef};
+use sandcap_core::contract::SecretLookup;
 
 /// The namespaces whose Secrets sandcap reads (`--secret-namespaces`).
 #[derive(Clone, Debug, PartialEq, Eq)]

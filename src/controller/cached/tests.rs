@@ -4,7 +4,7 @@ use serde_json::json;
 
 use super::*;
 use crate::controller::fixtures::{T0, later, lease, time};
-use crate::vocabulary::Capability;
+use sandcap_core::vocabulary::Capability;
 
 /// A status as sandcap publishes one, with a pin.
 fn published() -> SandboxLease {
@@ -107,8 +107,8 @@ fn the_cache_decodes_a_lease_from_the_apiservers_json() {
 
 #[test]
 fn a_config_stored_over_its_bound_is_not_kept_and_is_judged_as_over_it() {
-    use crate::api::CONFIG_TOO_LARGE;
-    use crate::judge::{Options, Server, judge};
+    use sandcap_core::api::CONFIG_TOO_LARGE;
+    use sandcap_core::judge::{Options, Server, judge};
 
     let mut full = published();
     full.spec.config = Some(json!({"token": "s3cr3t-".repeat(150_000)}));

@@ -4,12 +4,12 @@ use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::api::SandboxLease;
 use crate::controller::cache::LeaseKey;
 use crate::controller::cache::leases::{EARLY_MAX, Writer};
 use crate::controller::fixtures::{Parts, context, lease, metrics, provider};
 use crate::controller::known::nonconforming;
-use crate::vocabulary::Kind;
+use sandcap_core::api::SandboxLease;
+use sandcap_core::vocabulary::Kind;
 
 fn gauge(metrics: &Metrics, kind: Kind) -> i64 {
     nonconforming(metrics, kind).get()

@@ -19,14 +19,14 @@ use kube::{Api, ResourceExt};
 use reqwest::Url;
 
 use super::{RETRY_MIN, share_of};
-use crate::api::{ProbeResult, SandboxProvider, ServiceRef, WorkerScheme, WorkerStatus};
-use crate::contract::{self, EndpointAnswer, EndpointProbe};
 use crate::controller::cache::endpoints::Member;
 use crate::controller::cache::providers::Probed;
 use crate::controller::context::Context;
 use crate::controller::error::Error;
 use crate::metrics::ProbeLabels;
 use crate::probe::{ProbeError, ProbeFailure, ProbeOutcome, Target, ca_bundle};
+use sandcap_core::api::{ProbeResult, SandboxProvider, ServiceRef, WorkerScheme, WorkerStatus};
+use sandcap_core::contract::{self, EndpointAnswer, EndpointProbe};
 
 /// A Service with more serving endpoints than this verifies nothing: probing them all, 16 at a
 /// time within the probe timeout, must fit in one reconcile's deadline.

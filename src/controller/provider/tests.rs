@@ -3,11 +3,11 @@
 use serde_json::json;
 
 use super::*;
-use crate::addresses::{AddressClass, WorkerPolicy};
 use crate::controller::fixtures::{T0, later, provider, time};
 use crate::probe::{ProbeError, ProbeFailure};
-use crate::versions::V1;
-use crate::vocabulary::Capability;
+use sandcap_core::addresses::{AddressClass, WorkerPolicy};
+use sandcap_core::versions::V1;
+use sandcap_core::vocabulary::Capability;
 
 const INTERVAL: Duration = Duration::from_secs(300);
 

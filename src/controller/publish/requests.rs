@@ -11,7 +11,6 @@ use tokio_util::sync::CancellationToken;
 
 use std::sync::Arc;
 
-use crate::api::SandboxLease;
 use crate::controller::cache::LeaseKey;
 use crate::controller::cached::CachedLease;
 use crate::controller::engine::Next;
@@ -20,6 +19,7 @@ use crate::controller::fixtures::apiserver::{Answer, Request, Requests, apiserve
 use crate::controller::fixtures::{Parts, context_with, lease, metrics, provider};
 use crate::controller::lease::reconcile_lease;
 use crate::controller::provider::reconcile_provider;
+use sandcap_core::api::SandboxLease;
 
 /// A context whose client is the scripted apiserver, its Event publisher running until the
 /// returned token is cancelled.

@@ -7,11 +7,11 @@ use serde_json::json;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::*;
-use crate::api::SandboxLease;
 use crate::controller::cache::LeaseKey;
 use crate::controller::cache::leases::table;
 use crate::controller::cache::{CONFIG_SOURCE_LABEL, Queues, Triggers};
 use crate::controller::fixtures::{LeaseFixture, ProviderFixture, lease, provider, secret};
+use sandcap_core::api::SandboxLease;
 
 /// What the handlers write to: both queues (read back from their receiving ends), the lease
 /// table (its writer, until the lease handler takes it), the providers' uids forgotten and the

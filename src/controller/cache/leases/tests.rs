@@ -1,10 +1,10 @@
 //! The lease table's tests.
 
 use super::*;
-use crate::api::SandboxLeaseStatus;
 use crate::controller::audit::Finding;
 use crate::controller::fixtures::{LeaseFixture, lease};
-use crate::vocabulary::Capability;
+use sandcap_core::api::SandboxLeaseStatus;
+use sandcap_core::vocabulary::Capability;
 
 fn apply(writer: &mut Writer, lease: LeaseFixture) -> Vec<LeaseKey> {
     writer.apply(Event::Apply(lease.build().into()))
