@@ -8,12 +8,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use sandcap::versions::ContractVersion;
+use sandcap_core::versions::ContractVersion;
 use serde_json::{Value, json};
 
-use crate::cluster::Cluster;
-use crate::controllers::{get, lease_reason};
-use crate::install::{self, Install, Sandcap, eventually};
+use crate::harness::binary::Sandcap;
+use crate::harness::cluster::Cluster;
+use crate::harness::install::{self, Install};
+use crate::harness::objects::get;
+use crate::harness::waits::{eventually, lease_reason};
 use crate::support::{Worker, all_true, lease, methods_of, provider};
 
 const NS: &str = "e2e-endpoints";

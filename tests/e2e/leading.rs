@@ -5,13 +5,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sandcap::versions::ContractVersion;
+use sandcap_core::versions::ContractVersion;
 use serde_json::json;
 
-use crate::cluster::Cluster;
-use crate::controllers::{all_leases, delete, holder, lease_reason};
-use crate::install::{self, Install, Sandcap, eventually, ok};
-use crate::support::{Worker, all_true, lease, provider, sample};
+use crate::harness::binary::Sandcap;
+use crate::harness::cluster::Cluster;
+use crate::harness::install::{self, Install};
+use crate::harness::objects::{delete, holder};
+use crate::harness::waits::{all_leases, eventually, lease_reason};
+use crate::support::{Worker, all_true, lease, ok, provider, sample};
 
 const CONTROLLERS_ONLY: (&str, &str) = ("SANDCAP_CONTROLLERS_ONLY", "true");
 
