@@ -13,9 +13,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sandcap::addresses::WorkerPolicy;
-use sandcap::admission;
-use sandcap::validation::{self, MAX_WARNING_LEN, Options, REVIEWED, Shape};
+use sandcap_core::addresses::WorkerPolicy;
+use sandcap_core::admission;
+use sandcap_core::validation::{self, MAX_WARNING_LEN, Options, REVIEWED, Shape};
 use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {

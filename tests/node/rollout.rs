@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use sandcap::versions::ContractVersion;
+use sandcap_core::versions::ContractVersion;
 use serde_json::{Value, json};
 
 use crate::node::{Node, eventually};

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::discovery::ApiResource;
-use sandcap::versions::ContractVersion;
+use sandcap_core::versions::ContractVersion;
 use serde_json::{Value, json};
 
 use crate::node::{Node, eventually, repo_root, sandcap_binary};
