@@ -20,7 +20,8 @@ use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {
     let allow_worker_urls = data.first().is_some_and(|b| b & 1 == 1);
-    let options = Options { workers: WorkerPolicy { allow_urls: allow_worker_urls, ..WorkerPolicy::default() } };
+    let workers = WorkerPolicy { allow_urls: allow_worker_urls, ..WorkerPolicy::default() };
+    let options = Options { workers, ..Options::default() };
     let answer = admission::handle(data, &options);
     assert!(matches!(answer.status, 200 | 400), "status {}", answer.status);
     assert!(answer.body.len() <= 64 * 1024, "a {}-byte answer", answer.body.len());

@@ -49,9 +49,7 @@ async fn nonconforming(sandcap: &Sandcap, kind: &str) -> Option<i64> {
 }
 
 pub async fn objects_stored_without_the_webhook_are_audited(c: Arc<Cluster>) {
-    install::crds(&c);
-    let install = Install::chart(&c, json!({})).await;
-    install::namespaces(&c, &[NS]);
+    let install = install::default_chart(&c, NS).await;
     let worker = Worker::of_contract(ContractVersion::V1);
     let admin = c.admin().await;
     let typo = stored_without_the_webhook(&c, &worker);

@@ -204,17 +204,21 @@ fn happened(before: &Observed, after: &Observed) -> Changes {
     changes
 }
 
+/// What a switch between v1 and v2 does to this scenario, or what its plan says: the provider of
+/// the nine keys gets `admission`, and its lease `change`s every key of v2; nothing else changes.
+fn the_nine_keys(admission: &str, change: &str) -> Changes {
+    let objects = BTreeSet::from([("SandboxProvider".to_string(), NINE.to_string(), admission.to_string())]);
+    let capabilities = V2.contract().capabilities().map(|c| ("nine".into(), c.key().into(), change.into())).collect();
+    Changes { objects, capabilities }
+}
+
 /// Back to v1: the provider of the nine keys is kept, refused by today's rules, and grants
 /// nothing; the plan said so. Returns sandcap under v1.
 async fn back_to_v1_the_nine_keys_are_refused(s: &Switching<'_>, admin: &Client, v2: Operator) -> Operator {
     let all_leases = ["reuse", "job", "plain", "nine"];
     let (v1, code, predicted) = switch(s, v2, V1, &[SIX, NINE], &all_leases).await;
     assert_eq!(code, Some(3), "plan --contract v1 exits 3 when it refuses a stored object");
-    let refused = ("SandboxProvider".to_string(), NINE.to_string(), "refused".to_string());
-    assert_eq!(predicted.objects, BTreeSet::from([refused]));
-    let lost: BTreeSet<_> =
-        V2.contract().capabilities().map(|c| ("nine".into(), c.key().into(), "loses".into())).collect();
-    assert_eq!(predicted.capabilities, lost);
+    assert_eq!(predicted, the_nine_keys("refused", "loses"));
     lease_reasons(admin, NS, "reuse", V1, &expected(V1, &[])).await;
     let all_off = (&V1.contract().capabilities().map(|c| c.key()).collect::<Vec<_>>()[..], "ProviderNotValid");
     let nine = lease_reasons(admin, NS, "nine", V1, &expected(V1, &[all_off])).await;
@@ -233,11 +237,7 @@ async fn back_to_v1_the_nine_keys_are_refused(s: &Switching<'_>, admin: &Client,
     // its lease gaining every key.
     let (code, predicted) = plan(s.c, V2);
     assert_eq!(code, Some(1), "plan --contract v2 exits 1 when leases gain and nothing is refused");
-    let admitted = ("SandboxProvider".to_string(), NINE.to_string(), "admitted".to_string());
-    assert_eq!(predicted.objects, BTreeSet::from([admitted]));
-    let gained: BTreeSet<_> =
-        V2.contract().capabilities().map(|c| ("nine".into(), c.key().into(), "gains".into())).collect();
-    assert_eq!(predicted.capabilities, gained);
+    assert_eq!(predicted, the_nine_keys("admitted", "gains"));
     v1
 }
 

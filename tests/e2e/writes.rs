@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 
 use crate::harness::binary::Sandcap;
 use crate::harness::cluster::Cluster;
-use crate::harness::install::{self, Install};
+use crate::harness::install;
 use crate::harness::objects::{delete, get};
 use crate::harness::requests::status_patches;
 use crate::harness::waits::{eventually, lease_reason};
@@ -33,9 +33,7 @@ fn status_owners(object: &Value) -> Vec<(String, String, String)> {
 }
 
 pub async fn a_status_is_one_merge_patch_written_once_per_new_lease(c: Arc<Cluster>) {
-    install::crds(&c);
-    let install = Install::chart(&c, json!({})).await;
-    install::namespaces(&c, &[NS]);
+    let install = install::default_chart(&c, NS).await;
     let worker = Worker::of_contract(ContractVersion::V1);
     // A worker that accepts the probe's connection and never answers: the provider stays unprobed
     // for the probe's timeout, and the test knows when the probe started (so the provider is in

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::harness::binary::Sandcap;
 use crate::harness::cluster::Cluster;
-use crate::harness::install::{self, Install};
+use crate::harness::install;
 use crate::harness::objects::{condition, delete, explanation, get};
 use crate::harness::waits::{WAIT, eventually, lease_reason};
 use crate::support::{Worker, all_true, hostile, lease, provider};
@@ -35,9 +35,7 @@ async fn schemas_compiled(client: &Client, name: &str, status: &str) -> Value {
 /// other provider and lease resolves as before. Registered again, the webhook refuses the schema.
 pub async fn a_hostile_provider_stored_without_the_webhook(c: Arc<Cluster>) {
     const PEAK: u64 = 128 * 1024 * 1024;
-    install::crds(&c);
-    let install = Install::chart(&c, json!({})).await;
-    install::namespaces(&c, &[NS]);
+    let install = install::default_chart(&c, NS).await;
     let worker = Worker::of_contract(ContractVersion::V1);
     // As the chart runs it: webhook and controllers in one process, whose memory is the point.
     let mut sandcap = Sandcap::start(&c, &install, "hostile", &[]);

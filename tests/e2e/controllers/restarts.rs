@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::harness::binary::Sandcap;
 use crate::harness::cluster::Cluster;
-use crate::harness::install::{self, Install};
+use crate::harness::install;
 use crate::harness::objects::{delete, holder};
 use crate::harness::waits::{WAIT, all_leases, eventually, lease_reason};
 use crate::support::{Worker, all_true, lease, ok, provider};
@@ -19,9 +19,7 @@ const ELECTED: [(&str, &str); 1] = [("SANDCAP_CONTROLLERS_ONLY", "true")];
 /// Finding 1 of the end-to-end issue: after a restart, leases stopped following their provider.
 pub async fn leases_follow_their_provider_after_a_restart(c: Arc<Cluster>) {
     const NS: &str = "e2e-restart";
-    install::crds(&c);
-    let install = Install::chart(&c, json!({})).await;
-    install::namespaces(&c, &[NS]);
+    let install = install::default_chart(&c, NS).await;
     let worker = Worker::of_contract(ContractVersion::V1);
     let mut providers: Vec<Value> =
         (0..300).map(|i| provider(&format!("e2e-r{i:03}"), &worker.url, all_true())).collect();
@@ -51,9 +49,7 @@ pub async fn leases_follow_their_provider_after_a_restart(c: Arc<Cluster>) {
 /// provider change made after each handover.
 pub async fn a_standby_takes_over_and_every_lease_follows(c: Arc<Cluster>) {
     const NS: &str = "e2e-leader";
-    install::crds(&c);
-    let install = Install::chart(&c, json!({})).await;
-    install::namespaces(&c, &[NS]);
+    let install = install::default_chart(&c, NS).await;
     let worker = Worker::of_contract(ContractVersion::V1);
     let mut acme = provider("e2e-leader", &worker.url, all_true());
     let names: Vec<String> = (0..5).map(|i| format!("lease-{i}")).collect();
@@ -105,9 +101,7 @@ pub async fn a_standby_takes_over_and_every_lease_follows(c: Arc<Cluster>) {
 /// restart and converges a change made afterwards.
 pub async fn recovers_from_an_apiserver_outage(c: Arc<Cluster>) {
     const NS: &str = "e2e-outage";
-    install::crds(&c);
-    let install = Install::chart(&c, json!({})).await;
-    install::namespaces(&c, &[NS]);
+    let install = install::default_chart(&c, NS).await;
     let worker = Worker::of_contract(ContractVersion::V1);
     let mut acme = provider("e2e-outage", &worker.url, all_true());
     install::apply(&c, &[acme.clone(), lease(NS, "lease", "e2e-outage", json!({}))]);

@@ -88,6 +88,15 @@ pub fn chart_python() -> PathBuf {
     venv.join("bin/python")
 }
 
+/// How most scenarios begin: the CRDs of contract v1, the chart with its default values (see
+/// [`Install::chart`]), and the scenario's `namespace`.
+pub async fn default_chart(cluster: &Cluster, namespace: &str) -> Install {
+    crds(cluster);
+    let install = Install::chart(cluster, json!({})).await;
+    namespaces(cluster, &[namespace]);
+    install
+}
+
 /// What an install leaves behind: the rendered chart and a kubeconfig of its ServiceAccount.
 pub struct Install {
     pub objects: Vec<Value>,
