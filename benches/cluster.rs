@@ -23,17 +23,12 @@
 
 #[path = "cluster/churn.rs"]
 mod churn;
-#[path = "../tests/e2e/cluster.rs"]
-#[allow(dead_code)]
-mod cluster;
-#[path = "../tests/e2e/controllers.rs"]
-#[allow(dead_code)]
-mod controllers;
 #[path = "cluster/echo.rs"]
 mod echo;
-#[path = "../tests/e2e/install.rs"]
+// The end-to-end suite's harness, of which the benchmarks use a part.
+#[path = "../tests/e2e/harness/mod.rs"]
 #[allow(dead_code)]
-mod install;
+mod harness;
 #[path = "cluster/scale.rs"]
 mod scale;
 #[path = "../tests/support/mod.rs"]
@@ -49,8 +44,9 @@ use sandcap_core::versions::V1;
 use sandcap_core::vocabulary::Kind;
 use serde_json::{Value, json};
 
-use cluster::Cluster;
-use install::{Install, Sandcap};
+use harness::binary::Sandcap;
+use harness::cluster::{self, Cluster};
+use harness::install::{self, Install};
 
 const NS: &str = "bench";
 /// Whether to run part `name` (`webhook`, `churn`, `scale`): `SANDCAP_BENCH_PARTS` lists them,
@@ -102,7 +98,7 @@ async fn sandcap_status(c: &Cluster, install: &Install, admin: &kube::Client) ->
     ];
     install::apply(c, &sample);
     let sandcap = controllers(c, install, "bench-sample", &[]);
-    let mut status = controllers::lease_reason(admin, NS, "sample", "persistentProcessSessions", "Granted").await;
+    let mut status = harness::waits::lease_reason(admin, NS, "sample", "persistentProcessSessions", "Granted").await;
     drop(sandcap);
     let pin = status.as_object_mut().and_then(|s| s.remove("pinned")).expect("a granted lease is pinned");
     let valid = status["conditions"].as_array_mut().and_then(|c| c.iter_mut().find(|c| c["type"] == "Valid"));
@@ -130,7 +126,7 @@ fn main() {
     }
     // The cluster's clients (reqwest, kube) use rustls with the process's default crypto provider.
     sandcap::tls::install_default_provider();
-    let bin = cluster::build_all().expect("cluster binaries").pop().expect("a minor");
+    let bin = cluster::testcluster::build_all().expect("cluster binaries").pop().expect("a minor");
     println!("Kubernetes {}", bin.version());
     let c = Arc::new(Cluster::start(bin));
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");

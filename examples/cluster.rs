@@ -8,7 +8,7 @@
 //! BIN_DIR holds etcd, kube-apiserver and kubectl (testcluster/build.sh prints it); STATE_DIR
 //! receives the kubeconfig, the logs and a provider manifest whose worker is the reference worker.
 
-#[path = "../tests/e2e/cluster.rs"]
+#[path = "../tests/e2e/harness/cluster.rs"]
 #[allow(dead_code)]
 mod cluster;
 #[path = "../tests/support/ports.rs"]

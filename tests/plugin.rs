@@ -1,7 +1,7 @@
 //! The binary as kubectl's plugin, and its live commands without a cluster: named
 //! `kubectl-sandcap` its usage says `kubectl sandcap`; `explain` and `check` fail in one line,
 //! and within their timeouts however the apiserver misbehaves. The commands against a real
-//! apiserver are in tests/e2e/plugin.rs.
+//! apiserver are in tests/e2e/plugin/.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -19,9 +19,11 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use crate::cluster::{self, Cluster};
-use crate::controllers::resource;
-use crate::install::{self, Install, Sandcap};
+use crate::harness::binary::Sandcap;
+use crate::harness::cluster::{self, Cluster};
+use crate::harness::install::{self, Install};
+use crate::harness::objects::resource;
+use crate::harness::waits::eventually;
 use crate::support::{Worker, all_true, lease, provider, secret};
 use crate::{NS, median, ms, quantile};
 
@@ -146,7 +148,7 @@ async fn warm_up(admin: &Client, tag: &str, resolved: &Mutex<HashMap<String, Ins
     let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource("SandboxLease"));
     let name = format!("{tag}-warm-up");
     api.create(&PostParams::default(), &round_lease(tag, &name, json!({}))).await.expect("warm-up lease");
-    install::eventually("the warm-up lease resolved", Duration::from_secs(60), || async {
+    eventually("the warm-up lease resolved", Duration::from_secs(60), || async {
         resolved.lock().unwrap().contains_key(&name).then_some(())
     })
     .await;
@@ -260,12 +262,12 @@ impl Medians {
 async fn started(c: &Cluster, install: &Install, admin: &Client, n: usize) -> Sandcap {
     let sandcap = crate::controllers(c, install, &format!("bench-churn-{n}"), &[]);
     sandcap.ready().await;
-    install::eventually("sandcap's controllers started", Duration::from_secs(60), || async {
+    eventually("sandcap's controllers started", Duration::from_secs(60), || async {
         sandcap.log_text().contains("controllers started").then_some(())
     })
     .await;
     let providers: Api<DynamicObject> = Api::all_with(admin.clone(), &resource("SandboxProvider"));
-    install::eventually("the provider probed", Duration::from_secs(60), || async {
+    eventually("the provider probed", Duration::from_secs(60), || async {
         let p = providers.get(PROVIDER).await.ok()?;
         p.data["status"]["worker"].is_object().then_some(())
     })

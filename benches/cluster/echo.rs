@@ -13,7 +13,7 @@ use sandcap::metrics::Metrics;
 use sandcap::tls::{self, CertResolver};
 use serde_json::{Value, json};
 
-use crate::cluster::Cluster;
+use crate::harness::cluster::Cluster;
 
 /// Serves on a loopback port it picks with a serving certificate of the cluster's CA until the
 /// returned guard is dropped; returns the port.

@@ -13,9 +13,10 @@ use kube::runtime::watcher;
 use sandcap_core::versions::V1;
 use serde_json::{Value, json};
 
-use crate::cluster::{self, Cluster};
-use crate::controllers::{explanation, resource};
-use crate::install::{self, Install};
+use crate::harness::cluster::{self, Cluster};
+use crate::harness::install::{self, Install};
+use crate::harness::objects::{explanation, resource};
+use crate::harness::waits::eventually;
 use crate::support::{Worker, all_true, lease, provider, secret};
 use crate::{NS, controllers, providers};
 
@@ -170,7 +171,7 @@ pub async fn controllers_at_scale(c: &Cluster, install: &Install, admin: &Client
     let (writes, gets) = (by_sandcap("patch", "sandboxleases"), by_sandcap("get", "secrets"));
     let started = Instant::now();
     let sandcap = controllers(c, install, "bench-restart", &[("SANDCAP_PROBE_INTERVAL", "2s")]);
-    install::eventually("the caches listed", Duration::from_secs(300), || async {
+    eventually("the caches listed", Duration::from_secs(300), || async {
         sandcap.log_text().contains("controllers started").then_some(())
     })
     .await;

@@ -7,9 +7,10 @@ use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
 
-use crate::cluster::Cluster;
-use crate::controllers::resource;
-use crate::install::{Install, Sandcap};
+use crate::harness::binary::Sandcap;
+use crate::harness::cluster::Cluster;
+use crate::harness::install::Install;
+use crate::harness::objects::resource;
 use crate::support::{all_true, lease, provider};
 use crate::{NS, echo, median, ms, quantile};
 

@@ -13,14 +13,15 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sandcap::addresses::WorkerPolicy;
-use sandcap::admission;
-use sandcap::validation::{self, MAX_WARNING_LEN, Options, REVIEWED, Shape};
+use sandcap_core::addresses::WorkerPolicy;
+use sandcap_core::admission;
+use sandcap_core::validation::{self, MAX_WARNING_LEN, Options, REVIEWED, Shape};
 use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {
     let allow_worker_urls = data.first().is_some_and(|b| b & 1 == 1);
-    let options = Options { workers: WorkerPolicy { allow_urls: allow_worker_urls, ..WorkerPolicy::default() } };
+    let workers = WorkerPolicy { allow_urls: allow_worker_urls, ..WorkerPolicy::default() };
+    let options = Options { workers, ..Options::default() };
     let answer = admission::handle(data, &options);
     assert!(matches!(answer.status, 200 | 400), "status {}", answer.status);
     assert!(answer.body.len() <= 64 * 1024, "a {}-byte answer", answer.body.len());

@@ -1,7 +1,7 @@
 //! Arbitrary bytes as a driver's `configSchema` and a lease's config: the compile and the config
 //! check the lease controller runs for every lease, through the same budget
-//! (`sandcap::config_schema::BUDGET`). Whatever the schema, compiling it ends within the budget's
-//! deadline and never panics; libFuzzer's `-rss_limit_mb`/`-malloc_limit_mb` (docs/testing.md)
+//! (`sandcap_core::config_schema::BUDGET`). Whatever the schema, compiling it ends within the
+//! budget's deadline and never panics; libFuzzer's `-rss_limit_mb`/`-malloc_limit_mb` (docs/testing.md)
 //! make any allocation beyond the budget a finding.
 //!
 //! The input is `<schema JSON>\n<config JSON>`; the seeds are in fuzz/seeds/config_schema.
@@ -15,9 +15,9 @@
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use sandcap::api::{DriverDeclaration, SandboxLease};
-use sandcap::config_schema::{BUDGET, Deadline, Limit, SchemaError};
-use sandcap::contract::{self, ConfigFailure, SecretLookup};
+use sandcap_core::api::{DriverDeclaration, SandboxLease};
+use sandcap_core::config_schema::{BUDGET, Deadline, Limit, SchemaError};
+use sandcap_core::contract::{self, ConfigFailure, SecretLookup};
 use serde_json::Value;
 
 fn thread_cpu_time() -> Duration {
@@ -34,7 +34,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let started = thread_cpu_time();
-    let compiled = sandcap::config_schema::compile(&schema, Deadline::Own);
+    let compiled = sandcap_core::config_schema::compile(&schema, Deadline::Own);
     // The deadline is checked between patterns and around the final build, so one step may run
     // past it; a step is bounded by the per-pattern limits. CPU time, not wall time: a fuzzer
     // sharing a busy machine may wait for a core for seconds, which no budget can bound.

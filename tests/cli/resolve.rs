@@ -1,38 +1,28 @@
 //! `sandcap resolve`: provider and lease level, the worker's methods, Secrets (never their
 //! values), and nothing granted to what `validate` denies.
 
+use std::process::Output;
+
 use sandcap_core::versions::V1;
 use serde_json::{Value, json};
 
 use super::{ALL, resolve_lease_args, resolve_reuse_lease, sandcap, stderr, stdout, write};
 
+/// `resolve` of examples/provider-full.yaml's driver `kubernetes`, provider level, with `extra`.
+fn resolve_kubernetes_driver(extra: &[&str]) -> Output {
+    let driver = ["resolve", "--provider", "examples/provider-full.yaml", "--driver", "kubernetes"];
+    sandcap(&[&driver[..], extra].concat())
+}
+
 #[test]
 fn resolve_provider_level_table_and_json() {
-    let o = sandcap(&[
-        "resolve",
-        "--provider",
-        "examples/provider-full.yaml",
-        "--driver",
-        "kubernetes",
-        "--worker-methods",
-        &ALL,
-    ]);
+    let o = resolve_kubernetes_driver(&["--worker-methods", &ALL]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let table = stdout(&o);
     assert!(table.starts_with("DRIVER kubernetes  EFFECTIVE POLICY ReuseByEnvironment\nCAPABILITY"), "{table}");
     assert!(table.contains("reusableLeases               true     Granted"));
 
-    let o = sandcap(&[
-        "resolve",
-        "--provider",
-        "examples/provider-full.yaml",
-        "--driver",
-        "kubernetes",
-        "-o",
-        "json",
-        "--worker-methods",
-        "environmentSyncIn,environmentExecute",
-    ]);
+    let o = resolve_kubernetes_driver(&["-o", "json", "--worker-methods", "environmentSyncIn,environmentExecute"]);
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(r["driverKey"], "kubernetes");
     assert_eq!(r["effectivePolicy"], "Ephemeral");

@@ -11,7 +11,9 @@ use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::{APISERVER, NEIGHBOUR, ONE_AT_A_TIME, PEAK, REVIEW_WITHIN, addr, connect_from, http1, tls_connector};
+use super::{
+    NEIGHBOUR, ONE_AT_A_TIME, PEAK, REVIEW_WITHIN, addr, apiserver_client, connect_from, http1, tls_connector,
+};
 
 /// The webhook's limits these tests lean on (`Limits::default()`): HTTP/2 streams per connection,
 /// the body deadline, the head deadline.
@@ -40,12 +42,7 @@ async fn tls_from(local: IpAddr, to: SocketAddr, alpn: &[u8]) -> Option<tokio_ru
 /// process must not delay it.
 async fn honest_reviews(url: String, until: Instant) -> Vec<(u16, Duration)> {
     let apiserver = async move {
-        let apiserver = reqwest::Client::builder()
-            .local_address(APISERVER)
-            .danger_accept_invalid_certs(true)
-            .timeout(Duration::from_secs(10))
-            .build()
-            .unwrap();
+        let apiserver = apiserver_client();
         let mut answers = Vec::new();
         while Instant::now() < until {
             let asked = Instant::now();

@@ -11,8 +11,8 @@ use rustls::pki_types::ServerName;
 use tokio::io::AsyncReadExt;
 
 use super::{
-    APISERVER, KUBELET, NEIGHBOUR, ONE_AT_A_TIME, PEAK, PROBE_WITHIN, REVIEW_WITHIN, addr, connect_from, http1,
-    tls_connector,
+    APISERVER, KUBELET, NEIGHBOUR, ONE_AT_A_TIME, PEAK, PROBE_WITHIN, REVIEW_WITHIN, addr, apiserver_client,
+    connect_from, http1, tls_connector,
 };
 
 /// Connections the neighbour keeps trying to hold, per kind and port.
@@ -136,12 +136,7 @@ async fn a_neighbour_hoarding_connections_starves_neither_port() {
         }
     });
     // The apiserver: pooled keep-alive connections, a review twice a second.
-    let apiserver = reqwest::Client::builder()
-        .local_address(APISERVER)
-        .danger_accept_invalid_certs(true)
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
+    let apiserver = apiserver_client();
     let reviews = tokio::spawn({
         let url = sandcap.webhook.clone();
         async move {

@@ -7,13 +7,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
-use sandcap::versions::ContractVersion;
+use sandcap_core::versions::ContractVersion;
 use serde_json::{Value, json};
 
-use crate::cluster::Cluster;
-use crate::controllers::{delete, get, lease_reason};
-use crate::install::{self, Install, Sandcap, eventually, ok};
-use crate::support::{Worker, all_true, lease, provider};
+use crate::harness::binary::Sandcap;
+use crate::harness::cluster::Cluster;
+use crate::harness::install::{self, Install};
+use crate::harness::objects::{delete, get};
+use crate::harness::requests::status_patches;
+use crate::harness::waits::{eventually, lease_reason};
+use crate::support::{Worker, all_true, lease, ok, provider};
 
 const NS: &str = "e2e-audit";
 const WAIT: Duration = Duration::from_secs(30);
@@ -45,29 +48,34 @@ async fn nonconforming(sandcap: &Sandcap, kind: &str) -> Option<i64> {
     metrics.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|n| n.parse().ok())
 }
 
-/// The status patches sandcap made to the objects named `names`, by the apiserver's audit log.
-pub fn status_patches(c: &Cluster, names: &[&str]) -> usize {
-    c.audit()
-        .iter()
-        .filter(|e| {
-            e["verb"] == "patch"
-                && e["objectRef"]["subresource"] == "status"
-                && names.iter().any(|n| e["objectRef"]["name"] == *n)
-                && e["user"]["username"].as_str().is_some_and(|u| u.ends_with(":sandcap"))
-        })
-        .count()
-}
-
 pub async fn objects_stored_without_the_webhook_are_audited(c: Arc<Cluster>) {
-    install::crds(&c);
-    let install = Install::chart(&c, json!({})).await;
-    install::namespaces(&c, &[NS]);
+    let install = install::default_chart(&c, NS).await;
     let worker = Worker::of_contract(ContractVersion::V1);
     let admin = c.admin().await;
+    let typo = stored_without_the_webhook(&c, &worker);
+    let sandcap = Sandcap::start(&c, &install, "audit", &ELECTED);
+    sandcap.ready().await;
+    each_problem_named(&admin).await;
+    what_today_refuses_grants_nothing(&admin).await;
+    the_valid_column(&c);
+    let counted = counted_and_warned(&c, &sandcap).await;
+    fixed_turns_true(&c, &admin, &sandcap, typo, counted).await;
+    let sandcap = a_restart_writes_nothing(&c, &install, &admin, sandcap, counted).await;
 
-    // No webhook is registered: the CRD alone admits a misspelt field, which it keeps so that
-    // the webhook can name it. The fine provider's worker URL is on loopback, which the webhook
-    // refuses unless the operator allows it (as sandcap here runs: the audit must judge so too).
+    assert!(sandcap.problems().is_empty(), "sandcap logged:\n{}", sandcap.problems().join("\n"));
+    for name in ["fine", "typo", "still-broken"] {
+        delete(&admin, "SandboxLease", Some(NS), name).await;
+    }
+    for name in ["e2e-audit-fine", "e2e-audit-typo", "e2e-audit-still-broken"] {
+        delete(&admin, "SandboxProvider", None, name).await;
+    }
+}
+
+/// No webhook is registered: the CRD alone admits a misspelt field, which it keeps so that
+/// the webhook can name it. The fine provider's worker URL is on loopback, which the webhook
+/// refuses unless the operator allows it (as sandcap here runs: the audit must judge so too).
+/// Returns the provider with a typo.
+fn stored_without_the_webhook(c: &Cluster, worker: &Worker) -> Value {
     let fine = provider("e2e-audit-fine", &worker.url, all_true());
     let mut typo = provider("e2e-audit-typo", &worker.url, all_true());
     typo["spec"]["environmentDrivers"][0]["displayname"] = json!("Typo");
@@ -96,7 +104,7 @@ pub async fn objects_stored_without_the_webhook_are_audited(c: Arc<Cluster>) {
     let mut objects = vec![fine, typo.clone(), still_broken, misspelt];
     objects.extend(leases.iter().cloned());
     objects.extend(fail_closed.iter().cloned());
-    install::apply(&c, &objects);
+    install::apply(c, &objects);
     // A Job backend spelt in capitals or with spaces: the CRD refuses it even without the webhook.
     for backend in ["Job", "JOB", " job"] {
         let job = lease(NS, "job-backend", "e2e-audit-fine", json!({"backend": backend}));
@@ -105,40 +113,35 @@ pub async fn objects_stored_without_the_webhook_are_audited(c: Arc<Cluster>) {
         let said = String::from_utf8_lossy(&refused.stderr);
         assert!(!refused.status.success() && said.contains("spec.backend"), "backend {backend:?}: {said}");
     }
-    let mut sandcap = Sandcap::start(&c, &install, "audit", &ELECTED);
-    sandcap.ready().await;
+    typo
+}
 
-    // Each problem named, for both kinds; the fine objects conform.
-    let broken = valid(&admin, "SandboxProvider", None, "e2e-audit-typo", "False").await;
+/// Each problem named, for both kinds; the fine objects conform.
+async fn each_problem_named(admin: &Client) {
+    let broken = valid(admin, "SandboxProvider", None, "e2e-audit-typo", "False").await;
     assert_eq!(broken["reason"], "BreaksCurrentRules", "{broken:#}");
     let message = broken["message"].as_str().unwrap_or_default();
     assert!(
         message.starts_with("the webhook would refuse it today: spec.environmentDrivers[0].displayname: unknown field"),
         "{broken:#}"
     );
-    let broken = valid(&admin, "SandboxLease", Some(NS), "typo", "False").await;
+    let broken = valid(admin, "SandboxLease", Some(NS), "typo", "False").await;
     let message = broken["message"].as_str().unwrap_or_default();
     assert!(message.starts_with("the webhook would refuse it today: spec.bakend: unknown field"), "{broken:#}");
-    valid(&admin, "SandboxLease", Some(NS), "still-broken", "False").await;
-    let fine = valid(&admin, "SandboxProvider", None, "e2e-audit-fine", "True").await;
+    valid(admin, "SandboxLease", Some(NS), "still-broken", "False").await;
+    let fine = valid(admin, "SandboxProvider", None, "e2e-audit-fine", "True").await;
     assert_eq!(
         (&fine["reason"], &fine["message"]),
         (&json!("Conforms"), &json!("the CRD and the webhook would admit it today")),
         "{fine:#}"
     );
-    valid(&admin, "SandboxLease", Some(NS), "fine", "True").await;
+    valid(admin, "SandboxLease", Some(NS), "fine", "True").await;
+}
 
-    // Fail closed: what today's rules refuse grants nothing, every capability saying why.
-    let all_off = |status: &Value, reason: &str, problem: &str| {
-        let explanations = status["explanations"].as_array().cloned().unwrap_or_default();
-        assert_eq!(explanations.len(), 6, "{status:#}");
-        for e in &explanations {
-            assert_eq!((&e["granted"], &e["reason"]), (&json!(false), &json!(reason)), "{status:#}");
-            assert!(e["message"].as_str().is_some_and(|m| m.contains(problem)), "{status:#}");
-        }
-    };
+/// Fail closed: what today's rules refuse grants nothing, every capability saying why.
+async fn what_today_refuses_grants_nothing(admin: &Client) {
     for (name, problem) in [("typo", "spec.bakend"), ("nfs-typo", "spec.nativeFileSyncUnsuported")] {
-        let status = lease_reason(&admin, NS, name, "nativeSyncIn", "LeaseNotValid").await;
+        let status = lease_reason(admin, NS, name, "nativeSyncIn", "LeaseNotValid").await;
         all_off(&status, "LeaseNotValid", problem);
         let resolved =
             status["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "Resolved")).cloned();
@@ -147,23 +150,35 @@ pub async fn objects_stored_without_the_webhook_are_audited(c: Arc<Cluster>) {
             Some((json!("False"), json!("LeaseNotValid")))
         );
     }
-    let status = lease_reason(&admin, NS, "of-misspelt", "reusableLeases", "ProviderNotValid").await;
+    let status = lease_reason(admin, NS, "of-misspelt", "reusableLeases", "ProviderNotValid").await;
     all_off(&status, "ProviderNotValid", "sandboxCapabilites");
     assert_eq!(status["effectivePolicy"], "Ephemeral", "{status:#}");
-    let misspelt = valid(&admin, "SandboxProvider", None, "e2e-audit-misspelt", "False").await;
+    let misspelt = valid(admin, "SandboxProvider", None, "e2e-audit-misspelt", "False").await;
     assert!(
         misspelt["message"].as_str().is_some_and(|m| m.contains("sandboxCapabilites: unknown field")),
         "{misspelt:#}"
     );
-    let provider = get(&admin, "SandboxProvider", None, "e2e-audit-misspelt").await.expect("the provider");
+    let provider = get(admin, "SandboxProvider", None, "e2e-audit-misspelt").await.expect("the provider");
     all_off(&provider["status"]["drivers"][0], "ProviderNotValid", "sandboxCapabilites");
     let ready =
         provider["status"]["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "Ready")).cloned();
     assert_eq!(ready.map(|c| c["reason"].clone()), Some(json!("ProviderNotValid")), "{provider:#}");
     // The worker itself answered: only the refusal keeps it all off.
     assert_eq!(provider["status"]["worker"]["probe"], "Succeeded", "{provider:#}");
+}
 
-    // The column, for both kinds.
+/// Every capability of `status` off with `reason`, its message naming `problem`.
+fn all_off(status: &Value, reason: &str, problem: &str) {
+    let explanations = status["explanations"].as_array().cloned().unwrap_or_default();
+    assert_eq!(explanations.len(), 6, "{status:#}");
+    for e in &explanations {
+        assert_eq!((&e["granted"], &e["reason"]), (&json!(false), &json!(reason)), "{status:#}");
+        assert!(e["message"].as_str().is_some_and(|m| m.contains(problem)), "{status:#}");
+    }
+}
+
+/// The column, for both kinds.
+fn the_valid_column(c: &Cluster) {
     let columns = ok("get sbp", c.kubectl(&["get", "sbp", "e2e-audit-typo", "e2e-audit-fine"]));
     let header: Vec<&str> = columns.lines().next().unwrap_or_default().split_whitespace().collect();
     let at = header.iter().position(|h| *h == "VALID").unwrap_or_else(|| panic!("no VALID column:\n{columns}"));
@@ -171,11 +186,14 @@ pub async fn objects_stored_without_the_webhook_are_audited(c: Arc<Cluster>) {
     assert_eq!((column("e2e-audit-typo"), column("e2e-audit-fine")), (Some(Some("False")), Some(Some("True"))));
     let columns = ok("get sbl", c.kubectl(&["get", "sbl", "-n", NS]));
     assert!(columns.lines().next().is_some_and(|h| h.contains("VALID")), "{columns}");
+}
 
-    // Counted, and a Warning Event for each, where the chart lets sandcap write them.
+/// Counted, and a Warning Event for each, where the chart lets sandcap write them. Returns the
+/// providers and the leases counted.
+async fn counted_and_warned(c: &Cluster, sandcap: &Sandcap) -> (i64, i64) {
     let (providers, leases_before) = (
-        nonconforming(&sandcap, "SandboxProvider").await.expect("the provider gauge"),
-        nonconforming(&sandcap, "SandboxLease").await.expect("the lease gauge"),
+        nonconforming(sandcap, "SandboxProvider").await.expect("the provider gauge"),
+        nonconforming(sandcap, "SandboxLease").await.expect("the lease gauge"),
     );
     assert!(providers >= 2 && leases_before >= 2, "{providers} providers, {leases_before} leases");
     for (namespace, name, path) in [
@@ -185,56 +203,55 @@ pub async fn objects_stored_without_the_webhook_are_audited(c: Arc<Cluster>) {
         (NS, "still-broken", "spec.workloadRef.uid"),
     ] {
         let warning = eventually(&format!("a BreaksCurrentRules Event about {name}"), WAIT, || async {
-            events(&c, namespace, name, "BreaksCurrentRules").pop()
+            events(c, namespace, name, "BreaksCurrentRules").pop()
         })
         .await;
         assert_eq!(warning["type"], "Warning", "{warning:#}");
         assert!(warning["note"].as_str().is_some_and(|n| n.contains(path)), "{warning:#}");
     }
+    (providers, leases_before)
+}
 
-    // Fixed: True again, a Normal Event, one fewer of each kind counted.
+/// Fixed: True again, a Normal Event, one fewer of each kind counted.
+async fn fixed_turns_true(
+    c: &Cluster,
+    admin: &Client,
+    sandcap: &Sandcap,
+    mut typo: Value,
+    (providers, leases_before): (i64, i64),
+) {
     typo["spec"]["environmentDrivers"][0].as_object_mut().expect("driver").remove("displayname");
-    install::apply(&c, &[typo, lease(NS, "typo", "e2e-audit-fine", json!({}))]);
-    valid(&admin, "SandboxProvider", None, "e2e-audit-typo", "True").await;
-    valid(&admin, "SandboxLease", Some(NS), "typo", "True").await;
+    install::apply(c, &[typo, lease(NS, "typo", "e2e-audit-fine", json!({}))]);
+    valid(admin, "SandboxProvider", None, "e2e-audit-typo", "True").await;
+    valid(admin, "SandboxLease", Some(NS), "typo", "True").await;
     for (namespace, name) in [("default", "e2e-audit-typo"), (NS, "typo")] {
         let normal = eventually(&format!("a Conforms Event about {name}"), WAIT, || async {
-            events(&c, namespace, name, "Conforms").pop()
+            events(c, namespace, name, "Conforms").pop()
         })
         .await;
         assert_eq!(normal["type"], "Normal", "{normal:#}");
     }
-    assert_eq!(nonconforming(&sandcap, "SandboxProvider").await, Some(providers - 1));
-    assert_eq!(nonconforming(&sandcap, "SandboxLease").await, Some(leases_before - 1));
+    assert_eq!(nonconforming(sandcap, "SandboxProvider").await, Some(providers - 1));
+    assert_eq!(nonconforming(sandcap, "SandboxLease").await, Some(leases_before - 1));
+}
 
-    // A restart judges everything again and finds what it found: no status write, no Event.
+/// A restart judges everything again and finds what it found: no status write, no Event.
+/// Returns sandcap restarted.
+async fn a_restart_writes_nothing(
+    c: &Cluster,
+    install: &Install,
+    admin: &Client,
+    mut sandcap: Sandcap,
+    (providers, leases_before): (i64, i64),
+) -> Sandcap {
     let names = ["e2e-audit-fine", "e2e-audit-typo", "e2e-audit-still-broken", "fine", "typo", "still-broken"];
-    let versions = async || {
-        let mut versions = Vec::new();
-        for (kind, namespace, name) in [
-            ("SandboxProvider", None, "e2e-audit-fine"),
-            ("SandboxProvider", None, "e2e-audit-typo"),
-            ("SandboxProvider", None, "e2e-audit-still-broken"),
-            ("SandboxLease", Some(NS), "fine"),
-            ("SandboxLease", Some(NS), "typo"),
-            ("SandboxLease", Some(NS), "still-broken"),
-        ] {
-            let object = get(&admin, kind, namespace, name).await.expect("the object");
-            versions.push(object["metadata"]["resourceVersion"].clone());
-        }
-        versions
-    };
     // Let the last writes and Events settle before counting.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (before, patches) = (versions().await, status_patches(&c, &names));
-    let warnings = |c: &Cluster| {
-        events(c, NS, "still-broken", "BreaksCurrentRules").len()
-            + events(c, "default", "e2e-audit-still-broken", "BreaksCurrentRules").len()
-    };
-    let warned = warnings(&c);
+    let (before, patches) = (resource_versions(admin).await, status_patches(c, &names));
+    let warned = warnings(c);
     sandcap.signal(libc::SIGTERM);
     assert!(sandcap.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "{}", sandcap.log_text());
-    let sandcap = Sandcap::start(&c, &install, "audit-again", &ELECTED);
+    let sandcap = Sandcap::start(c, install, "audit-again", &ELECTED);
     sandcap.ready().await;
     eventually("everything judged again", WAIT, || async {
         let metrics = sandcap.metrics().await;
@@ -248,15 +265,31 @@ pub async fn objects_stored_without_the_webhook_are_audited(c: Arc<Cluster>) {
     .await;
     // The last reconciles started may still be finishing.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(versions().await, before, "a status was written");
-    assert_eq!(status_patches(&c, &names), patches, "the audit log shows a status patch");
-    assert_eq!(warnings(&c), warned, "an Event was repeated");
+    assert_eq!(resource_versions(admin).await, before, "a status was written");
+    assert_eq!(status_patches(c, &names), patches, "the audit log shows a status patch");
+    assert_eq!(warnings(c), warned, "an Event was repeated");
+    sandcap
+}
 
-    assert!(sandcap.problems().is_empty(), "sandcap logged:\n{}", sandcap.problems().join("\n"));
-    for name in ["fine", "typo", "still-broken"] {
-        delete(&admin, "SandboxLease", Some(NS), name).await;
+/// The resourceVersions of this scenario's objects.
+async fn resource_versions(admin: &Client) -> Vec<Value> {
+    let mut versions = Vec::new();
+    for (kind, namespace, name) in [
+        ("SandboxProvider", None, "e2e-audit-fine"),
+        ("SandboxProvider", None, "e2e-audit-typo"),
+        ("SandboxProvider", None, "e2e-audit-still-broken"),
+        ("SandboxLease", Some(NS), "fine"),
+        ("SandboxLease", Some(NS), "typo"),
+        ("SandboxLease", Some(NS), "still-broken"),
+    ] {
+        let object = get(admin, kind, namespace, name).await.expect("the object");
+        versions.push(object["metadata"]["resourceVersion"].clone());
     }
-    for name in ["e2e-audit-fine", "e2e-audit-typo", "e2e-audit-still-broken"] {
-        delete(&admin, "SandboxProvider", None, name).await;
-    }
+    versions
+}
+
+/// The Warning Events about the objects that still break today's rules.
+fn warnings(c: &Cluster) -> usize {
+    events(c, NS, "still-broken", "BreaksCurrentRules").len()
+        + events(c, "default", "e2e-audit-still-broken", "BreaksCurrentRules").len()
 }

@@ -10,12 +10,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use sandcap::api::SandboxLease;
+use sandcap_core::api::SandboxLease;
 use serde_json::json;
 
-use crate::cluster::Cluster;
-use crate::install::{self, Install, NAMESPACE, eventually, ok, path_str};
-use crate::support::lease;
+use crate::harness::cluster::Cluster;
+use crate::harness::install::{self, Install, NAMESPACE, path_str};
+use crate::harness::waits::eventually;
+use crate::support::{lease, ok};
 
 const BUILT_IN: [&str; 3] = ["view", "edit", "admin"];
 

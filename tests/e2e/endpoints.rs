@@ -8,12 +8,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use sandcap::versions::ContractVersion;
+use sandcap_core::versions::ContractVersion;
 use serde_json::{Value, json};
 
-use crate::cluster::Cluster;
-use crate::controllers::{get, lease_reason};
-use crate::install::{self, Install, Sandcap, eventually};
+use crate::harness::binary::Sandcap;
+use crate::harness::cluster::Cluster;
+use crate::harness::install;
+use crate::harness::objects::get;
+use crate::harness::waits::{eventually, lease_reason};
 use crate::support::{Worker, all_true, lease, methods_of, provider};
 
 const NS: &str = "e2e-endpoints";
@@ -90,9 +92,7 @@ async fn worker_status(c: &Cluster, wanted: impl Fn(&Value) -> bool) -> Value {
 pub async fn every_endpoint_of_a_service_worker_must_advertise_a_method(c: Arc<Cluster>) {
     let minor: u32 = c.bin.version().split('.').nth(1).and_then(|m| m.parse().ok()).expect("a minor");
     let netns = Netns::new(minor);
-    install::crds(&c);
-    let install = Install::chart(&c, json!({})).await;
-    install::namespaces(&c, &[NS]);
+    let install = install::default_chart(&c, NS).await;
     let full = methods_of(ContractVersion::V1);
     let without_sync_out: Vec<&str> = full.iter().copied().filter(|m| *m != "environmentSyncOut").collect();
     let listen = |last: u8| format!("{}:8080", netns.address(last));

@@ -20,17 +20,18 @@ use k8s_openapi::api::events::v1::Event as K8sEvent;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
-use sandcap::api::{SandboxLease, SandboxProvider};
 use sandcap::certs::{self, CertOptions, Rotation};
 use sandcap::controller::leader::{Election, Timing, run_elected};
 use sandcap::metrics::Metrics;
-use sandcap::vocabulary::FIELD_MANAGER;
+use sandcap_core::api::{SandboxLease, SandboxProvider};
+use sandcap_core::vocabulary::FIELD_MANAGER;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::{Cluster, client_from};
-use crate::install::{self, Install, NAMESPACE, eventually, ok};
-use crate::support::{lease, provider};
+use crate::harness::cluster::{Cluster, client_from};
+use crate::harness::install::{self, Install, NAMESPACE};
+use crate::harness::waits::eventually;
+use crate::support::{lease, ok, provider};
 
 const NS: &str = "e2e-writes";
 const POLICY: &str = "sandcap-scoped-writes";
@@ -88,13 +89,30 @@ pub async fn only_sandcaps_own_secret_lease_and_events(c: Arc<Cluster>) {
     let install = Install::chart(&c, json!({})).await;
     let admin = c.admin().await;
     let sa = client_from(&install.kubeconfig).await;
+    no_secret_but_the_certificate_keepers(&c, &admin, &sa).await;
+    no_lease_but_the_leader_election(&admin, &sa).await;
+    let stored_lease = events_about_its_own_objects(&c, &admin, &sa).await;
+    no_event_about_anything_else(&admin, &sa, &stored_lease).await;
+
+    // Everyone else, e.g. Helm, is unaffected.
+    let admin_secrets = Api::<Secret>::namespaced(admin.clone(), NAMESPACE);
+    admin_secrets
+        .create(&PostParams::default(), &secret("e2e-admins", "Opaque", json!({})))
+        .await
+        .expect("the admin creates any Secret");
+    ok("cleanup", c.kubectl(&["-n", NAMESPACE, "delete", "secret", "e2e-admins", SECRET]));
+    ok("cleanup", c.kubectl(&["-n", NS, "delete", "sbl", "e2e-writes"]));
+    ok("cleanup", c.kubectl(&["delete", "sbp", "e2e-writes"]));
+}
+/// A token Secret for another account: the apiserver would fill it with that account's token,
+/// which sandcap could read wherever it reads Secrets. What sandcap creates, the certificate
+/// keeper's Secret, goes through.
+async fn no_secret_but_the_certificate_keepers(c: &Cluster, admin: &Client, sa: &Client) {
     let admin_secrets = Api::<Secret>::namespaced(admin.clone(), NAMESPACE);
     let secrets = Api::<Secret>::namespaced(sa.clone(), NAMESPACE);
     let _ = admin_secrets.delete(SECRET, &DeleteParams::default()).await;
-
-    // A token Secret for another account: the apiserver would fill it with that account's token,
-    // which sandcap could read wherever it reads Secrets. A new policy takes effect once the
-    // apiserver's informer has it: one created before is deleted and tried again.
+    // A new policy takes effect once the apiserver's informer has it: one created before is
+    // deleted and tried again.
     let token = secret(
         "e2e-stolen-token",
         "kubernetes.io/service-account-token",
@@ -134,25 +152,29 @@ pub async fn only_sandcaps_own_secret_lease_and_events(c: Arc<Cluster>) {
         webhook_config_name: "sandcap".into(),
         check_interval: Duration::from_secs(1),
     };
-    let outcome = certs::reconcile(&sa, &opts, SystemTime::now()).await.expect("the certificate keeper");
+    let outcome = certs::reconcile(sa, &opts, SystemTime::now()).await.expect("the certificate keeper");
     assert!(matches!(outcome.rotation, Rotation::Create { .. }), "{outcome:?}");
     assert_eq!(admin_secrets.get(SECRET).await.unwrap().type_.as_deref(), Some("kubernetes.io/tls"));
+}
 
-    // Leases: another name is refused; the election creates and renews its own.
+/// Leases: another name is refused; the election creates and renews its own.
+async fn no_lease_but_the_leader_election(admin: &Client, sa: &Client) {
     let leases = Api::<Lease>::namespaced(sa.clone(), NAMESPACE);
     let squat: Lease = serde_json::from_value(json!({"metadata": {"name": "kube-controller-manager"}})).unwrap();
     refused_by_policy("another Lease", leases.create(&PostParams::default(), &squat).await, LEASE_ONLY);
     let admin_leases = Api::<Lease>::namespaced(admin.clone(), NAMESPACE);
     let _ = admin_leases.delete(LEADER_LEASE, &DeleteParams::default()).await;
-    elect_once(&sa).await;
+    elect_once(sa).await;
     assert!(admin_leases.get_opt(LEADER_LEASE).await.unwrap().is_some(), "the election created its Lease");
+}
 
-    // Events: kube's Recorder as the controllers set it up (src/controller/context.rs), about a
-    // lease (in its namespace) and a provider (in default), each twice: a create, then a patch of
-    // its series count.
+/// Events: kube's Recorder as the controllers set it up (src/controller/context.rs), about a
+/// lease (in its namespace) and a provider (in default), each twice: a create, then a patch of
+/// its series count. Returns the lease.
+async fn events_about_its_own_objects(c: &Cluster, admin: &Client, sa: &Client) -> SandboxLease {
     let objects =
         [provider("e2e-writes", "http://127.0.0.1:1/rpc", json!({})), lease(NS, "e2e-writes", "e2e-writes", json!({}))];
-    install::apply(&c, &objects);
+    install::apply(c, &objects);
     let stored_lease = Api::<SandboxLease>::namespaced(admin.clone(), NS).get("e2e-writes").await.unwrap();
     let stored_provider = Api::<SandboxProvider>::all(admin.clone()).get("e2e-writes").await.unwrap();
     let recorder =
@@ -176,10 +198,15 @@ pub async fn only_sandcaps_own_secret_lease_and_events(c: Arc<Cluster>) {
             .expect("the Event");
         assert_eq!(ours.series.as_ref().map(|s| s.count), Some(2), "the repeat was a patch");
     }
+    stored_lease
+}
 
+/// Events about anything else, or in another's name, are refused, and somebody else's Event is
+/// not sandcap's to patch.
+async fn no_event_about_anything_else(admin: &Client, sa: &Client, stored_lease: &SandboxLease) {
     let events = |namespace: &str| Api::<K8sEvent>::namespaced(sa.clone(), namespace);
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "namespace": NS, "name": "victim", "uid": "0"});
-    let about_lease = reference(&stored_lease);
+    let about_lease = reference(stored_lease);
     for (what, namespace, wrong) in [
         ("an Event about a Pod", NS, event(NS, "e2e-pod", pod.clone(), FIELD_MANAGER)),
         ("another reportingController", NS, event(NS, "e2e-kubelet", about_lease.clone(), "kubelet")),
@@ -224,15 +251,6 @@ pub async fn only_sandcaps_own_secret_lease_and_events(c: Arc<Cluster>) {
         events(NS).patch("e2e-kubelets", &PatchParams::default(), &series).await,
         OWN_EVENTS_ONLY,
     );
-
-    // Everyone else, e.g. Helm, is unaffected.
-    admin_secrets
-        .create(&PostParams::default(), &secret("e2e-admins", "Opaque", json!({})))
-        .await
-        .expect("the admin creates any Secret");
-    ok("cleanup", c.kubectl(&["-n", NAMESPACE, "delete", "secret", "e2e-admins", SECRET]));
-    ok("cleanup", c.kubectl(&["-n", NS, "delete", "sbl", "e2e-writes"]));
-    ok("cleanup", c.kubectl(&["delete", "sbp", "e2e-writes"]));
 }
 
 /// The leader election with sandcap's token, until it leads once; the Lease is released after.

@@ -5,13 +5,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sandcap::versions::ContractVersion;
+use sandcap_core::versions::ContractVersion;
 use serde_json::json;
 
-use crate::cluster::Cluster;
-use crate::controllers::{all_leases, delete, holder, lease_reason};
-use crate::install::{self, Install, Sandcap, eventually, ok};
-use crate::support::{Worker, all_true, lease, provider, sample};
+use crate::harness::binary::Sandcap;
+use crate::harness::cluster::Cluster;
+use crate::harness::install;
+use crate::harness::objects::{delete, holder};
+use crate::harness::waits::{all_leases, eventually, lease_reason};
+use crate::support::{Worker, all_true, lease, ok, provider, sample};
 
 const CONTROLLERS_ONLY: (&str, &str) = ("SANDCAP_CONTROLLERS_ONLY", "true");
 
@@ -25,9 +27,7 @@ async fn gauge(replica: &Sandcap, name: &str) -> f64 {
 /// the RBAC comes back. Before, the replica kept the Lease and wrote nothing, ever.
 pub async fn a_leader_whose_controllers_stop_steps_down_and_stands_again(c: Arc<Cluster>) {
     const NS: &str = "e2e-stands";
-    install::crds(&c);
-    let install = Install::chart(&c, json!({})).await;
-    install::namespaces(&c, &[NS]);
+    let install = install::default_chart(&c, NS).await;
     // The controllers' own binding: the chart's other ClusterRoleBindings have a suffix.
     let binding = install
         .objects
@@ -66,9 +66,7 @@ pub async fn a_leader_whose_controllers_stop_steps_down_and_stands_again(c: Arc<
 pub async fn a_hung_apiserver_stops_the_leader_before_a_standby_leads(c: Arc<Cluster>) {
     const NS: &str = "e2e-hung";
     const HANG: Duration = Duration::from_secs(13);
-    install::crds(&c);
-    let install = Install::chart(&c, json!({})).await;
-    install::namespaces(&c, &[NS]);
+    let install = install::default_chart(&c, NS).await;
     let worker = Worker::of_contract(ContractVersion::V1);
     let mut acme = provider(NS, &worker.url, all_true());
     let names: Vec<String> = (0..10).map(|i| format!("lease-{i}")).collect();
@@ -123,9 +121,7 @@ pub async fn a_hung_apiserver_stops_the_leader_before_a_standby_leads(c: Arc<Clu
 /// resolved, whether or not the leader had to step down meanwhile (its renewals are throttled too).
 pub async fn a_throttling_apiserver_loses_no_update(c: Arc<Cluster>) {
     const NS: &str = "e2e-throttled";
-    install::crds(&c);
-    let install = Install::chart(&c, json!({})).await;
-    install::namespaces(&c, &[NS]);
+    let install = install::default_chart(&c, NS).await;
     let worker = Worker::of_contract(ContractVersion::V1);
     install::apply(&c, &[provider(NS, &worker.url, all_true())]);
     c.stop_apiserver();

@@ -5,12 +5,14 @@
 
 use std::sync::Arc;
 
-use sandcap::versions::ContractVersion;
+use sandcap_core::versions::ContractVersion;
 use serde_json::{Value, json};
 
-use crate::cluster::Cluster;
-use crate::controllers::{delete, lease_reason};
-use crate::install::{self, Install, Sandcap};
+use crate::harness::binary::Sandcap;
+use crate::harness::cluster::Cluster;
+use crate::harness::install::{self, Install};
+use crate::harness::objects::delete;
+use crate::harness::waits::lease_reason;
 use crate::support::{Worker, all_true, lease, provider, secret};
 
 /// What the caches watch.

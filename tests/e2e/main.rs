@@ -9,16 +9,17 @@
 //! One cluster per minor is started on first use and shared by that minor's scenarios, which run
 //! one at a time: the controllers are cluster-wide, so two scenarios' sandcaps would fight.
 //! Each scenario uses its own namespaces and object names and removes its webhook registration.
+//! What the scenarios share is the harness (harness/): the cluster, sandcap installed as the chart
+//! installs it, and the reads and waits of what the controllers write.
 
 mod audit;
 mod certs;
-mod cluster;
 mod controllers;
 mod conventions;
 mod crds;
 mod endpoints;
 mod hardening;
-mod install;
+mod harness;
 mod leading;
 mod listing;
 mod plugin;
@@ -35,7 +36,7 @@ use std::sync::{Arc, OnceLock};
 
 use libtest_mimic::{Arguments, Trial};
 
-use cluster::{Binaries, Cluster};
+use harness::cluster::{self, Binaries, Cluster};
 
 /// A scenario: an async test of one cluster.
 type Scenario = fn(Arc<Cluster>) -> futures::future::BoxFuture<'static, ()>;
@@ -105,7 +106,7 @@ fn main() {
         return;
     }
     sandcap::tls::install_default_provider();
-    let binaries = match cluster::build_all() {
+    let binaries = match cluster::testcluster::build_all() {
         Ok(binaries) => binaries,
         Err(error) => {
             eprintln!("e2e: {error}");

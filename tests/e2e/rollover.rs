@@ -14,14 +14,16 @@ use std::time::{Duration, Instant};
 
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
-use sandcap::versions::ContractVersion;
+use sandcap_core::versions::ContractVersion;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::{Cluster, tail};
-use crate::controllers::{holder, resource};
-use crate::install::{self, Install, NAMESPACE, Sandcap, eventually, ok};
-use crate::support::{Worker, all_true, lease, provider};
+use crate::harness::binary::Sandcap;
+use crate::harness::cluster::{Cluster, tail};
+use crate::harness::install::{self, Install, NAMESPACE};
+use crate::harness::objects::{holder, resource};
+use crate::harness::waits::eventually;
+use crate::support::{Worker, all_true, lease, ok, provider};
 
 /// How long after a pod's deletion the Service still sends it new connections.
 const LAG: Duration = Duration::from_secs(3);

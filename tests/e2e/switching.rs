@@ -13,15 +13,16 @@ use std::time::Instant;
 
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
-use sandcap::versions::ContractVersion::{self, V1, V2};
+use sandcap_core::versions::ContractVersion::{self, V1, V2};
 use serde_json::{Value, json};
 
-use crate::cluster::Cluster;
-use crate::controllers::{condition, delete, resource, sandcap};
-use crate::crds::{adopt, crd_chart, disown, helm};
-use crate::install::{self, Install, Sandcap, WebhookRegistration, ok, path_str};
-use crate::support::{Worker, all_true, all_true_of, lease, provider};
-use crate::versions::{ADDED_IN_V2, expected, lease_reasons, resolved_under, values_of};
+use crate::harness::binary::{Sandcap, sandcap};
+use crate::harness::cluster::Cluster;
+use crate::harness::contracts::{ADDED_IN_V2, expected, lease_reasons, resolved_under, values_of};
+use crate::harness::helm::{adopt, crd_chart, disown, helm};
+use crate::harness::install::{self, Install, WebhookRegistration, path_str};
+use crate::harness::objects::{condition, delete, resource};
+use crate::support::{Worker, all_true, all_true_of, lease, ok, provider};
 
 const NS: &str = "e2e-switch";
 const SIX: &str = "e2e-switch-six";
@@ -203,6 +204,43 @@ fn happened(before: &Observed, after: &Observed) -> Changes {
     changes
 }
 
+/// What a switch between v1 and v2 does to this scenario, or what its plan says: the provider of
+/// the nine keys gets `admission`, and its lease `change`s every key of v2; nothing else changes.
+fn the_nine_keys(admission: &str, change: &str) -> Changes {
+    let objects = BTreeSet::from([("SandboxProvider".to_string(), NINE.to_string(), admission.to_string())]);
+    let capabilities = V2.contract().capabilities().map(|c| ("nine".into(), c.key().into(), change.into())).collect();
+    Changes { objects, capabilities }
+}
+
+/// Back to v1: the provider of the nine keys is kept, refused by today's rules, and grants
+/// nothing; the plan said so. Returns sandcap under v1.
+async fn back_to_v1_the_nine_keys_are_refused(s: &Switching<'_>, admin: &Client, v2: Operator) -> Operator {
+    let all_leases = ["reuse", "job", "plain", "nine"];
+    let (v1, code, predicted) = switch(s, v2, V1, &[SIX, NINE], &all_leases).await;
+    assert_eq!(code, Some(3), "plan --contract v1 exits 3 when it refuses a stored object");
+    assert_eq!(predicted, the_nine_keys("refused", "loses"));
+    lease_reasons(admin, NS, "reuse", V1, &expected(V1, &[])).await;
+    let all_off = (&V1.contract().capabilities().map(|c| c.key()).collect::<Vec<_>>()[..], "ProviderNotValid");
+    let nine = lease_reasons(admin, NS, "nine", V1, &expected(V1, &[all_off])).await;
+    assert_eq!(condition(&nine, "Resolved").map(|r| &r["reason"]), Some(&json!("ProviderNotValid")), "{nine:#}");
+    let (admitted, said) = label(s.c, &["sbp", NINE], "e2e/contract=v1");
+    assert!(admitted, "a label update of a stored object is ratcheted: {said}");
+    let status = resolved_under(admin, "SandboxProvider", None, NINE, V1).await;
+    let valid = condition(&status, "Valid").expect("Valid");
+    let message = valid["message"].as_str().unwrap_or_default();
+    assert_eq!(valid["status"], "False", "{status:#}");
+    for key in ADDED_IN_V2 {
+        assert!(message.contains(key), "Valid does not name {key}: {message}");
+    }
+    assert_eq!(condition(&status, "Ready").map(|r| &r["reason"]), Some(&json!("ProviderNotValid")), "{status:#}");
+    // And a plan back to v2 (not carried out) shows the other side: the provider admitted again and
+    // its lease gaining every key.
+    let (code, predicted) = plan(s.c, V2);
+    assert_eq!(code, Some(1), "plan --contract v2 exits 1 when leases gain and nothing is refused");
+    assert_eq!(predicted, the_nine_keys("admitted", "gains"));
+    v1
+}
+
 pub async fn switching_v1_v2_v1_keeps_every_object(c: Arc<Cluster>) {
     // The admin's CRDs of v1, as the other scenarios leave them, taken over by a release.
     install::crds(&c);
@@ -261,39 +299,7 @@ pub async fn switching_v1_v2_v1_keeps_every_object(c: Arc<Cluster>) {
     install::apply(&c, &[provider(NINE, &worker.url, all_true_of(V2)), lease(NS, "nine", NINE, reuse.clone())]);
     lease_reasons(&admin, NS, "nine", V2, &expected(V2, &[])).await;
 
-    // Back to v1: the provider of the nine keys is kept, refused by today's rules, and grants
-    // nothing; the plan said so.
-    let all_leases = ["reuse", "job", "plain", "nine"];
-    let (v1, code, predicted) = switch(&s, v2, V1, &[SIX, NINE], &all_leases).await;
-    assert_eq!(code, Some(3), "plan --contract v1 exits 3 when it refuses a stored object");
-    let refused = ("SandboxProvider".to_string(), NINE.to_string(), "refused".to_string());
-    assert_eq!(predicted.objects, BTreeSet::from([refused]));
-    let lost: BTreeSet<_> =
-        V2.contract().capabilities().map(|c| ("nine".into(), c.key().into(), "loses".into())).collect();
-    assert_eq!(predicted.capabilities, lost);
-    lease_reasons(&admin, NS, "reuse", V1, &expected(V1, &[])).await;
-    let all_off = (&V1.contract().capabilities().map(|c| c.key()).collect::<Vec<_>>()[..], "ProviderNotValid");
-    let nine = lease_reasons(&admin, NS, "nine", V1, &expected(V1, &[all_off])).await;
-    assert_eq!(condition(&nine, "Resolved").map(|r| &r["reason"]), Some(&json!("ProviderNotValid")), "{nine:#}");
-    let (admitted, said) = label(&c, &["sbp", NINE], "e2e/contract=v1");
-    assert!(admitted, "a label update of a stored object is ratcheted: {said}");
-    let status = resolved_under(&admin, "SandboxProvider", None, NINE, V1).await;
-    let valid = condition(&status, "Valid").expect("Valid");
-    let message = valid["message"].as_str().unwrap_or_default();
-    assert_eq!(valid["status"], "False", "{status:#}");
-    for key in ADDED_IN_V2 {
-        assert!(message.contains(key), "Valid does not name {key}: {message}");
-    }
-    assert_eq!(condition(&status, "Ready").map(|r| &r["reason"]), Some(&json!("ProviderNotValid")), "{status:#}");
-    // And a plan back to v2 (not carried out) shows the other side: the provider admitted again and
-    // its lease gaining every key.
-    let (code, predicted) = plan(&c, V2);
-    assert_eq!(code, Some(1), "plan --contract v2 exits 1 when leases gain and nothing is refused");
-    let admitted = ("SandboxProvider".to_string(), NINE.to_string(), "admitted".to_string());
-    assert_eq!(predicted.objects, BTreeSet::from([admitted]));
-    let gained: BTreeSet<_> =
-        V2.contract().capabilities().map(|c| ("nine".into(), c.key().into(), "gains".into())).collect();
-    assert_eq!(predicted.capabilities, gained);
+    let v1 = back_to_v1_the_nine_keys_are_refused(&s, &admin, v2).await;
 
     v1.stop();
     ok("delete leases", c.kubectl(&["delete", "sbl", "-n", NS, "--all"]));

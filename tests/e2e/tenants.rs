@@ -7,14 +7,16 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
-use sandcap::api::{CONFIG_TOO_LARGE, MAX_CONFIG_BYTES};
-use sandcap::versions::ContractVersion;
+use sandcap_core::api::{CONFIG_TOO_LARGE, MAX_CONFIG_BYTES};
+use sandcap_core::versions::ContractVersion;
 use serde_json::{Value, json};
 
-use crate::cluster::Cluster;
-use crate::controllers::{explanation, resource};
-use crate::install::{self, Install, Sandcap, eventually};
-use crate::support::{Worker, all_true, lease, provider, secret};
+use crate::harness::binary::Sandcap;
+use crate::harness::cluster::Cluster;
+use crate::harness::install::{self, Install};
+use crate::harness::objects::{condition, explanation, resource};
+use crate::harness::waits::eventually;
+use crate::support::{Worker, all_true, lease, ok, provider, secret};
 
 const NS: &str = "e2e-tenants";
 const PROVIDER: &str = "e2e-tenants";
@@ -32,11 +34,6 @@ fn config_of(bytes: usize) -> Value {
 
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / 1048576.0
-}
-
-/// The condition `type_` of a status.
-fn condition<'s>(status: &'s Value, type_: &str) -> Option<&'s Value> {
-    status["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
 }
 
 /// Creates `objects` through the admin's client, eight at a time (no kubectl: its last-applied
@@ -147,7 +144,7 @@ pub async fn leases_at_the_config_bound_keep_the_leader_within_its_limit(c: Arc<
     assert!(sandcap.wait_exit(Duration::ZERO).is_none(), "sandcap exited:\n{}", sandcap.log_text());
     assert!(sandcap.problems().is_empty(), "sandcap logged:\n{}", sandcap.problems().join("\n"));
     drop(sandcap);
-    install::ok("delete the leases", c.kubectl(&["-n", NS, "delete", "sbl", "--all", "--wait=false"]));
-    install::ok("delete the Secrets", c.kubectl(&["-n", NS, "delete", "secret", "big", "many"]));
-    install::ok("delete the provider", c.kubectl(&["delete", "sbp", PROVIDER]));
+    ok("delete the leases", c.kubectl(&["-n", NS, "delete", "sbl", "--all", "--wait=false"]));
+    ok("delete the Secrets", c.kubectl(&["-n", NS, "delete", "secret", "big", "many"]));
+    ok("delete the provider", c.kubectl(&["delete", "sbp", PROVIDER]));
 }

@@ -2,68 +2,26 @@
 //! webhook and `sandcap validate --contract v2` agree on every object), and leases resolving the
 //! nine keys of v2 with `sandcap run --contract v2` (the chart's `contract.version`).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use kube::Client;
-use sandcap::versions::ContractVersion::{self, V1, V2};
+use sandcap_core::versions::ContractVersion::{self, V1, V2};
 use serde_json::{Value, json};
 
-use crate::cluster::Cluster;
-use crate::controllers::{delete, get};
-use crate::install::{self, Install, Sandcap, eventually, ok};
-use crate::support::{Worker, all_true, all_true_of, lease, provider};
-use crate::webhook::{CORPUS_NAMESPACE, differential};
-
-const WAIT: Duration = Duration::from_secs(30);
-/// The keys v2 adds to v1's six.
-pub const ADDED_IN_V2: [&str; 3] = ["concurrentSyncOperations", "duplexCommandStream", "runnerWebSocketIngress"];
-
-/// The chart's values that choose `version`.
-pub fn values_of(version: ContractVersion) -> Value {
-    json!({"contract": {"version": version.as_str()}})
-}
+use crate::harness::binary::Sandcap;
+use crate::harness::cluster::Cluster;
+use crate::harness::contracts::{
+    ADDED_IN_V2, expected, lease_reasons, resolved_under, the_keys_of_each_version, values_of,
+};
+use crate::harness::differential::{CORPUS_NAMESPACE, differential};
+use crate::harness::install::{self, Install};
+use crate::harness::objects::delete;
+use crate::support::{Worker, all_true, all_true_of, lease, ok, provider};
 
 /// The CRDs of `version` applied and the chart rendered with its `contract.version` (so that
 /// `sandcap run` gets `SANDCAP_CONTRACT` from the chart's Deployment, as a pod would).
-pub async fn installed(c: &Cluster, version: ContractVersion) -> Install {
+async fn installed(c: &Cluster, version: ContractVersion) -> Install {
     install::crds_of(c, version);
     Install::chart(c, values_of(version)).await
-}
-
-/// What the corpus's entries about versions must get under `contract` (the differential test has
-/// already shown that `sandcap validate` says the same): v2's keys admitted by v2 and refused by
-/// v1 by name, with the version that declares them; the removed key and a misspelt key refused
-/// by both.
-pub fn the_keys_of_each_version(contract: ContractVersion, verdicts: &BTreeMap<String, Option<String>>) {
-    let verdict = |name: &str| {
-        verdicts.get(&format!("providers.yaml:{name}")).unwrap_or_else(|| panic!("the corpus has no {name}")).clone()
-    };
-    let choose = "delete it, or choose contract v2, which declares it";
-    match contract {
-        V1 => {
-            let refused = verdict("contract-v2-nine-keys").expect("v1 refuses the keys of v2");
-            for key in ADDED_IN_V2 {
-                assert!(refused.contains(&format!("Invalid value: {key} ")), "{key} is not named: {refused}");
-            }
-            assert_eq!(refused.matches(choose).count(), ADDED_IN_V2.len(), "{refused}");
-            let refused = verdict("contract-v2-key-false").expect("v1 refuses a v2 key declared false");
-            assert!(refused.contains("duplexCommandStream is not a key of contract v1"), "{refused}");
-        }
-        V2 => {
-            assert_eq!(verdict("contract-v2-nine-keys"), None);
-            assert_eq!(verdict("contract-v2-key-false"), None);
-            assert_eq!(verdict("bad-removed-key-sync-operations"), None, "v2 declares concurrentSyncOperations");
-        }
-    }
-    for name in ["bad-removed-key-sync-and-exec", "bad-removed-key-beside-v2-keys"] {
-        let refused = verdict(name).unwrap_or_else(|| panic!("contract {contract} admits {name}"));
-        assert!(refused.contains("concurrentSyncAndExec was removed from the contract"), "{refused}");
-    }
-    let typo = verdict("bad-typo-v2-capability-key").expect("a misspelt key is refused");
-    let listed = format!("unknown capability key \"runnerWebsocketIngress\": the keys of contract {contract} are ");
-    assert!(typo.contains(&listed), "{typo}");
 }
 
 pub async fn the_corpus_under_contract_v2(c: Arc<Cluster>) {
@@ -77,51 +35,6 @@ pub async fn the_corpus_under_contract_v2(c: Arc<Cluster>) {
     assert!(webhook.problems().is_empty(), "{:?}", webhook.problems());
     drop(registration);
     install::crds(&c);
-}
-
-/// `capability -> reason` of a status's explanations.
-pub fn reasons(status: &Value) -> BTreeMap<String, String> {
-    let explanations = status["explanations"].as_array().cloned().unwrap_or_default();
-    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
-    explanations.iter().map(|e| (text(&e["capability"]), text(&e["reason"]))).collect()
-}
-
-/// Every key of `version` with reason `Granted`, except the keys of each `(keys, reason)`.
-pub fn expected(version: ContractVersion, off: &[(&[&str], &str)]) -> BTreeMap<String, String> {
-    let reason_of = |key: &str| off.iter().find(|(keys, _)| keys.contains(&key)).map_or("Granted", |(_, r)| r);
-    version.contract().capabilities().map(|cap| (cap.key().to_string(), reason_of(cap.key()).to_string())).collect()
-}
-
-/// Waits until the object's status was written under `version` for its current generation.
-pub async fn resolved_under(
-    client: &Client,
-    kind: &str,
-    namespace: Option<&str>,
-    name: &str,
-    version: ContractVersion,
-) -> Value {
-    eventually(&format!("{kind} {name} resolved under contract {version}"), WAIT, || async {
-        let object = get(client, kind, namespace, name).await?;
-        let status = &object["status"];
-        (status["contract"] == version.as_str() && status["observedGeneration"] == object["metadata"]["generation"])
-            .then(|| status.clone())
-    })
-    .await
-}
-
-/// Waits until the lease's explanations are exactly `want`, under `version`.
-pub async fn lease_reasons(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-    version: ContractVersion,
-    want: &BTreeMap<String, String>,
-) -> Value {
-    eventually(&format!("lease {namespace}/{name}: {want:?}"), WAIT, || async {
-        let status = resolved_under(client, "SandboxLease", Some(namespace), name, version).await;
-        (reasons(&status) == *want).then_some(status)
-    })
-    .await
 }
 
 pub async fn leases_resolve_the_nine_keys_of_contract_v2(c: Arc<Cluster>) {

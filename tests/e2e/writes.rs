@@ -5,15 +5,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sandcap::versions::ContractVersion;
+use sandcap_core::versions::ContractVersion;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-use crate::audit::status_patches;
-use crate::cluster::Cluster;
-use crate::controllers::{delete, get, lease_reason};
-use crate::install::{self, Install, Sandcap, eventually};
-use crate::support::{Worker, all_true, lease, provider};
+use crate::harness::binary::Sandcap;
+use crate::harness::cluster::Cluster;
+use crate::harness::install;
+use crate::harness::objects::{delete, get};
+use crate::harness::requests::status_patches;
+use crate::harness::waits::{eventually, lease_reason};
+use crate::support::{Worker, all_true, lease, ok, provider};
 
 const NS: &str = "e2e-status-writes";
 const WAIT: Duration = Duration::from_secs(30);
@@ -31,9 +33,7 @@ fn status_owners(object: &Value) -> Vec<(String, String, String)> {
 }
 
 pub async fn a_status_is_one_merge_patch_written_once_per_new_lease(c: Arc<Cluster>) {
-    install::crds(&c);
-    let install = Install::chart(&c, json!({})).await;
-    install::namespaces(&c, &[NS]);
+    let install = install::default_chart(&c, NS).await;
     let worker = Worker::of_contract(ContractVersion::V1);
     // A worker that accepts the probe's connection and never answers: the provider stays unprobed
     // for the probe's timeout, and the test knows when the probe started (so the provider is in
@@ -74,7 +74,7 @@ pub async fn a_status_is_one_merge_patch_written_once_per_new_lease(c: Arc<Clust
     // A status somebody else changes is sandcap's again at the next write, and the managed fields
     // say who wrote what meanwhile.
     let tampered = r#"{"status": {"capabilities": {"nativeSyncIn": false}}}"#;
-    install::ok(
+    ok(
         "patch the status",
         c.kubectl(&["-n", NS, "patch", "sbl", "granted", "--subresource=status", "--type=merge", "-p", tampered]),
     );
@@ -82,7 +82,7 @@ pub async fn a_status_is_one_merge_patch_written_once_per_new_lease(c: Arc<Clust
     let owners: Vec<String> = status_owners(&object).into_iter().map(|o| o.0).collect();
     assert!(owners.contains(&"kubectl-patch".to_string()), "{owners:?}");
     // A change to the lease's spec re-resolves it; the tampered field is rewritten with the rest.
-    install::ok(
+    ok(
         "change the spec",
         c.kubectl(&["-n", NS, "patch", "sbl", "granted", "--type=merge", "-p", r#"{"spec": {"config": {}}}"#]),
     );

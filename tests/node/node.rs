@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -105,6 +105,26 @@ impl Node {
     }
 
     /// A client of the node's apiserver as its admin; only usable on a thread [`Node::inside`].
+    /// The pod template of a Deployment of the reference worker's image: pods labelled `labels`,
+    /// serving `methods` on port 8080.
+    pub fn worker_template(&self, labels: &Value, methods: &[&str]) -> Value {
+        json!({
+            "metadata": {"labels": labels},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "worker",
+                    "image": self.worker_image,
+                    "imagePullPolicy": "Never",
+                    "args": ["--listen", "0.0.0.0:8080", "--methods", methods.join(",")],
+                    "ports": [{"containerPort": 8080}],
+                    "securityContext": {"runAsNonRoot": true, "readOnlyRootFilesystem": true,
+                                        "allowPrivilegeEscalation": false}
+                }]
+            }
+        })
+    }
+
     pub async fn client(&self) -> kube::Client {
         let kubeconfig = kube::config::Kubeconfig::read_from(self.state.join("admin.kubeconfig")).expect("kubeconfig");
         let options = kube::config::KubeConfigOptions::default();

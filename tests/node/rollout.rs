@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use sandcap::versions::ContractVersion;
+use sandcap_core::versions::ContractVersion;
 use serde_json::{Value, json};
 
 use crate::node::{Node, eventually};
@@ -20,6 +20,10 @@ const TICK: Duration = Duration::from_millis(250);
 
 fn deployment(node: &Node, methods: &[&str]) -> Value {
     let labels = json!({"app": NAME});
+    let mut template = node.worker_template(&labels, methods);
+    let worker = &mut template["spec"]["containers"][0];
+    worker["ports"][0]["name"] = json!("rpc");
+    worker["readinessProbe"] = json!({"tcpSocket": {"port": 8080}, "periodSeconds": 1});
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": NAME, "namespace": WORKERS},
@@ -27,22 +31,7 @@ fn deployment(node: &Node, methods: &[&str]) -> Value {
             "replicas": 3,
             "selector": {"matchLabels": labels},
             "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [{
-                        "name": "worker",
-                        "image": node.worker_image,
-                        "imagePullPolicy": "Never",
-                        "args": ["--listen", "0.0.0.0:8080", "--methods", methods.join(",")],
-                        "ports": [{"containerPort": 8080, "name": "rpc"}],
-                        "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
-                        "securityContext": {"runAsNonRoot": true, "readOnlyRootFilesystem": true,
-                                            "allowPrivilegeEscalation": false}
-                    }]
-                }
-            }
+            "template": template
         }
     })
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::discovery::ApiResource;
-use sandcap::versions::ContractVersion;
+use sandcap_core::versions::ContractVersion;
 use serde_json::{Value, json};
 
 use crate::node::{Node, eventually, repo_root, sandcap_binary};
@@ -115,21 +115,7 @@ pub fn worker(node: &Node) {
                 "spec": {
                     "replicas": 1,
                     "selector": {"matchLabels": labels},
-                    "template": {
-                        "metadata": {"labels": labels},
-                        "spec": {
-                            "terminationGracePeriodSeconds": 1,
-                            "containers": [{
-                                "name": "worker",
-                                "image": node.worker_image,
-                                "imagePullPolicy": "Never",
-                                "args": ["--listen", "0.0.0.0:8080", "--methods", methods_of(ContractVersion::V1).join(",")],
-                                "ports": [{"containerPort": 8080}],
-                                "securityContext": {"runAsNonRoot": true, "readOnlyRootFilesystem": true,
-                                                    "allowPrivilegeEscalation": false}
-                            }]
-                        }
-                    }
+                    "template": node.worker_template(&labels, &methods_of(ContractVersion::V1)),
                 }
             }),
             json!({

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use crate::node::{Node, sandcap_binary};
 use crate::release::published;
 use crate::scenarios::{NS, RELEASE, condition, worker};
-use sandcap::versions::ContractVersion;
+use sandcap_core::versions::ContractVersion;
 
 const NINE: &str = "acme-nine";
 

@@ -9,10 +9,10 @@ mod tls;
 
 use std::time::Duration;
 
-use sandcap::addresses::{AddressClass, AllowedCidrs, WorkerPolicy};
-use sandcap::api::{SandboxProvider, SandboxProviderSpec};
 use sandcap::probe::{FailureClass, MAX_ANSWER_BYTES, ProbeError, ProbeOutcome, Prober, parse_worker_url};
-use sandcap::versions::V1;
+use sandcap_core::addresses::{AddressClass, AllowedCidrs, WorkerPolicy};
+use sandcap_core::api::{SandboxProvider, SandboxProviderSpec};
+use sandcap_core::versions::V1;
 use serde_json::Value;
 use support::{Worker, all_true, provider};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

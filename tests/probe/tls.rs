@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use reqwest::Url;
 use sandcap::probe::{FailureClass, ProbeError, ProbeOutcome, Prober, Target};
-use sandcap::versions::V1;
+use sandcap_core::versions::V1;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
@@ -95,7 +95,7 @@ async fn an_https_endpoint_is_verified_for_the_services_name_with_the_providers_
     let dir = tempfile::tempdir().unwrap();
     let ca = TestCa::new("workers CA");
     let (_worker, port) = https_worker(&ca, &["acme.workers.svc"], dir.path());
-    let policy = sandcap::addresses::WorkerPolicy { allowed_cidrs: loopback(), ..Default::default() };
+    let policy = sandcap_core::addresses::WorkerPolicy { allowed_cidrs: loopback(), ..Default::default() };
     let prober = Prober::new(std::time::Duration::from_secs(5), policy, "test").unwrap();
     let address = Some(SocketAddr::from(([127, 0, 0, 1], port)));
     let (spec, pem) = (spec(), ca.pem.as_bytes());

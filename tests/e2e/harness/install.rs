@@ -1,21 +1,19 @@
-//! sandcap installed as the chart installs it, minus what needs a kubelet: the chart's own RBAC and
-//! ServiceAccount applied, and the real `sandcap` binary run as a local process with the
-//! Deployment's environment (pod-only parts such as mounted certificates and `0.0.0.0` replaced by
-//! loopback equivalents) and a token of the chart's ServiceAccount.
+//! sandcap installed as the chart installs it, minus what needs a kubelet: the CRDs, the chart
+//! rendered by real Helm with its own RBAC and ServiceAccount applied and a token of that
+//! ServiceAccount, and its webhook registered. The real `sandcap` binary runs with the
+//! Deployment's environment as [`crate::harness::binary::Sandcap`].
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
-use sandcap::versions::ContractVersion;
+use sandcap_core::versions::ContractVersion;
 use serde_json::{Value, json};
 
-use crate::cluster::{self, Cluster, repo_root, spawn_logged};
+use crate::harness::cluster::{Cluster, repo_root};
+use crate::support::ok;
 
 pub const NAMESPACE: &str = "sandcap-system";
-
-pub use crate::support::ok;
 
 /// Server-side applies `objects` as admin, taking over fields other writers set (the tests'
 /// objects are the admin's intent).
@@ -88,6 +86,15 @@ pub fn chart_python() -> PathBuf {
         std::env::var_os("SANDCAP_CHART_VENV").map_or_else(|| root.join("target/chart-venv"), PathBuf::from)
     });
     venv.join("bin/python")
+}
+
+/// How most scenarios begin: the CRDs of contract v1, the chart with its default values (see
+/// [`Install::chart`]), and the scenario's `namespace`.
+pub async fn default_chart(cluster: &Cluster, namespace: &str) -> Install {
+    crds(cluster);
+    let install = Install::chart(cluster, json!({})).await;
+    namespaces(cluster, &[namespace]);
+    install
 }
 
 /// What an install leaves behind: the rendered chart and a kubeconfig of its ServiceAccount.
@@ -168,7 +175,8 @@ impl Install {
     }
 
     /// Applies the chart's webhook Service and returns the address the apiserver dials for it
-    /// (`ClusterIP:port`, through the test's proxy), which [`crate::cluster::Proxy`] routes.
+    /// (`ClusterIP:port`, through the test's proxy), which [`crate::harness::cluster::Proxy`]
+    /// routes.
     pub async fn service_address(&self, cluster: &Cluster) -> String {
         let service = self.of_kind("Service");
         apply(cluster, std::slice::from_ref(service));
@@ -215,7 +223,8 @@ impl Install {
     }
 
     /// The chart's ValidatingWebhookConfiguration as rendered (by Service), with `ca_pem` as its
-    /// caBundle: the apiserver reaches it through the cluster's proxy (see [`crate::cluster::Proxy`]).
+    /// caBundle: the apiserver reaches it through the cluster's proxy (see
+    /// [`crate::harness::cluster::Proxy`]).
     pub fn register_webhook_by_service(&self, cluster: &Cluster, ca_pem: &str) -> WebhookRegistration {
         use base64::Engine;
         let mut config = self.of_kind("ValidatingWebhookConfiguration").clone();
@@ -243,137 +252,6 @@ impl Drop for WebhookRegistration {
             .arg(&self.kubeconfig)
             .args(["delete", "validatingwebhookconfiguration", &self.name, "--ignore-not-found", "--wait=false"])
             .output();
-    }
-}
-
-/// One `sandcap run` process; killed when dropped.
-pub struct Sandcap {
-    child: Child,
-    pub name: String,
-    pub webhook_port: u16,
-    pub admin_port: u16,
-    pub log: PathBuf,
-}
-
-impl Sandcap {
-    /// Starts `sandcap run` with the chart's environment for pod `name`, the given kubeconfig,
-    /// loopback addresses, and `overrides` (replacing or adding variables) on top; returns once it
-    /// listens.
-    pub fn start(cluster: &Cluster, install: &Install, name: &str, overrides: &[(&str, &str)]) -> Sandcap {
-        let report = cluster.dir.join(format!("{name}.listening"));
-        let tls = cluster.dir.join(format!("{name}-tls"));
-        let (cert, key) = cluster.ca.write_serving(&tls, &install.service_names());
-        let mut env = install.env(name);
-        let loopback = [
-            ("SANDCAP_WEBHOOK_ADDR", "127.0.0.1:0".to_string()),
-            ("SANDCAP_ADMIN_ADDR", "127.0.0.1:0".to_string()),
-            ("SANDCAP_LISTEN_REPORT", report.display().to_string()),
-            ("SANDCAP_TLS_CERT", cert.display().to_string()),
-            ("SANDCAP_TLS_KEY", key.display().to_string()),
-            // The Secret would be mounted by the kubelet; here the webhook serves the test CA's pair.
-            ("SANDCAP_SELF_MANAGED_CERTS", "false".to_string()),
-            // Workers listen on loopback URLs, which must be allowed explicitly; a Service would
-            // need cluster DNS.
-            ("SANDCAP_ALLOW_WORKER_URLS", "true".to_string()),
-            ("SANDCAP_WORKER_URL_ALLOWED_CIDRS", "127.0.0.0/8".to_string()),
-            ("SANDCAP_LOG_FORMAT", "text".to_string()),
-        ];
-        for (k, v) in loopback.iter().map(|(k, v)| (*k, v.as_str())).chain(overrides.iter().copied()) {
-            env.retain(|(name, _)| name != k);
-            env.push((k.to_string(), v.to_string()));
-        }
-        let log = cluster.dir.join(format!("{name}.log"));
-        let _ = std::fs::remove_file(&log);
-        let _ = std::fs::remove_file(&report);
-        // SANDCAP_E2E_SANDCAP runs another build (an older commit, to see a test fail first).
-        let binary = std::env::var_os("SANDCAP_E2E_SANDCAP").unwrap_or_else(|| env!("CARGO_BIN_EXE_sandcap").into());
-        let mut command = Command::new(binary);
-        command.arg("run").env_clear().envs(env).env("KUBECONFIG", &install.kubeconfig).env("RUST_LOG", "info");
-        let mut child = spawn_logged(command, &log);
-        let listening = crate::support::ports::listening(&report, &mut child)
-            .unwrap_or_else(|e| panic!("{name}: {e}:\n{}", cluster::tail(&log, 30)));
-        // 0 without a webhook (SANDCAP_CONTROLLERS_ONLY).
-        let webhook_port = listening.webhook.map_or(0, |addr| addr.port());
-        Sandcap { child, name: name.to_string(), webhook_port, admin_port: listening.admin.port(), log }
-    }
-
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits until `/readyz` on the admin port answers 200.
-    pub async fn ready(&self) {
-        let url = format!("http://127.0.0.1:{}/readyz", self.admin_port);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if reqwest::get(&url).await.is_ok_and(|r| r.status().is_success()) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("sandcap {} not ready within 30s:\n{}", self.name, cluster::tail(&self.log, 30));
-    }
-
-    pub async fn metrics(&self) -> String {
-        let url = format!("http://127.0.0.1:{}/metrics", self.admin_port);
-        reqwest::get(&url).await.expect("metrics answer").text().await.expect("metrics text")
-    }
-
-    /// The process's peak resident memory so far, in bytes.
-    pub fn peak_rss(&self) -> u64 {
-        crate::support::peak_rss(self.child.id())
-    }
-
-    /// Resident memory now (`VmRSS`), in bytes.
-    pub fn rss(&self) -> u64 {
-        let kib = crate::support::proc_status(self.child.id(), "VmRSS").expect("VmRSS in /proc/<pid>/status");
-        kib.trim_end_matches("kB").trim().parse::<u64>().expect("VmRSS in kB") * 1024
-    }
-
-    pub fn signal(&self, signal: i32) {
-        unsafe { libc::kill(self.child.id() as i32, signal) };
-    }
-
-    /// Waits up to `timeout` for the process to exit (`Duration::ZERO`: whether it has).
-    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Lines of the log that no healthy run writes.
-    pub fn problems(&self) -> Vec<String> {
-        self.log_text()
-            .lines()
-            .filter(|l| l.contains("panicked") || l.to_lowercase().contains("forbidden"))
-            .map(String::from)
-            .collect()
-    }
-}
-
-impl Drop for Sandcap {
-    fn drop(&mut self) {
-        // SIGINT skips the drain window: a scenario that is over has no clients left to wait for.
-        cluster::stop_with(&mut self.child, libc::SIGINT);
-    }
-}
-
-/// Polls `check` until it returns `Some` or `timeout` passes; panics naming `what`.
-pub async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, timeout: Duration, check: impl Fn() -> F) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

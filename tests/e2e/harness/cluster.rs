@@ -11,10 +11,9 @@ use std::fs;
 use std::hash::{BuildHasher, Hasher};
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Mutex, OnceLock, mpsc};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
@@ -24,13 +23,20 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use rcgen::KeyPair;
 
-// Files of their own; `path` keeps them found when this file is included by path (examples, benches).
-#[path = "../support/ca.rs"]
+// Files of their own; `path` keeps them found when this file is included by path alone
+// (examples/cluster.rs).
+#[path = "../../support/ca.rs"]
 mod ca;
 pub use ca::TestCa;
+#[path = "processes.rs"]
+pub mod processes;
+pub use processes::{spawn_logged, stop, tail};
 #[path = "proxy.rs"]
 mod proxy;
 pub use proxy::Proxy;
+#[path = "testcluster.rs"]
+pub mod testcluster;
+pub use testcluster::{Binaries, repo_root};
 
 const ADMIN_TOKEN: &str = "sandcap-e2e-admin";
 const STARTUP: Duration = Duration::from_secs(120);
@@ -40,53 +46,6 @@ const STARTUP: Duration = Duration::from_secs(120);
 const EGRESS: &str = "apiVersion: apiserver.k8s.io/v1beta1\nkind: EgressSelectorConfiguration\negressSelections:\n- name: cluster\n  connection:\n    proxyProtocol: HTTPConnect\n    transport:\n      uds:\n        udsName: SOCKET\n";
 /// Every request of a ServiceAccount (sandcap's) is audited, so tests can count what it asked for.
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  userGroups: [\"system:serviceaccounts\"]\n- level: None\n";
-
-/// The binaries of one Kubernetes minor.
-#[derive(Clone, Debug)]
-pub struct Binaries {
-    pub minor: String,
-    pub dir: PathBuf,
-}
-
-impl Binaries {
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
-
-    /// The version the directory is named after (`v1.37.2`).
-    pub fn version(&self) -> String {
-        self.dir.file_name().expect("versioned directory").to_string_lossy().into_owned()
-    }
-}
-
-/// Builds (or finds cached) binaries for every minor in testcluster/, or for `SANDCAP_E2E_MINORS`.
-pub fn build_all() -> Result<Vec<Binaries>, String> {
-    let root = repo_root();
-    if Command::new("go").arg("version").output().is_err() {
-        return Err("Go is not installed: the end-to-end tests build kube-apiserver and etcd with it; install Go 1.26 (https://go.dev/doc/install), or set SANDCAP_E2E=skip to skip them".into());
-    }
-    let minors: Vec<String> = std::env::var("SANDCAP_E2E_MINORS")
-        .map(|v| v.split([',', ' ']).filter(|m| !m.is_empty()).map(String::from).collect())
-        .unwrap_or_default();
-    let output = Command::new("bash")
-        .arg(root.join("testcluster/build.sh"))
-        .args(&minors)
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cannot run testcluster/build.sh: {e}"))?;
-    if !output.status.success() {
-        return Err(format!("testcluster/build.sh failed ({})", output.status));
-    }
-    Ok(String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| line.split_once(' '))
-        .map(|(minor, dir)| Binaries { minor: minor.into(), dir: dir.into() })
-        .collect())
-}
-
-pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// An address for an apiserver, which cannot listen on port 0 and report the port it got
 /// (`--secure-port 0` serves nothing): a random address of 127.0.0.0/8 outside 127.0.x.x, with a
@@ -98,68 +57,6 @@ fn apiserver_address() -> SocketAddr {
     let random = std::collections::hash_map::RandomState::new().build_hasher().finish().to_be_bytes();
     let ip = Ipv4Addr::new(127, random[0].clamp(1, 254), random[1], random[2].clamp(1, 254));
     TcpListener::bind((ip, 0)).and_then(|l| l.local_addr()).expect("a free port on a loopback address")
-}
-
-/// Spawns `command` with stdout and stderr appended to `log`. Every child is started by one
-/// thread that never ends, with `PR_SET_PDEATHSIG` (which fires when the *spawning thread* dies):
-/// so children die exactly when the test process does, however it ends.
-pub fn spawn_logged(command: Command, log: &Path) -> Child {
-    type Job = (Command, PathBuf, mpsc::Sender<std::io::Result<Child>>);
-    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
-    let spawner = SPAWNER.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<Job>();
-        std::thread::spawn(move || {
-            for (mut command, log, reply) in rx {
-                let _ = reply.send(spawn_here(&mut command, &log));
-            }
-        });
-        Mutex::new(tx)
-    });
-    let (reply, answer) = mpsc::channel();
-    let program = command.get_program().to_string_lossy().into_owned();
-    spawner.lock().unwrap().send((command, log.to_path_buf(), reply)).expect("spawner thread");
-    answer.recv().expect("spawner answers").unwrap_or_else(|e| panic!("cannot start {program}: {e}"))
-}
-
-fn spawn_here(command: &mut Command, log: &Path) -> std::io::Result<Child> {
-    let out = fs::OpenOptions::new().create(true).append(true).open(log)?;
-    let err = out.try_clone()?;
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    command.stdin(Stdio::null()).stdout(out).stderr(err).spawn()
-}
-
-pub fn stop(child: &mut Child) {
-    // SIGTERM first: etcd and the apiserver flush and exit in well under a second.
-    stop_with(child, libc::SIGTERM);
-}
-
-/// Sends `signal`, then SIGKILL if the process has not exited 10 s later.
-pub fn stop_with(child: &mut Child, signal: i32) {
-    unsafe { libc::kill(child.id() as i32, signal) };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-/// The last lines of a log, for a failure message.
-pub fn tail(log: &Path, lines: usize) -> String {
-    let text = fs::read_to_string(log).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// kube-apiserver could not bind its address (the end of its log).

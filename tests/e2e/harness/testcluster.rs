@@ -1,0 +1,52 @@
+//! The Kubernetes binaries the clusters run: etcd, kube-apiserver and kubectl of each minor in
+//! testcluster/, built from their Go modules by `testcluster/build.sh` (cached under target/).
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// The binaries of one Kubernetes minor.
+#[derive(Clone, Debug)]
+pub struct Binaries {
+    pub minor: String,
+    pub dir: PathBuf,
+}
+
+impl Binaries {
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// The version the directory is named after (`v1.37.2`).
+    pub fn version(&self) -> String {
+        self.dir.file_name().expect("versioned directory").to_string_lossy().into_owned()
+    }
+}
+
+/// Builds (or finds cached) binaries for every minor in testcluster/, or for `SANDCAP_E2E_MINORS`.
+pub fn build_all() -> Result<Vec<Binaries>, String> {
+    let root = repo_root();
+    if Command::new("go").arg("version").output().is_err() {
+        return Err("Go is not installed: the end-to-end tests build kube-apiserver and etcd with it; install Go 1.26 (https://go.dev/doc/install), or set SANDCAP_E2E=skip to skip them".into());
+    }
+    let minors: Vec<String> = std::env::var("SANDCAP_E2E_MINORS")
+        .map(|v| v.split([',', ' ']).filter(|m| !m.is_empty()).map(String::from).collect())
+        .unwrap_or_default();
+    let output = Command::new("bash")
+        .arg(root.join("testcluster/build.sh"))
+        .args(&minors)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run testcluster/build.sh: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("testcluster/build.sh failed ({})", output.status));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        .map(|(minor, dir)| Binaries { minor: minor.into(), dir: dir.into() })
+        .collect())
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
