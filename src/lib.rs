@@ -6,12 +6,6 @@
 //! admin listeners, the controllers, the worker probe, certificates and the command line. The
 //! layers, and which module may use which, are in docs/architecture.md.
 
-/// The core's modules under this crate's name, for the code not yet moved to `sandcap_core::`
-/// paths: the end-to-end, node and probe tests and the fuzz targets (`sandcap::...`).
-pub use sandcap_core::{
-    addresses, admission, api, config_schema, contract, judge, schema, text, validation, versions, vocabulary,
-};
-
 pub mod admin;
 pub mod certs;
 pub mod cli;
