@@ -97,7 +97,7 @@ fn narrowing_allows(n: &Narrowing, cap: Capability) -> bool {
 }
 
 fn worker_verifies(v: &Verified, cap: Capability) -> bool {
-    V2.rule(cap).expect("every key is v2's").methods.iter().all(|m| v.has(m))
+    V2.rule(cap).expect("every key is v2's").methods.iter().all(|m| v.has(m.as_str()))
 }
 
 proptest! {

@@ -7,7 +7,7 @@ use super::resolution::{Declared, MAX_REFUSAL_IN_EXPLANATION, Narrowing};
 use super::verified::Verified;
 use crate::text;
 use crate::versions::{KeyRule, NarrowedBy, SYNC_PAIR};
-use crate::vocabulary::{Gate, LeasePolicy, Reason};
+use crate::vocabulary::{Gate, LeasePolicy, Reason, WorkerMethod};
 
 /// One gate's verdict on one key.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,14 +88,14 @@ fn worker(rule: &KeyRule, verified: &Verified) -> Option<Removal> {
     if let Some(why) = verified.why_nothing() {
         return Some(Removal::new(Reason::WorkerNotVerified, why.to_string()));
     }
-    let missing: Vec<&str> = rule.methods.iter().copied().filter(|m| !verified.has(m)).collect();
+    let missing: Vec<WorkerMethod> = rule.methods.iter().copied().filter(|m| !verified.has(m.as_str())).collect();
     let message = match (rule.methods, missing.as_slice()) {
         (_, []) => return None,
         ([a, b], [absent]) if rule.methods == SYNC_PAIR => {
             let present = if absent == a { b } else { a };
             format!("the worker advertises {present} but not {absent}; the host uses the sync methods only as a pair")
         }
-        _ => format!("the worker does not advertise {}", missing.join(", ")),
+        _ => format!("the worker does not advertise {}", WorkerMethod::list(&missing)),
     };
     Some(Removal::new(Reason::MissingWorkerMethods, message))
 }

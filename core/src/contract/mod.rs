@@ -17,10 +17,7 @@ mod resolution;
 mod verified;
 
 pub use crate::versions::{Contract, ContractVersion, KeyRule, NarrowedBy};
-pub use crate::vocabulary::{
-    Capability, LeasePolicy, METHOD_DESTROY_LEASE, METHOD_DUPLEX_CHANNEL_OPEN, METHOD_EXECUTE, METHOD_RELEASE_LEASE,
-    METHOD_RESUME_LEASE, METHOD_RUNNER_INGRESS_ENDPOINT, METHOD_SYNC_IN, METHOD_SYNC_OUT, Reason,
-};
+pub use crate::vocabulary::{Capability, LeasePolicy, Reason, WorkerMethod};
 pub use config::{ConfigFailure, SecretLookup, resolve_config};
 pub use endpoints::{Agreement, EndpointAnswer, EndpointProbe, agree};
 pub use gates::{GateVerdict, Removal, gates};

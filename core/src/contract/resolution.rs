@@ -10,7 +10,7 @@ use super::identity::driver_kind_failure;
 use super::verified::Verified;
 use crate::api::{Capabilities, DriverDeclaration, Explanation};
 use crate::versions::{Contract, KeyRule};
-use crate::vocabulary::{Capability, LeasePolicy, Reason};
+use crate::vocabulary::{Capability, LeasePolicy, Reason, WorkerMethod};
 
 /// A driver's declaration as the host reads it: per key of the contract `Some(bool)` or omitted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -127,7 +127,7 @@ pub fn resolve(contract: &Contract, verified: &Verified, declared: &Declared, na
 
 /// Why a key that every gate lets through is granted.
 fn why_granted(rule: &KeyRule, declared: &Declared) -> String {
-    let methods = rule.methods.join(", ");
+    let methods = WorkerMethod::list(rule.methods);
     if declared.get(rule.capability) == Some(true) {
         format!("declared true and the worker verified {methods}")
     } else {
