@@ -62,7 +62,9 @@ fn removal(
         Gate::LeaseValid => {
             narrowing.refusals.lease.as_deref().map(|p| Removal::new(Reason::LeaseNotValid, refused("the lease", p)))
         }
-        Gate::Identity => narrowing.identity_failure.clone().map(|why| Removal::new(Reason::PluginIdentityFailed, why)),
+        Gate::Identity => {
+            narrowing.identity_failure.as_ref().map(|why| Removal::new(Reason::PluginIdentityFailed, why.to_string()))
+        }
         Gate::ProviderValid => narrowing
             .refusals
             .provider
@@ -109,11 +111,11 @@ impl Narrowing {
                 .policy
                 .filter(|p| *p != LeasePolicy::ReuseByEnvironment)
                 .map(|p| format!("the lease policy is {}, not ReuseByEnvironment", p.as_str())),
-            NarrowedBy::JobBackend => self.job_backend.clone(),
+            NarrowedBy::JobBackend => self.job_backend.as_ref().map(ToString::to_string),
             NarrowedBy::NativeFileSyncUnsupported => {
                 self.native_file_sync_unsupported.then(|| "the lease sets nativeFileSyncUnsupported: true".into())
             }
-            NarrowedBy::ConfigResolution => self.config_failure.clone(),
+            NarrowedBy::ConfigResolution => self.config_failure.as_ref().map(ToString::to_string),
         }
     }
 }
