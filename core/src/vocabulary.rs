@@ -52,6 +52,10 @@ pub use crate::__words as words;
 /// The field manager of every write: status, the certificate Secret, the webhook's caBundle.
 pub const FIELD_MANAGER: &str = "sandcap";
 
+/// The label a Secret must carry to serve as a lease's `configFrom` (an admin's explicit choice):
+/// only such Secrets are watched, so no other Secret is ever requested or held in memory.
+pub const CONFIG_SOURCE_LABEL: &str = "sandcap.dev/config-source";
+
 words! {
     /// The worker methods the capability keys need ([`crate::versions`] says which key needs
     /// which), as a worker's `supportedMethods` spells them. A worker may advertise others: those

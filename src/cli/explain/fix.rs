@@ -4,10 +4,9 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::secret::SecretReport;
-use crate::controller::cache::CONFIG_SOURCE_LABEL;
 use sandcap_core::api::{DriverDeclaration, MAX_CONFIG_BYTES};
 use sandcap_core::contract::{IdentityFailure, KeyRule, Refusals, Verified};
-use sandcap_core::vocabulary::{Capability, ConditionReason, Reason, WorkerMethod};
+use sandcap_core::vocabulary::{CONFIG_SOURCE_LABEL, Capability, ConditionReason, Reason, WorkerMethod};
 
 /// What a fix may name.
 pub struct FixContext<'a> {

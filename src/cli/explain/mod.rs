@@ -28,10 +28,10 @@ use super::cluster::{ClusterArgs, bounded, runtime};
 use super::error::CliError;
 use super::output::Output;
 use crate::controller::SecretScope;
-use crate::controller::cache::CONFIG_SOURCE_LABEL;
 use lease::{LeaseFacts, LeaseReport, lease_report};
 use provider::{ProviderReport, provider_report};
 use sandcap_core::api::{SandboxLease, SandboxProvider};
+use sandcap_core::vocabulary::CONFIG_SOURCE_LABEL;
 use secret::{Lookup, SecretReport};
 /// How a stored lease is resolved and what a `Valid` condition refuses, which `plan` shares.
 pub(super) use {gates::refusal, lease::LeaseInputs};
@@ -49,7 +49,13 @@ pub struct ExplainArgs {
     /// The namespaces sandcap reads configFrom Secrets in, as given to `sandcap run
     /// --secret-namespaces` (the chart's secretNamespaces): `*` every namespace, or a
     /// comma-separated list; empty, as there by default, none.
-    #[arg(long, default_value = crate::run::SECRET_NAMESPACES, global = true, value_name = "NAMESPACES")]
+    #[arg(
+        long,
+        default_value = crate::run::SECRET_NAMESPACES,
+        value_parser = crate::run::secret_scope,
+        global = true,
+        value_name = "NAMESPACES"
+    )]
     pub secret_namespaces: SecretScope,
     #[command(flatten)]
     pub cluster: ClusterArgs,
