@@ -80,7 +80,7 @@ pub(in crate::cli) fn explain(args: &ExplainArgs, out: &mut dyn Write) -> Result
             let providers = providers.clone();
             async move {
                 let what = format!("reading SandboxProvider {name}");
-                bounded(timeout, &what, providers.get_opt(&name)).await.map_err(CliError::Usage)
+                bounded(timeout, &what, providers.get_opt(&name)).await.map_err(CliError::from)
             }
         };
         Ok::<_, CliError>(match &args.what {
@@ -95,8 +95,7 @@ pub(in crate::cli) fn explain(args: &ExplainArgs, out: &mut dyn Write) -> Result
                 let leases = Api::<SandboxLease>::namespaced(client.clone(), &namespace);
                 let what = format!("reading SandboxLease {namespace}/{name}");
                 let lease = bounded(timeout, &what, leases.get_opt(name))
-                    .await
-                    .map_err(CliError::Usage)?
+                    .await?
                     .ok_or_else(|| CliError::Usage(format!("SandboxLease {namespace}/{name} not found")))?;
                 let provider = fetch_provider(lease.spec.provider_ref.name.clone()).await?;
                 let secrets = secrets(&client, &lease, &namespace, &args.secret_namespaces, timeout).await;
@@ -156,7 +155,7 @@ async fn secrets(
                         .is_some_and(|l| l.get(CONFIG_SOURCE_LABEL).is_some_and(|v| v == "true")),
                 },
                 Ok(None) => Lookup::NotFound,
-                Err(why) => Lookup::Unknown(why),
+                Err(why) => Lookup::Unknown(why.to_string()),
             };
             seen.insert(r.name.clone(), lookup);
         }
