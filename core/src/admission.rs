@@ -115,9 +115,9 @@ pub fn handle(body: &[u8], options: &Options) -> Answer {
     let mut outcome = Summary::default();
     let response = match decode(body, &mut outcome) {
         Ok(request) => answer(request, options, &mut outcome),
-        Err(message) => {
+        Err(malformed) => {
             outcome.verdict = Some(Decision::Invalid);
-            outcome.message = text::clip(&message, MAX_MESSAGE);
+            outcome.message = text::clip(&malformed.to_string(), MAX_MESSAGE);
             let response = Response::deny(&outcome.uid, Status::bad_request(outcome.message.clone()));
             return finish(400, &response, outcome);
         }
@@ -139,44 +139,64 @@ struct Request {
     old_object: Option<Value>,
 }
 
-fn decode(body: &[u8], outcome: &mut Summary) -> Result<Request, String> {
+/// Why a body is not a usable AdmissionReview: the message of the 400. Of the body it quotes only
+/// a wrong `apiVersion`, clipped.
+#[derive(Debug, thiserror::Error)]
+enum Malformed {
+    #[error("the body is not JSON: {0}")]
+    NotUtf8(std::str::Utf8Error),
+    #[error("the body is not JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("the body is not an {KIND} object")]
+    NotAnObject,
+    #[error("apiVersion: unsupported {0:?}, this webhook speaks {API_VERSION:?}")]
+    ApiVersion(String),
+    #[error("apiVersion: required ({API_VERSION:?})")]
+    NoApiVersion,
+    #[error("kind: must be {KIND:?}")]
+    Kind,
+    #[error("request: required, an object")]
+    NoRequest,
+    #[error("request.uid: longer than {MAX_UID} bytes")]
+    UidTooLong,
+    #[error("request.uid: required, a non-empty string")]
+    NoUid,
+    #[error("request.operation: must be CREATE, UPDATE, DELETE or CONNECT")]
+    Operation,
+    #[error("request.kind: required, an object")]
+    NoKind,
+}
+
+fn decode(body: &[u8], outcome: &mut Summary) -> Result<Request, Malformed> {
     // serde_json refuses nesting deeper than 128 levels, so a hostile body cannot overflow the
     // stack here, and every Value handed to the rules is at most that deep.
-    let not_json = |e: &dyn std::fmt::Display| format!("the body is not JSON: {e}");
-    let body = std::str::from_utf8(body).map_err(|e| not_json(&e))?;
-    let review = REVIEW.decode(body).map_err(|e| not_json(&e))?;
+    let body = std::str::from_utf8(body).map_err(Malformed::NotUtf8)?;
+    let review = REVIEW.decode(body).map_err(Malformed::NotJson)?;
     let Value::Object(mut review) = review else {
-        return Err(format!("the body is not an {KIND} object"));
+        return Err(Malformed::NotAnObject);
     };
     match review.get("apiVersion").and_then(Value::as_str) {
         Some(API_VERSION) => {}
-        Some(other) => {
-            return Err(format!("apiVersion: unsupported {:?}, this webhook speaks {API_VERSION:?}", clip(other)));
-        }
-        None => return Err(format!("apiVersion: required ({API_VERSION:?})")),
+        Some(other) => return Err(Malformed::ApiVersion(clip(other).to_string())),
+        None => return Err(Malformed::NoApiVersion),
     }
     if review.get("kind").and_then(Value::as_str) != Some(KIND) {
-        return Err(format!("kind: must be {KIND:?}"));
+        return Err(Malformed::Kind);
     }
     let Some(Value::Object(mut request)) = review.remove("request") else {
-        return Err("request: required, an object".into());
+        return Err(Malformed::NoRequest);
     };
     outcome.uid = match request.get("uid") {
         Some(Value::String(uid)) if uid.len() > MAX_UID => {
             outcome.uid = text::clip(uid, MAX_UID);
-            return Err(format!("request.uid: longer than {MAX_UID} bytes"));
+            return Err(Malformed::UidTooLong);
         }
         Some(Value::String(uid)) if !uid.is_empty() => uid.clone(),
-        _ => return Err("request.uid: required, a non-empty string".into()),
+        _ => return Err(Malformed::NoUid),
     };
-    outcome.operation = Some(
-        request
-            .get("operation")
-            .and_then(Value::as_str)
-            .and_then(Operation::parse)
-            .ok_or("request.operation: must be CREATE, UPDATE, DELETE or CONNECT")?,
-    );
-    let kind = request.get("kind").and_then(Value::as_object).ok_or("request.kind: required, an object")?;
+    outcome.operation =
+        Some(request.get("operation").and_then(Value::as_str).and_then(Operation::parse).ok_or(Malformed::Operation)?);
+    let kind = request.get("kind").and_then(Value::as_object).ok_or(Malformed::NoKind)?;
     let (group, kind) = (string(kind, "group"), string(kind, "kind"));
     let sub_resource = string(&request, "subResource");
     // Subresources (status, scale) carry the controller's own writes, never a new declaration.

@@ -8,10 +8,7 @@
 //! The host applies one contract per installation, so a cluster chooses one version (`--contract`,
 //! the chart's `contract.version`); `v1` stays the default.
 
-use crate::vocabulary::{
-    Capability, Gate, METHOD_DESTROY_LEASE, METHOD_DUPLEX_CHANNEL_OPEN, METHOD_EXECUTE, METHOD_RELEASE_LEASE,
-    METHOD_RESUME_LEASE, METHOD_RUNNER_INGRESS_ENDPOINT, METHOD_SYNC_IN, METHOD_SYNC_OUT, Reason, words,
-};
+use crate::vocabulary::{Capability, Gate, Reason, WorkerMethod, words};
 
 words! {
     /// A version of the capability contract.
@@ -75,7 +72,7 @@ pub struct KeyRule {
     /// Off unless the declaration says `true`; the others follow the worker when omitted.
     pub opt_in: bool,
     /// Every one of these methods must be verified by the worker.
-    pub methods: &'static [&'static str],
+    pub methods: &'static [WorkerMethod],
     /// What about a lease removes it, in [`NarrowedBy::ALL`] order.
     pub narrowed_by: &'static [NarrowedBy],
 }
@@ -103,16 +100,16 @@ pub struct Contract {
 }
 
 /// The sync methods, which the host uses only as a pair.
-pub const SYNC_PAIR: &[&str] = &[METHOD_SYNC_IN, METHOD_SYNC_OUT];
-const REUSE: &[&str] = &[METHOD_RESUME_LEASE, METHOD_RELEASE_LEASE, METHOD_DESTROY_LEASE];
-const EXECUTE: &[&str] = &[METHOD_EXECUTE];
+pub const SYNC_PAIR: &[WorkerMethod] = &[WorkerMethod::SyncIn, WorkerMethod::SyncOut];
+const REUSE: &[WorkerMethod] = &[WorkerMethod::ResumeLease, WorkerMethod::ReleaseLease, WorkerMethod::DestroyLease];
+const EXECUTE: &[WorkerMethod] = &[WorkerMethod::Execute];
 const SYNC_NARROWINGS: &[NarrowedBy] = &[NarrowedBy::JobBackend, NarrowedBy::NativeFileSyncUnsupported];
 const SESSION_NARROWINGS: &[NarrowedBy] = &[NarrowedBy::ConfigResolution];
 
 const fn key(
     capability: Capability,
     opt_in: bool,
-    methods: &'static [&'static str],
+    methods: &'static [WorkerMethod],
     narrowed_by: &'static [NarrowedBy],
 ) -> KeyRule {
     KeyRule { capability, opt_in, methods, narrowed_by }
@@ -133,8 +130,8 @@ const SIX: [KeyRule; 6] = [
 /// and the difference can only remove a capability, never grant one.
 const ADDED_IN_V2: [KeyRule; 3] = [
     key(Capability::ConcurrentSyncOperations, true, SYNC_PAIR, SYNC_NARROWINGS),
-    key(Capability::DuplexCommandStream, true, &[METHOD_DUPLEX_CHANNEL_OPEN], SESSION_NARROWINGS),
-    key(Capability::RunnerWebSocketIngress, true, &[METHOD_RUNNER_INGRESS_ENDPOINT], &[]),
+    key(Capability::DuplexCommandStream, true, &[WorkerMethod::DuplexChannelOpen], SESSION_NARROWINGS),
+    key(Capability::RunnerWebSocketIngress, true, &[WorkerMethod::RunnerIngressEndpoint], &[]),
 ];
 
 const NINE: [KeyRule; 9] = concat(SIX, ADDED_IN_V2);
@@ -192,11 +189,12 @@ impl Contract {
         self.keys.iter().map(|r| r.capability)
     }
 
-    /// Every worker method some key of this version needs, in the order the keys first need them.
+    /// Every worker method some key of this version needs, in the order the keys first need them,
+    /// as a worker spells them in `supportedMethods` (what a worker is started with).
     pub fn worker_methods(&self) -> Vec<&'static str> {
         let mut methods: Vec<&'static str> = Vec::new();
-        for method in self.keys.iter().flat_map(|r| r.methods) {
-            if !methods.contains(method) {
+        for method in self.keys.iter().flat_map(|r| r.methods).map(|m| m.as_str()) {
+            if !methods.contains(&method) {
                 methods.push(method);
             }
         }

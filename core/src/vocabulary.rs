@@ -52,14 +52,32 @@ pub use crate::__words as words;
 /// The field manager of every write: status, the certificate Secret, the webhook's caBundle.
 pub const FIELD_MANAGER: &str = "sandcap";
 
-pub const METHOD_RESUME_LEASE: &str = "environmentResumeLease";
-pub const METHOD_RELEASE_LEASE: &str = "environmentReleaseLease";
-pub const METHOD_DESTROY_LEASE: &str = "environmentDestroyLease";
-pub const METHOD_SYNC_IN: &str = "environmentSyncIn";
-pub const METHOD_SYNC_OUT: &str = "environmentSyncOut";
-pub const METHOD_EXECUTE: &str = "environmentExecute";
-pub const METHOD_DUPLEX_CHANNEL_OPEN: &str = "duplexChannelOpen";
-pub const METHOD_RUNNER_INGRESS_ENDPOINT: &str = "environmentRunnerIngressEndpoint";
+/// The label a Secret must carry to serve as a lease's `configFrom` (an admin's explicit choice):
+/// only such Secrets are watched, so no other Secret is ever requested or held in memory.
+pub const CONFIG_SOURCE_LABEL: &str = "sandcap.dev/config-source";
+
+words! {
+    /// The worker methods the capability keys need ([`crate::versions`] says which key needs
+    /// which), as a worker's `supportedMethods` spells them. A worker may advertise others: those
+    /// verify nothing, so they stay the worker's own words.
+    pub enum WorkerMethod (as_str, parse) {
+        ResumeLease = "environmentResumeLease",
+        ReleaseLease = "environmentReleaseLease",
+        DestroyLease = "environmentDestroyLease",
+        SyncIn = "environmentSyncIn",
+        SyncOut = "environmentSyncOut",
+        Execute = "environmentExecute",
+        DuplexChannelOpen = "duplexChannelOpen",
+        RunnerIngressEndpoint = "environmentRunnerIngressEndpoint",
+    }
+}
+
+impl WorkerMethod {
+    /// `a, b`: how messages name several methods.
+    pub fn list(methods: &[WorkerMethod]) -> String {
+        methods.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ")
+    }
+}
 
 words! {
     /// The two kinds sandcap defines (and reviews, and reconciles).

@@ -17,7 +17,7 @@ fn tables(contract: &Contract) -> String {
             "| {} | {} | {} | {} | {} |\n",
             code(rule.capability.key()),
             if rule.opt_in { "yes" } else { "no" },
-            cell(rule.methods.iter().map(|m| code(m)).collect()),
+            cell(rule.methods.iter().map(|m| code(m.as_str())).collect()),
             cell(rule.narrowed_by.iter().map(|n| code(n.reason().as_str())).collect()),
             code(rule.capability.column()),
         );

@@ -7,7 +7,8 @@ use sandcap_core::addresses::WorkerPolicy;
 use sandcap_core::api::{DeclaredCapabilities, DriverDeclaration, LeasePolicy};
 use sandcap_core::api::{SandboxLease, SandboxProvider};
 use sandcap_core::contract::{
-    Capability, Contract, Declared, Narrowing, Reason, Refusals, Verified, resolve, resolve_driver, resolve_lease,
+    Capability, Contract, Declared, FailedConfig, IdentityFailure, JobBackend, Narrowing, Reason, Refusals, Verified,
+    resolve, resolve_driver, resolve_lease,
 };
 use sandcap_core::judge::{Server, judge};
 use sandcap_core::validation::{ALREADY_STORED, MAX_WARNING_LEN, Options, REVIEWED, Shape, identify, review};
@@ -62,11 +63,11 @@ fn unrefused_narrowing() -> impl Strategy<Value = Narrowing> {
     )
         .prop_map(|(identity, policy, job, nfs, config)| Narrowing {
             refusals: Refusals::default(),
-            identity_failure: identity.then(|| "identity".into()),
+            identity_failure: identity.then(|| IdentityFailure::ProviderNotFound { name: "identity".into() }),
             policy,
-            job_backend: job.then(|| "job".into()),
+            job_backend: job.then(|| JobBackend::Backend("job".into())),
             native_file_sync_unsupported: nfs,
-            config_failure: config.then(|| "config".into()),
+            config_failure: config.then(|| FailedConfig::Published("config".into())),
         })
 }
 
@@ -97,7 +98,7 @@ fn narrowing_allows(n: &Narrowing, cap: Capability) -> bool {
 }
 
 fn worker_verifies(v: &Verified, cap: Capability) -> bool {
-    V2.rule(cap).expect("every key is v2's").methods.iter().all(|m| v.has(m))
+    V2.rule(cap).expect("every key is v2's").methods.iter().all(|m| v.has(m.as_str()))
 }
 
 proptest! {

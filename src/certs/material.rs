@@ -10,6 +10,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
+use x509_parser::error::X509Error;
 use x509_parser::pem::Pem;
 
 pub(super) const HOUR: Duration = Duration::from_secs(60 * 60);
@@ -57,6 +58,44 @@ pub struct Cert {
     pub(super) public_key: Vec<u8>,
 }
 
+/// Why PEM text is not one usable certificate; said after the key that holds it, never quoting it.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CertError {
+    #[error("holds more than one PEM block")]
+    SeveralBlocks,
+    #[error("is not a PEM certificate")]
+    NotPem,
+    #[error("is not a valid X.509 certificate ({0})")]
+    NotX509(x509_parser::nom::Err<X509Error>),
+    #[error("has an unreadable subjectAltName ({0})")]
+    SubjectAltName(X509Error),
+}
+
+/// Why a certificate and a private key are not a usable pair.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum PairError {
+    #[error(transparent)]
+    Cert(#[from] CertError),
+    #[error("private key is not a PKCS#8 PEM key")]
+    NotPkcs8,
+    #[error("private key does not belong to the certificate")]
+    NotItsKey,
+}
+
+/// Why the Secret's material is not usable: which key, and its problem (never its contents).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum MaterialError {
+    #[error("{0} is not UTF-8 text")]
+    NotUtf8(&'static str),
+    #[error("{0} is missing")]
+    Missing(&'static str),
+    /// The pair of a certificate key (the one named) and its private key.
+    #[error("{0}: {1}")]
+    Pair(&'static str, PairError),
+    #[error("{RETIRED_CA_CRT}: {0}")]
+    RetiredCa(CertError),
+}
+
 pub(super) fn unix(seconds: i64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(seconds.max(0).unsigned_abs())
 }
@@ -67,14 +106,14 @@ pub(super) fn rfc3339(t: SystemTime) -> humantime::Rfc3339Timestamp {
 
 impl Cert {
     /// Parses exactly one PEM `CERTIFICATE`.
-    pub fn from_pem(text: &str) -> Result<Cert, String> {
+    pub fn from_pem(text: &str) -> Result<Cert, CertError> {
         let mut blocks = Pem::iter_from_buffer(text.as_bytes());
         let pem = match (blocks.next(), blocks.next()) {
             (Some(Ok(pem)), None) if pem.label == "CERTIFICATE" => pem,
-            (Some(Ok(_)), Some(_)) => return Err("holds more than one PEM block".into()),
-            _ => return Err("is not a PEM certificate".into()),
+            (Some(Ok(_)), Some(_)) => return Err(CertError::SeveralBlocks),
+            _ => return Err(CertError::NotPem),
         };
-        let x509 = pem.parse_x509().map_err(|e| format!("is not a valid X.509 certificate ({e})"))?;
+        let x509 = pem.parse_x509().map_err(CertError::NotX509)?;
         let dns_names = match x509.subject_alternative_name() {
             Ok(Some(san)) => san
                 .value
@@ -86,7 +125,7 @@ impl Cert {
                 })
                 .collect(),
             Ok(None) => Vec::new(),
-            Err(e) => return Err(format!("has an unreadable subjectAltName ({e})")),
+            Err(e) => return Err(CertError::SubjectAltName(e)),
         };
         let cert = Cert {
             pem: text.to_string(),
@@ -152,11 +191,11 @@ impl fmt::Debug for KeyedCert {
 }
 
 impl KeyedCert {
-    pub(super) fn parse(cert: &str, key: &str) -> Result<KeyedCert, String> {
+    pub(super) fn parse(cert: &str, key: &str) -> Result<KeyedCert, PairError> {
         let parsed = Cert::from_pem(cert)?;
-        let pair = KeyPair::from_pem(key).map_err(|_| "private key is not a PKCS#8 PEM key".to_string())?;
+        let pair = KeyPair::from_pem(key).map_err(|_| PairError::NotPkcs8)?;
         if pair.public_key_raw() != parsed.public_key.as_slice() {
-            return Err("private key does not belong to the certificate".into());
+            return Err(PairError::NotItsKey);
         }
         Ok(KeyedCert { cert: parsed, key_pem: key.to_string() })
     }
@@ -188,8 +227,8 @@ pub struct Material {
 #[derive(Clone, Debug)]
 pub enum Stored {
     Absent,
-    /// Present but not usable; the reason names keys and problems, never contents.
-    Unusable(String),
+    /// Present but not usable.
+    Unusable(MaterialError),
     Usable(Box<Material>),
 }
 
@@ -206,30 +245,30 @@ impl Stored {
     }
 }
 
-pub(super) fn text<'a>(data: &'a BTreeMap<String, ByteString>, key: &str) -> Result<Option<&'a str>, String> {
-    data.get(key).map(|value| std::str::from_utf8(&value.0).map_err(|_| format!("{key} is not UTF-8 text"))).transpose()
+type Data = BTreeMap<String, ByteString>;
+
+pub(super) fn text<'a>(data: &'a Data, key: &'static str) -> Result<Option<&'a str>, MaterialError> {
+    data.get(key).map(|value| std::str::from_utf8(&value.0).map_err(|_| MaterialError::NotUtf8(key))).transpose()
 }
 
-pub(super) fn required<'a>(data: &'a BTreeMap<String, ByteString>, key: &str) -> Result<&'a str, String> {
-    text(data, key)?.ok_or_else(|| format!("{key} is missing"))
+pub(super) fn required<'a>(data: &'a Data, key: &'static str) -> Result<&'a str, MaterialError> {
+    text(data, key)?.ok_or(MaterialError::Missing(key))
 }
 
-pub(super) fn keyed(data: &BTreeMap<String, ByteString>, cert_key: &str, key_key: &str) -> Result<KeyedCert, String> {
-    KeyedCert::parse(required(data, cert_key)?, required(data, key_key)?).map_err(|e| format!("{cert_key}: {e}"))
+pub(super) fn keyed(data: &Data, cert_key: &'static str, key_key: &'static str) -> Result<KeyedCert, MaterialError> {
+    KeyedCert::parse(required(data, cert_key)?, required(data, key_key)?).map_err(|e| MaterialError::Pair(cert_key, e))
 }
 
 impl Material {
-    pub fn from_secret_data(data: &BTreeMap<String, ByteString>) -> Result<Material, String> {
+    pub fn from_secret_data(data: &Data) -> Result<Material, MaterialError> {
         let ca = keyed(data, CA_CRT, CA_KEY)?;
         let serving = keyed(data, TLS_CRT, TLS_KEY)?;
         let next_ca = match text(data, NEXT_CA_CRT)? {
             Some(_) => Some(keyed(data, NEXT_CA_CRT, NEXT_CA_KEY)?),
             None => None,
         };
-        let retired_ca = text(data, RETIRED_CA_CRT)?
-            .map(Cert::from_pem)
-            .transpose()
-            .map_err(|e| format!("{RETIRED_CA_CRT}: {e}"))?;
+        let retired_ca =
+            text(data, RETIRED_CA_CRT)?.map(Cert::from_pem).transpose().map_err(MaterialError::RetiredCa)?;
         Ok(Material { ca, next_ca, retired_ca, serving })
     }
 

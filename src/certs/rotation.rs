@@ -157,7 +157,7 @@ mod tests {
         else {
             panic!("a garbage key must make the Secret unusable");
         };
-        assert_eq!(reason, "tls.crt: private key is not a PKCS#8 PEM key");
+        assert_eq!(reason.to_string(), "tls.crt: private key is not a PKCS#8 PEM key");
         let action = decide(&Stored::Unusable(reason), &names(), false, t0());
         assert_eq!(
             action,
@@ -178,11 +178,11 @@ mod tests {
         for (key, value, expected) in cases {
             let mut data = m.to_secret_data();
             data.insert(key.into(), ByteString(value.to_vec()));
-            assert_eq!(Material::from_secret_data(&data).unwrap_err(), expected, "{key}");
+            assert_eq!(Material::from_secret_data(&data).unwrap_err().to_string(), expected, "{key}");
         }
         let mut data = m.to_secret_data();
         data.remove(TLS_KEY);
-        assert_eq!(Material::from_secret_data(&data).unwrap_err(), "tls.key is missing");
+        assert_eq!(Material::from_secret_data(&data).unwrap_err().to_string(), "tls.key is missing");
     }
 
     #[test]

@@ -84,17 +84,26 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
         .map_err(|e| CliError::Usage(format!("cannot start the async runtime: {e}")))
 }
 
+/// A request to the apiserver that failed, by what it was doing (`reading CRD x`).
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error("{what}: {}", api_error(.error))]
+    Failed { what: String, error: kube::Error },
+    #[error("{what}: no answer within {}", humantime::format_duration(*.timeout))]
+    NoAnswer { what: String, timeout: Duration },
+}
+
 /// `work`, or a failure naming `what` once `timeout` has passed: nothing may hang a command
 /// unless the caller said so (`--request-timeout 0`).
 pub async fn bounded<T>(
     timeout: Duration,
     what: &str,
     work: impl Future<Output = Result<T, kube::Error>>,
-) -> Result<T, String> {
+) -> Result<T, RequestError> {
     match within(timeout, work).await {
         Some(Ok(value)) => Ok(value),
-        Some(Err(e)) => Err(format!("{what}: {}", api_error(&e))),
-        None => Err(format!("{what}: no answer within {}", humantime::format_duration(timeout))),
+        Some(Err(error)) => Err(RequestError::Failed { what: what.to_string(), error }),
+        None => Err(RequestError::NoAnswer { what: what.to_string(), timeout }),
     }
 }
 
@@ -117,7 +126,7 @@ pub async fn list_pages(
     resource: &ApiResource,
     timeout: Duration,
     mut each: impl FnMut(Vec<DynamicObject>),
-) -> Result<(), String> {
+) -> Result<(), RequestError> {
     let api = Api::<DynamicObject>::all_with(client.clone(), resource);
     let what = format!("listing {}s", resource.kind);
     let mut token = None::<String>;

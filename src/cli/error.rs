@@ -11,6 +11,8 @@ pub enum CliError {
     Object { path: String, kind: String, name: String, message: String },
     #[error("{0}")]
     Usage(String),
+    #[error(transparent)]
+    Request(#[from] super::cluster::RequestError),
     /// The output could not be written (a closed pipe, a full disk): a truncated output must not
     /// pass for a complete one.
     #[error("cannot write the output: {0}")]

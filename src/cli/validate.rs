@@ -37,11 +37,16 @@ pub struct ValidateArgs {
     pub kubernetes_version: schema::Server,
 }
 
-fn parse_server(minor: &str) -> Result<schema::Server, String> {
+/// A `--kubernetes-version` whose message forms sandcap does not know.
+#[derive(Debug, thiserror::Error)]
+#[error("the message forms are known for 1.35 and 1.37 (the minors sandcap is tested on)")]
+struct UnknownServer;
+
+fn parse_server(minor: &str) -> Result<schema::Server, UnknownServer> {
     match minor {
         "1.35" => Ok(schema::Server::V1_35),
         "1.37" => Ok(schema::Server::V1_37),
-        _ => Err("the message forms are known for 1.35 and 1.37 (the minors sandcap is tested on)".into()),
+        _ => Err(UnknownServer),
     }
 }
 

@@ -118,8 +118,8 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-    use crate::controller::cache::CONFIG_SOURCE_LABEL;
     use crate::controller::fixtures::{T0, lease, provider, secret, time};
+    use sandcap_core::vocabulary::CONFIG_SOURCE_LABEL;
 
     #[test]
     fn a_probe_that_answers_as_before_changes_no_lease_view() {

@@ -43,7 +43,7 @@ use tokio_util::sync::CancellationToken;
 use audit::Audits;
 /// The form of a stored object the controllers judge, which `sandcap plan` judges too.
 pub(crate) use audit::stored;
-pub use cache::{CONFIG_SOURCE_LABEL, Caches, SecretScope};
+pub use cache::{Caches, SecretScope};
 use context::{Context, Stateful, Writes, reconciler, retry_delay};
 pub use error::Error;
 use lease::reconcile_lease;

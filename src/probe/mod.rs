@@ -33,7 +33,7 @@ use sandcap_core::api::{MAX_CA_BUNDLE_BYTES, SandboxProvider, SandboxProviderSpe
 use sandcap_core::contract::Verified;
 
 use answer::{initialize_request, parse_answer};
-pub use endpoint::{endpoint, parse_worker_url, redacted};
+pub use endpoint::{WorkerUrlError, endpoint, parse_worker_url, redacted};
 pub use error::{FailureClass, MAX_ANSWER_BYTES, ProbeError, ProbeFailure, SetupError};
 use resolver::{GuardedResolver, Lookup, ResolveError, system_lookup};
 use sandcap_core::addresses::WorkerPolicy;

@@ -3,6 +3,7 @@
 //! deadline. The flags that choose the rules (`rules.rs`) are `validate`'s and `resolve`'s too.
 
 mod client;
+mod flags;
 mod rules;
 mod signals;
 
@@ -24,6 +25,8 @@ use crate::tls::{CertFiles, CertLoadError, CertSource};
 use crate::webhook::{Webhook, serve_webhook};
 use client::Clients;
 pub use client::client_config;
+pub use flags::secret_scope;
+use flags::within;
 pub use rules::{RulesArgs, WorkerPolicyArgs, contract_version};
 use signals::Signals;
 
@@ -118,7 +121,7 @@ pub struct RunArgs {
     /// Namespaces whose Secrets leases may read for configFrom, comma-separated; `*` means every
     /// namespace, an empty value none, and then no Secret is watched (give the operator RBAC to
     /// match).
-    #[arg(long, env = "SANDCAP_SECRET_NAMESPACES", default_value = SECRET_NAMESPACES)]
+    #[arg(long, env = "SANDCAP_SECRET_NAMESPACES", default_value = SECRET_NAMESPACES, value_parser = secret_scope)]
     pub secret_namespaces: SecretScope,
     /// Keep a CA and serving certificate in a Secret and the webhook configuration's caBundle in
     /// sync with it.
@@ -294,19 +297,6 @@ const SECOND: Duration = Duration::from_secs(1);
 const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(3600);
 const DAY: Duration = Duration::from_secs(24 * 3600);
-
-/// A duration flag's parser that refuses values outside `min..=max` (a zero interval would be a
-/// hot loop, a timeout of hours would keep a hung worker's grants).
-fn within(min: Duration, max: Duration) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync {
-    move |value| {
-        let duration = humantime::parse_duration(value).map_err(|e| e.to_string())?;
-        let range = || format!("{} to {}", humantime::format_duration(min), humantime::format_duration(max));
-        match duration {
-            d if d < min || d > max => Err(format!("{value} is outside {}", range())),
-            d => Ok(d),
-        }
-    }
-}
 
 /// Written to a sibling file and renamed into place, so that a reader polling for `path` never
 /// sees half of it.

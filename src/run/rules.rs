@@ -27,12 +27,19 @@ impl RulesArgs {
     }
 }
 
+/// A contract version flag's value that names none of the versions.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "unknown contract version {given:?}: the versions are {}",
+    ContractVersion::ALL.map(ContractVersion::as_str).join(", ")
+)]
+pub struct UnknownContractVersion {
+    given: String,
+}
+
 /// Parses a contract version as the flag and the chart spell it.
-pub fn contract_version(text: &str) -> Result<ContractVersion, String> {
-    ContractVersion::parse(text).ok_or_else(|| {
-        let known: Vec<&str> = ContractVersion::ALL.iter().map(|v| v.as_str()).collect();
-        format!("unknown contract version {text:?}: the versions are {}", known.join(", "))
-    })
+pub fn contract_version(text: &str) -> Result<ContractVersion, UnknownContractVersion> {
+    ContractVersion::parse(text).ok_or_else(|| UnknownContractVersion { given: text.to_string() })
 }
 
 /// Where the operator lets workers be ([`WorkerPolicy`]).

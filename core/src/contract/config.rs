@@ -56,6 +56,19 @@ impl ConfigFailure {
     }
 }
 
+/// A lease's config that failed to resolve, as a resolution narrows by it; the message is the
+/// `NarrowedByConfigResolution` explanation's.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FailedConfig {
+    /// Resolved with the Secrets it reads.
+    #[error(transparent)]
+    Resolved(ConfigFailure),
+    /// The message of the lease's `ConfigResolved` condition: a reader of status without the
+    /// Secrets' data (sandcap's alone) knows no more of the failure.
+    #[error("{0}")]
+    Published(String),
+}
+
 /// What a `configFrom` Secret lookup found. A Secret sandcap may not read (unlabelled, or out of
 /// the namespaces it serves) is `MissingSecret`: nothing about it may leak. `TooLarge`: a value
 /// over [`MAX_CONFIG_BYTES`], which sandcap's cache does not keep.

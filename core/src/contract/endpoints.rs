@@ -52,7 +52,7 @@ pub fn agree(contract: &Contract, endpoints: &[EndpointProbe<'_>]) -> Agreement 
         None => BTreeSet::new(),
     };
     let advertised: BTreeSet<&str> = answers.iter().flatten().copied().collect();
-    let known: BTreeSet<&str> = contract.keys.iter().flat_map(|k| k.methods.iter().copied()).collect();
+    let known: BTreeSet<&str> = contract.keys.iter().flat_map(|k| k.methods.iter().map(|m| m.as_str())).collect();
     let mut differing: Vec<EndpointDifference> = endpoints
         .iter()
         .filter_map(|e| {

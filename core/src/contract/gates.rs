@@ -7,7 +7,7 @@ use super::resolution::{Declared, MAX_REFUSAL_IN_EXPLANATION, Narrowing};
 use super::verified::Verified;
 use crate::text;
 use crate::versions::{KeyRule, NarrowedBy, SYNC_PAIR};
-use crate::vocabulary::{Gate, LeasePolicy, Reason};
+use crate::vocabulary::{Gate, LeasePolicy, Reason, WorkerMethod};
 
 /// One gate's verdict on one key.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,7 +62,9 @@ fn removal(
         Gate::LeaseValid => {
             narrowing.refusals.lease.as_deref().map(|p| Removal::new(Reason::LeaseNotValid, refused("the lease", p)))
         }
-        Gate::Identity => narrowing.identity_failure.clone().map(|why| Removal::new(Reason::PluginIdentityFailed, why)),
+        Gate::Identity => {
+            narrowing.identity_failure.as_ref().map(|why| Removal::new(Reason::PluginIdentityFailed, why.to_string()))
+        }
         Gate::ProviderValid => narrowing
             .refusals
             .provider
@@ -88,14 +90,14 @@ fn worker(rule: &KeyRule, verified: &Verified) -> Option<Removal> {
     if let Some(why) = verified.why_nothing() {
         return Some(Removal::new(Reason::WorkerNotVerified, why.to_string()));
     }
-    let missing: Vec<&str> = rule.methods.iter().copied().filter(|m| !verified.has(m)).collect();
+    let missing: Vec<WorkerMethod> = rule.methods.iter().copied().filter(|m| !verified.has(m.as_str())).collect();
     let message = match (rule.methods, missing.as_slice()) {
         (_, []) => return None,
         ([a, b], [absent]) if rule.methods == SYNC_PAIR => {
             let present = if absent == a { b } else { a };
             format!("the worker advertises {present} but not {absent}; the host uses the sync methods only as a pair")
         }
-        _ => format!("the worker does not advertise {}", missing.join(", ")),
+        _ => format!("the worker does not advertise {}", WorkerMethod::list(&missing)),
     };
     Some(Removal::new(Reason::MissingWorkerMethods, message))
 }
@@ -109,11 +111,11 @@ impl Narrowing {
                 .policy
                 .filter(|p| *p != LeasePolicy::ReuseByEnvironment)
                 .map(|p| format!("the lease policy is {}, not ReuseByEnvironment", p.as_str())),
-            NarrowedBy::JobBackend => self.job_backend.clone(),
+            NarrowedBy::JobBackend => self.job_backend.as_ref().map(ToString::to_string),
             NarrowedBy::NativeFileSyncUnsupported => {
                 self.native_file_sync_unsupported.then(|| "the lease sets nativeFileSyncUnsupported: true".into())
             }
-            NarrowedBy::ConfigResolution => self.config_failure.clone(),
+            NarrowedBy::ConfigResolution => self.config_failure.as_ref().map(ToString::to_string),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! One lease resolved against its provider: identity, config, narrowing, then the gates.
 
-use super::config::{ConfigFailure, SecretLookup, resolve_config};
+use super::config::{ConfigFailure, FailedConfig, SecretLookup, resolve_config};
 use super::identity::{IdentityFailure, check_identity, pin_for};
 use super::resolution::{Declared, Narrowing, Refusals, Resolution, effective_policy, resolve};
 use super::verified::Verified;
@@ -8,19 +8,25 @@ use crate::api::{Pinned, ResolvableLease, SandboxProvider, SecretKeyRef};
 use crate::versions::{Contract, ContractVersion};
 use crate::vocabulary::LeasePolicy;
 
+/// Which field makes a lease Job-backed; the message is the `NarrowedByJobBackend` explanation's.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum JobBackend {
+    /// `spec.backend`, as written.
+    #[error("the lease is Job-backed (spec.backend: {0:?})")]
+    Backend(String),
+    /// `spec.workloadRef`, a batch/v1 Job: its name.
+    #[error("the lease is Job-backed (spec.workloadRef is batch/v1 Job {0})")]
+    WorkloadRef(String),
+}
+
 /// Why a lease is Job-backed, if it is. The CRD admits `backend` only in lowercase; a stored
 /// lease from before that rule is Job-backed in any case and with any surrounding space (and
 /// grants nothing anyway, as today's rules refuse it).
-pub fn job_backend(lease: &impl ResolvableLease) -> Option<String> {
+pub fn job_backend(lease: &impl ResolvableLease) -> Option<JobBackend> {
     if let Some(backend) = lease.spec().backend.as_deref().filter(|b| b.trim().eq_ignore_ascii_case("job")) {
-        return Some(format!("the lease is Job-backed (spec.backend: {backend:?})"));
+        return Some(JobBackend::Backend(backend.to_string()));
     }
-    lease
-        .spec()
-        .workload_ref
-        .as_ref()
-        .filter(|w| w.is_batch_job())
-        .map(|w| format!("the lease is Job-backed (spec.workloadRef is batch/v1 Job {})", w.name))
+    lease.spec().workload_ref.as_ref().filter(|w| w.is_batch_job()).map(|w| JobBackend::WorkloadRef(w.name.clone()))
 }
 
 /// Everything the lease controller and `sandcap resolve --lease` decide for one lease.
@@ -52,11 +58,8 @@ pub fn resolve_lease(
     let driver = match check_identity(lease, provider) {
         Ok(driver) => driver,
         Err(why) => {
-            let narrowing = Narrowing {
-                refusals: refusals.clone(),
-                identity_failure: Some(why.to_string()),
-                ..Narrowing::default()
-            };
+            let narrowing =
+                Narrowing { refusals: refusals.clone(), identity_failure: Some(why.clone()), ..Narrowing::default() };
             return LeaseResolution {
                 driver_key,
                 effective_policy: LeasePolicy::Ephemeral,
@@ -76,7 +79,7 @@ pub fn resolve_lease(
         policy: Some(lease.spec().policy()),
         job_backend: job_backend(lease),
         native_file_sync_unsupported: lease.spec().native_file_sync_unsupported.unwrap_or(false),
-        config_failure: config.clone().err().map(|f| f.to_string()),
+        config_failure: config.clone().err().map(FailedConfig::Resolved),
     };
     let resolution = resolve(contract, verified, &Declared::from_driver(contract, driver), &narrowing);
     let already_pinned = lease.pinned().is_some();

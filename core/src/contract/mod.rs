@@ -17,16 +17,13 @@ mod resolution;
 mod verified;
 
 pub use crate::versions::{Contract, ContractVersion, KeyRule, NarrowedBy};
-pub use crate::vocabulary::{
-    Capability, LeasePolicy, METHOD_DESTROY_LEASE, METHOD_DUPLEX_CHANNEL_OPEN, METHOD_EXECUTE, METHOD_RELEASE_LEASE,
-    METHOD_RESUME_LEASE, METHOD_RUNNER_INGRESS_ENDPOINT, METHOD_SYNC_IN, METHOD_SYNC_OUT, Reason,
-};
-pub use config::{ConfigFailure, SecretLookup, resolve_config};
+pub use crate::vocabulary::{Capability, LeasePolicy, Reason, WorkerMethod};
+pub use config::{ConfigFailure, FailedConfig, SecretLookup, resolve_config};
 pub use endpoints::{Agreement, EndpointAnswer, EndpointProbe, agree};
 pub use gates::{GateVerdict, Removal, gates};
 pub use identity::{IdentityFailure, check_identity, driver_kind_failure, pin_for};
-pub use lease::{LeaseResolution, job_backend, resolve_lease};
+pub use lease::{JobBackend, LeaseResolution, job_backend, resolve_lease};
 pub use resolution::{
     Declared, MAX_REFUSAL_IN_EXPLANATION, Narrowing, Refusals, Resolution, effective_policy, resolve, resolve_driver,
 };
-pub use verified::{Verified, verified_from_status, verified_from_worker};
+pub use verified::{Unverified, Verified, verified_from_status, verified_from_worker};

@@ -5,12 +5,14 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::config::FailedConfig;
 use super::gates::{Removal, gates};
-use super::identity::driver_kind_failure;
+use super::identity::{IdentityFailure, driver_kind_failure};
+use super::lease::JobBackend;
 use super::verified::Verified;
 use crate::api::{Capabilities, DriverDeclaration, Explanation};
 use crate::versions::{Contract, KeyRule};
-use crate::vocabulary::{Capability, LeasePolicy, Reason};
+use crate::vocabulary::{Capability, LeasePolicy, Reason, WorkerMethod};
 
 /// A driver's declaration as the host reads it: per key of the contract `Some(bool)` or omitted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -67,27 +69,26 @@ impl Refusals {
     }
 }
 
-/// Everything about one lease that can only remove capabilities. Each failure carries the message
-/// the explanation shows (never a secret value).
+/// Everything about one lease that can only remove capabilities. Each failure's `Display` is the
+/// message the explanation shows (never a secret value).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Narrowing {
     pub refusals: Refusals,
-    pub identity_failure: Option<String>,
+    pub identity_failure: Option<IdentityFailure>,
     /// The lease's requested policy; `None` at provider level (nothing narrowed).
     pub policy: Option<LeasePolicy>,
-    pub job_backend: Option<String>,
+    pub job_backend: Option<JobBackend>,
     pub native_file_sync_unsupported: bool,
-    pub config_failure: Option<String>,
+    pub config_failure: Option<FailedConfig>,
 }
 
 impl Narrowing {
     /// A provider-level resolution's: nothing of a lease, only whether the driver is read as a
     /// sandbox provider and the provider's refusal (`refused`, its problems).
     pub fn of_driver(driver: &DriverDeclaration, refused: Option<&str>) -> Narrowing {
-        let identity_failure = driver_kind_failure(driver).map(|f| f.to_string());
         Narrowing {
             refusals: Refusals::provider(refused.map(str::to_string)),
-            identity_failure,
+            identity_failure: driver_kind_failure(driver),
             ..Narrowing::default()
         }
     }
@@ -127,7 +128,7 @@ pub fn resolve(contract: &Contract, verified: &Verified, declared: &Declared, na
 
 /// Why a key that every gate lets through is granted.
 fn why_granted(rule: &KeyRule, declared: &Declared) -> String {
-    let methods = rule.methods.join(", ");
+    let methods = WorkerMethod::list(rule.methods);
     if declared.get(rule.capability) == Some(true) {
         format!("declared true and the worker verified {methods}")
     } else {

@@ -4,13 +4,29 @@ use std::collections::BTreeSet;
 
 use crate::api::SandboxProvider;
 
-/// What the live worker verified: its methods, or why nothing is verified (the probe failed,
-/// never ran, listed none, or asked another worker than the one `spec.worker` names now).
+/// What the live worker verified: the methods it advertised (a worker's own words: a method no key
+/// needs verifies nothing, but still counts as an answer), or why nothing is verified.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Verified(Result<BTreeSet<String>, String>);
+pub struct Verified(Result<BTreeSet<String>, Unverified>);
 
-/// Why nothing is verified, when no more is known.
-const VERIFIED_NOTHING: &str = "the worker verified no methods (probe failed, answered ok: false, or listed none)";
+/// Why nothing is verified; the message is the `WorkerNotVerified` explanation's.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unverified {
+    /// The probe failed, answered `ok: false` or listed no methods, or no more is known.
+    #[error("the worker verified no methods (probe failed, answered ok: false, or listed none)")]
+    NoMethods,
+    #[error("no probe of the worker yet")]
+    NotProbed,
+    /// The last probe asked another worker than the one `spec.worker` names now: its address
+    /// (`None` when an earlier status did not record it) and the one named now (`None` when
+    /// `spec.worker` makes none).
+    #[error(
+        "the last probe asked {}, not the worker spec.worker names now ({}); nothing is verified until it answers",
+        .probed.as_deref().unwrap_or("an earlier spec.worker"),
+        .now.as_deref().unwrap_or("(no address)")
+    )]
+    OtherWorker { probed: Option<String>, now: Option<String> },
+}
 
 impl Default for Verified {
     fn default() -> Self {
@@ -20,12 +36,7 @@ impl Default for Verified {
 
 impl Verified {
     pub fn nothing() -> Self {
-        Verified(Err(VERIFIED_NOTHING.into()))
-    }
-
-    /// Nothing is verified, for the reason given (the explanation's message).
-    pub fn nothing_because(why: String) -> Self {
-        Verified(Err(why))
+        Verified(Err(Unverified::NoMethods))
     }
 
     /// An empty list verifies nothing, exactly like a failed probe.
@@ -47,8 +58,8 @@ impl Verified {
     }
 
     /// Why nothing is verified; `None` when something is.
-    pub fn why_nothing(&self) -> Option<&str> {
-        self.0.as_ref().err().map(String::as_str)
+    pub fn why_nothing(&self) -> Option<&Unverified> {
+        self.0.as_ref().err()
     }
 }
 
@@ -60,7 +71,7 @@ impl Verified {
 pub fn verified_from_status(provider: &SandboxProvider) -> Verified {
     let status = provider.status.as_ref();
     let Some(worker) = status.and_then(|s| s.worker.as_ref()) else {
-        return Verified::nothing_because("no probe of the worker yet".into());
+        return Verified(Err(Unverified::NotProbed));
     };
     let named_now = provider.spec.worker.address();
     let same_worker = match &worker.address {
@@ -68,12 +79,7 @@ pub fn verified_from_status(provider: &SandboxProvider) -> Verified {
         None => status.and_then(|s| s.observed_generation) == provider.metadata.generation,
     };
     if !same_worker {
-        let probed = worker.address.as_deref().unwrap_or("an earlier spec.worker");
-        let now = named_now.as_deref().unwrap_or("(no address)");
-        return Verified::nothing_because(format!(
-            "the last probe asked {probed}, not the worker spec.worker names now ({now}); nothing is verified until \
-             it answers"
-        ));
+        return Verified(Err(Unverified::OtherWorker { probed: worker.address.clone(), now: named_now }));
     }
     verified_from_worker(Some(worker))
 }

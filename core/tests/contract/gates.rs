@@ -2,7 +2,9 @@
 //! key gives its reason, and a refused object's place in that order.
 
 use sandcap_core::api::LeasePolicy;
-use sandcap_core::contract::{self, Capability, GateVerdict, Narrowing, Reason, Refusals, Verified};
+use sandcap_core::contract::{
+    self, Capability, FailedConfig, GateVerdict, IdentityFailure, JobBackend, Narrowing, Reason, Refusals, Verified,
+};
 use sandcap_core::versions::V2;
 use sandcap_core::vocabulary::Gate;
 
@@ -23,7 +25,7 @@ fn each_narrowing_removes_exactly_its_capabilities() {
             vec![(ReusableLeases, Reason::NarrowedByLeasePolicy)],
         ),
         (
-            Narrowing { job_backend: Some("job".into()), ..narrowing() },
+            Narrowing { job_backend: Some(JobBackend::Backend("job".into())), ..narrowing() },
             vec![
                 (NativeSyncIn, Reason::NarrowedByJobBackend),
                 (NativeSyncOut, Reason::NarrowedByJobBackend),
@@ -39,7 +41,7 @@ fn each_narrowing_removes_exactly_its_capabilities() {
             ],
         ),
         (
-            Narrowing { config_failure: Some("bad".into()), ..narrowing() },
+            Narrowing { config_failure: Some(FailedConfig::Published("bad".into())), ..narrowing() },
             vec![
                 (PersistentProcessSessions, Reason::NarrowedByConfigResolution),
                 (IncrementalSessionOutput, Reason::NarrowedByConfigResolution),
@@ -47,7 +49,10 @@ fn each_narrowing_removes_exactly_its_capabilities() {
             ],
         ),
         (
-            Narrowing { identity_failure: Some("gone".into()), ..narrowing() },
+            Narrowing {
+                identity_failure: Some(IdentityFailure::ProviderNotFound { name: "gone".into() }),
+                ..narrowing()
+            },
             Capability::ALL.iter().map(|c| (*c, Reason::PluginIdentityFailed)).collect(),
         ),
     ];
@@ -72,15 +77,18 @@ fn reasons_are_the_first_gate_in_contract_order() {
         refusals: Refusals::default(),
         identity_failure: None,
         policy: Some(LeasePolicy::Ephemeral),
-        job_backend: Some("job".into()),
+        job_backend: Some(JobBackend::Backend("job".into())),
         native_file_sync_unsupported: true,
-        config_failure: Some("bad".into()),
+        config_failure: Some(FailedConfig::Published("bad".into())),
     };
     // Identity beats a worker that verified nothing.
     let r = resolve(
         &Verified::nothing(),
         &false_reuse,
-        &Narrowing { identity_failure: Some("x".into()), ..everything.clone() },
+        &Narrowing {
+            identity_failure: Some(IdentityFailure::ProviderNotFound { name: "x".into() }),
+            ..everything.clone()
+        },
     );
     assert_eq!(reason(&r, NativeSyncIn), Reason::PluginIdentityFailed);
     // WorkerNotVerified beats DeclaredFalse.
@@ -151,11 +159,11 @@ fn refused_objects_grant_nothing_and_each_refusal_has_its_place_in_the_gate_orde
 fn the_walk_yields_each_gate_of_a_key_in_contract_order_and_the_resolution_reads_its_first_removal() {
     let everything = Narrowing {
         refusals: Refusals { lease: Some("l".into()), provider: Some("p".into()) },
-        identity_failure: Some("gone".into()),
+        identity_failure: Some(IdentityFailure::ProviderNotFound { name: "gone".into() }),
         policy: Some(LeasePolicy::Ephemeral),
-        job_backend: Some("job".into()),
+        job_backend: Some(JobBackend::Backend("job".into())),
         native_file_sync_unsupported: true,
-        config_failure: Some("bad".into()),
+        config_failure: Some(FailedConfig::Published("bad".into())),
     };
     let undeclared = declared(&driver("k"));
     let r = resolve(&Verified::nothing(), &undeclared, &everything);

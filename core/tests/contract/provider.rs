@@ -218,7 +218,7 @@ fn a_worker_answer_verifies_only_while_spec_worker_names_the_worker_that_gave_it
     moved.spec.worker.service.as_mut().unwrap().name = "other-worker".into();
     let verified = contract::verified_from_status(&moved);
     assert!(verified.is_nothing());
-    let why = verified.why_nothing().unwrap();
+    let why = verified.why_nothing().unwrap().to_string();
     assert!(why.contains(&named_now) && why.contains("http://other-worker.sandbox-system.svc:8080/rpc"), "{why}");
     let r = resolve_driver(&verified, &full_driver(), None);
     assert!(r.explanations.iter().all(|e| e.reason == Reason::WorkerNotVerified && e.message == why));

@@ -74,7 +74,8 @@ impl Line {
         Line::new(Level::Ok, message)
     }
 
-    pub fn fail(message: impl Into<String>) -> Line {
-        Line::new(Level::Fail, message)
+    /// Any failure, in its own words.
+    pub fn fail(message: impl std::fmt::Display) -> Line {
+        Line::new(Level::Fail, message.to_string())
     }
 }

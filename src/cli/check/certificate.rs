@@ -6,8 +6,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{VerifierBuilderError, WebPkiServerVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -26,40 +26,71 @@ impl Verified {
     }
 }
 
+/// Why a caBundle does not verify a served chain.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error("the caBundle is not PEM")]
+    BundleNotPem,
+    #[error("the caBundle holds a certificate that is no CA: {0}")]
+    NotACa(rustls::Error),
+    #[error("the caBundle holds no certificate")]
+    EmptyBundle,
+    #[error("no certificate was presented")]
+    NonePresented,
+    #[error("the caBundle cannot be used: {0}")]
+    Unusable(VerifierBuilderError),
+    #[error("{0} is no server name")]
+    ServerName(String),
+    /// The verifier's own words: expired, not valid for the name, unknown issuer.
+    #[error("{0}")]
+    Refused(rustls::Error),
+    #[error("unreadable certificate: {0}")]
+    Unreadable(x509_parser::nom::Err<x509_parser::error::X509Error>),
+}
+
 /// Verifies `chain` (leaf first) for `server_name` against the CAs of `bundle` (PEM) at `now`.
 pub fn verify(
     bundle: &[u8],
     chain: &[CertificateDer<'static>],
     server_name: &str,
     now: SystemTime,
-) -> Result<Verified, String> {
+) -> Result<Verified, VerifyError> {
     let mut roots = RootCertStore::empty();
     for der in CertificateDer::pem_slice_iter(bundle) {
-        let der = der.map_err(|_| "the caBundle is not PEM".to_string())?;
-        roots.add(der).map_err(|e| format!("the caBundle holds a certificate that is no CA: {e}"))?;
+        let der = der.map_err(|_| VerifyError::BundleNotPem)?;
+        roots.add(der).map_err(VerifyError::NotACa)?;
     }
     if roots.is_empty() {
-        return Err("the caBundle holds no certificate".into());
+        return Err(VerifyError::EmptyBundle);
     }
     let Some((leaf, intermediates)) = chain.split_first() else {
-        return Err("no certificate was presented".into());
+        return Err(VerifyError::NonePresented);
     };
     let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), crate::tls::provider())
         .build()
-        .map_err(|e| format!("the caBundle cannot be used: {e}"))?;
-    let name = ServerName::try_from(server_name.to_string()).map_err(|_| format!("{server_name} is no server name"))?;
+        .map_err(VerifyError::Unusable)?;
+    let name =
+        ServerName::try_from(server_name.to_string()).map_err(|_| VerifyError::ServerName(server_name.to_string()))?;
     let at = UnixTime::since_unix_epoch(now.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default());
-    verifier.verify_server_cert(leaf, intermediates, &name, &[], at).map_err(|e| e.to_string())?;
-    let (_, parsed) = x509_parser::parse_x509_certificate(leaf).map_err(|e| format!("unreadable certificate: {e}"))?;
+    verifier.verify_server_cert(leaf, intermediates, &name, &[], at).map_err(VerifyError::Refused)?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(leaf).map_err(VerifyError::Unreadable)?;
     let seconds = parsed.validity().not_after.timestamp().max(0).unsigned_abs();
     Ok(Verified { not_after: SystemTime::UNIX_EPOCH + Duration::from_secs(seconds) })
 }
 
+/// Why PEM text (said after its name) holds no chain.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PemError {
+    #[error("not PEM")]
+    NotPem,
+    #[error("holds no certificate")]
+    NoCertificate,
+}
+
 /// The chain from PEM text (a Secret's `tls.crt`).
-pub fn from_pem(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
-    let chain =
-        CertificateDer::pem_slice_iter(pem).collect::<Result<Vec<_>, _>>().map_err(|_| "not PEM".to_string())?;
-    if chain.is_empty() { Err("holds no certificate".into()) } else { Ok(chain) }
+pub fn from_pem(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, PemError> {
+    let chain = CertificateDer::pem_slice_iter(pem).collect::<Result<Vec<_>, _>>().map_err(|_| PemError::NotPem)?;
+    if chain.is_empty() { Err(PemError::NoCertificate) } else { Ok(chain) }
 }
 
 /// Why [`presented`] got no chain.
@@ -163,13 +194,14 @@ mod tests {
         let ok = verify(bundle.as_bytes(), &chain, "sandcap-webhook.sandcap-system.svc", now).unwrap();
         assert!((364..=365).contains(&ok.days_left(now)), "{}", ok.days_left(now));
         assert_eq!(ok.days_left(now + 100 * DAY), ok.days_left(now) - 100);
-        let wrong_name = verify(bundle.as_bytes(), &chain, "evil.example", now).unwrap_err();
+        let wrong_name = verify(bundle.as_bytes(), &chain, "evil.example", now).unwrap_err().to_string();
         assert!(wrong_name.contains("certificate not valid for name \"evil.example\""), "{wrong_name}");
         let expired = verify(bundle.as_bytes(), &chain, "sandcap-webhook.sandcap-system.svc", now + 400 * DAY);
-        let expired = expired.unwrap_err();
+        let expired = expired.unwrap_err().to_string();
         assert!(expired.contains("expired"), "{expired}");
         let other = generate(&names, now).unwrap().ca_bundle();
-        let unknown = verify(other.as_bytes(), &chain, "sandcap-webhook.sandcap-system.svc", now).unwrap_err();
+        let unknown =
+            verify(other.as_bytes(), &chain, "sandcap-webhook.sandcap-system.svc", now).unwrap_err().to_string();
         assert!(unknown.contains("UnknownIssuer"), "{unknown}");
     }
 
@@ -178,8 +210,10 @@ mod tests {
         let now = SystemTime::now();
         let m = generate(&["a.b.svc".to_string()], now).unwrap();
         let chain = from_pem(m.serving.cert().pem().as_bytes()).unwrap();
-        assert_eq!(verify(b"", &chain, "a.b.svc", now).unwrap_err(), "the caBundle holds no certificate");
-        assert_eq!(verify(m.ca_bundle().as_bytes(), &[], "a.b.svc", now).unwrap_err(), "no certificate was presented");
-        assert_eq!(from_pem(b"nothing here").unwrap_err(), "holds no certificate");
+        let refused =
+            |bundle: &[u8], chain: &[CertificateDer<'static>]| verify(bundle, chain, "a.b.svc", now).unwrap_err();
+        assert_eq!(refused(b"", &chain).to_string(), "the caBundle holds no certificate");
+        assert_eq!(refused(m.ca_bundle().as_bytes(), &[]).to_string(), "no certificate was presented");
+        assert_eq!(from_pem(b"nothing here").unwrap_err().to_string(), "holds no certificate");
     }
 }

@@ -14,10 +14,10 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use super::args::{CheckArgs, Level, Line};
-use super::certificate::{self, NotPresented};
-use super::verdicts::{self, Lagging, RealCreate};
+use super::certificate::{self, NotPresented, PemError};
+use super::verdicts::{self, Lagging, NotDryRunOnly, RealCreate};
 use crate::certs::TLS_CRT;
-use crate::cli::cluster::{bounded, list_pages, within};
+use crate::cli::cluster::{RequestError, bounded, list_pages, within};
 use crate::cli::crds::crd_values;
 use sandcap_core::api::{SandboxLease, SandboxProvider};
 
@@ -186,17 +186,33 @@ async fn serving_chain(
     let (ns, secret) = (&args.namespace, &args.cert_secret);
     let api = Api::<Secret>::namespaced(client.clone(), ns);
     let read = bounded(timeout, &format!("reading Secret {ns}/{secret}"), api.get_opt(secret)).await;
-    let pem = match read {
-        Ok(Some(s)) => s.data.and_then(|mut d| d.remove(TLS_CRT)).map(|b| b.0).ok_or_else(|| format!("no {TLS_CRT}")),
-        Ok(None) => Err("not found".to_string()),
-        Err(e) => Err(e),
+    let chain = match read {
+        Ok(Some(s)) => match s.data.and_then(|mut d| d.remove(TLS_CRT)) {
+            Some(pem) => certificate::from_pem(&pem.0).map_err(SecretChainError::Pem),
+            None => Err(SecretChainError::NoCertificate),
+        },
+        Ok(None) => Err(SecretChainError::NotFound),
+        Err(e) => Err(SecretChainError::Request(e)),
     };
-    match pem.and_then(|pem| certificate::from_pem(&pem).map_err(|e| format!("{TLS_CRT} {e}"))) {
+    match chain {
         Ok(chain) => {
             Ok((chain, format!("in Secret {ns}/{secret} ({} is not reachable from here: {why})", target.shown)))
         }
         Err(e) => Err(unseen(format!("{why}; Secret {ns}/{secret}: {e}"))),
     }
+}
+
+/// Why the certificate Secret holds no chain.
+#[derive(Debug, thiserror::Error)]
+enum SecretChainError {
+    #[error("not found")]
+    NotFound,
+    #[error("no {TLS_CRT}")]
+    NoCertificate,
+    #[error("{TLS_CRT} {0}")]
+    Pem(PemError),
+    #[error(transparent)]
+    Request(RequestError),
 }
 
 pub async fn admission(client: &Client, args: &CheckArgs) -> Line {
@@ -240,7 +256,11 @@ pub async fn admission(client: &Client, args: &CheckArgs) -> Line {
 
 /// `--confirm-dry-run-only`: a real create of `probe`, which must be refused ([`verdicts::dry_run_only`]).
 /// What gets stored is deleted at once; the check fails then, and `--wait` tries again.
-async fn dry_run_only(api: &Api<SandboxProvider>, probe: &SandboxProvider, args: &CheckArgs) -> Result<String, String> {
+async fn dry_run_only(
+    api: &Api<SandboxProvider>,
+    probe: &SandboxProvider,
+    args: &CheckArgs,
+) -> Result<String, NotDryRunOnly> {
     let timeout = args.cluster.request_timeout;
     let params = PostParams { dry_run: false, field_manager: Some(sandcap_core::vocabulary::FIELD_MANAGER.into()) };
     let outcome = match within(timeout, api.create(&params, probe)).await {
@@ -258,7 +278,7 @@ async fn dry_run_only(api: &Api<SandboxProvider>, probe: &SandboxProvider, args:
     let what = format!("deleting SandboxProvider {DRY_RUN_NAME}");
     match bounded(timeout, &what, api.delete(DRY_RUN_NAME, &DeleteParams::default())).await {
         Ok(_) => verdict,
-        Err(e) => verdict.map_err(|text| format!("{text}; {e}: delete it by hand")),
+        Err(delete) => Err(NotDryRunOnly::StoredAndKept { delete }),
     }
 }
 

@@ -7,6 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
+use crate::cli::cluster::RequestError;
+
 /// Where two JSON documents first differ, as a path (`spec.versions[0].name`), or `None`.
 pub fn first_difference(want: &Value, have: &Value, path: &str) -> Option<String> {
     match (want, have) {
@@ -60,27 +62,41 @@ pub const CLOCK_SKEW: i64 = 5;
 /// The duration kube-lease-manager assumes when a Lease names none.
 const DEFAULT_LEASE_SECONDS: i64 = 15;
 
+/// Why no leader is known to hold the Lease `shown`.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NoLeader {
+    #[error(
+        "no Lease {shown}: no controller was ever elected there (is sandcap running, with leader election, in this \
+         namespace?)"
+    )]
+    NoLease { shown: String },
+    #[error("Lease {shown} is held by nobody: no controller runs (the last leader released it)")]
+    HeldByNobody { shown: String },
+    #[error("Lease {shown} is held by {holder} but was never renewed")]
+    NeverRenewed { shown: String, holder: String },
+    #[error(
+        "Lease {shown} is held by {holder}, last renewed {age}s ago, longer than its {duration}s: the leader is gone \
+         and no replica took over"
+    )]
+    Gone { shown: String, holder: String, age: i64, duration: i64 },
+}
+
 /// Whether a leader holds `lease` (`shown` names it) and renewed it within its duration.
-pub fn leader(lease: Option<&Lease>, shown: &str, now: Timestamp) -> Result<String, String> {
+pub fn leader(lease: Option<&Lease>, shown: &str, now: Timestamp) -> Result<String, NoLeader> {
+    let shown_ = || shown.to_string();
     let Some(spec) = lease.map(|l| l.spec.clone().unwrap_or_default()) else {
-        return Err(format!(
-            "no Lease {shown}: no controller was ever elected there (is sandcap running, with leader election, in this \
-             namespace?)"
-        ));
+        return Err(NoLeader::NoLease { shown: shown_() });
     };
     let Some(holder) = spec.holder_identity.filter(|h| !h.is_empty()) else {
-        return Err(format!("Lease {shown} is held by nobody: no controller runs (the last leader released it)"));
+        return Err(NoLeader::HeldByNobody { shown: shown_() });
     };
     let Some(renewed) = spec.renew_time.or(spec.acquire_time) else {
-        return Err(format!("Lease {shown} is held by {holder} but was never renewed"));
+        return Err(NoLeader::NeverRenewed { shown: shown_(), holder });
     };
     let duration = spec.lease_duration_seconds.map_or(DEFAULT_LEASE_SECONDS, i64::from);
     let age = (now.as_second() - renewed.0.as_second()).max(0);
     if age > duration + CLOCK_SKEW {
-        return Err(format!(
-            "Lease {shown} is held by {holder}, last renewed {age}s ago, longer than its {duration}s: the leader is gone \
-             and no replica took over"
-        ));
+        return Err(NoLeader::Gone { shown: shown_(), holder, age, duration });
     }
     Ok(format!("{holder} holds Lease {shown}, renewed {age}s ago (every {duration}s at most)"))
 }
@@ -120,29 +136,35 @@ pub fn lagging(meta: &ObjectMeta, observed: Option<i64>, now: Timestamp, within:
     (changed_ago > within).then_some(Lagging { name, generation, observed, changed_ago })
 }
 
+/// Why the dry run shows no webhook refusing what only it refuses; each carries the apiserver's
+/// message.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotRefused {
+    #[error(
+        "a server-side dry run of a provider with an unknown field was admitted: no webhook refused it (does the \
+         webhook configuration's rule cover sandboxproviders, with failurePolicy Fail?)"
+    )]
+    Admitted,
+    #[error("webhook {webhook} refused the dry run, but not for its unknown field: {message}")]
+    OtherProblem { webhook: String, message: String },
+    #[error("the apiserver cannot call the webhook: {0}")]
+    Uncalled(String),
+    #[error("the dry run failed before the webhook answered: {0}")]
+    BeforeTheWebhook(String),
+}
+
 /// The answer to the dry run of an object only the webhook refuses: `Ok` when one of `webhooks`
 /// refused it for `field`. `result` is the apiserver's message on failure.
-pub fn admission(result: Result<(), String>, webhooks: &[String], field: &str) -> Result<String, String> {
-    let message = match result {
-        Ok(()) => {
-            return Err(
-                "a server-side dry run of a provider with an unknown field was admitted: no webhook refused it (does \
-                 the webhook configuration's rule cover sandboxproviders, with failurePolicy Fail?)"
-                    .into(),
-            );
-        }
-        Err(message) => message,
-    };
+pub fn admission(result: Result<(), String>, webhooks: &[String], field: &str) -> Result<String, NotRefused> {
+    let message = result.err().ok_or(NotRefused::Admitted)?;
     let by = webhooks.iter().find(|w| message.contains(&format!("admission webhook \"{w}\" denied the request")));
     match by {
         Some(w) if message.contains(field) => {
             Ok(format!("webhook {w} refused a server-side dry run of a provider with an unknown field, as it must"))
         }
-        Some(w) => Err(format!("webhook {w} refused the dry run, but not for its unknown field: {message}")),
-        None if message.contains("failed calling webhook") => {
-            Err(format!("the apiserver cannot call the webhook: {message}"))
-        }
-        None => Err(format!("the dry run failed before the webhook answered: {message}")),
+        Some(w) => Err(NotRefused::OtherProblem { webhook: w.clone(), message }),
+        None if message.contains("failed calling webhook") => Err(NotRefused::Uncalled(message)),
+        None => Err(NotRefused::BeforeTheWebhook(message)),
     }
 }
 
@@ -159,27 +181,42 @@ pub enum RealCreate {
     Failed(String),
 }
 
+const CONFIRM: &str = "(--confirm-dry-run-only)";
+
+/// Why an account that must create only in a dry run is not known to be limited so.
+#[derive(Debug, thiserror::Error)]
+pub enum NotDryRunOnly {
+    #[error(
+        "a real create by this account was not refused before the webhooks {CONFIRM}: no admission policy limits it \
+         to dry runs (yet: a policy takes effect a few seconds after it is created); HTTP {code}: {message}"
+    )]
+    NotRefusedFirst { code: u16, message: String },
+    #[error(
+        "a real create by this account was stored and is deleted again {CONFIRM}: nothing limits it to dry runs (yet: \
+         a policy takes effect a few seconds after it is created)"
+    )]
+    Stored,
+    /// Stored, and the delete failed too.
+    #[error("{}; {delete}: delete it by hand", NotDryRunOnly::Stored)]
+    StoredAndKept { delete: RequestError },
+    #[error("whether this account creates only in dry runs is unknown {CONFIRM}: the real create failed: {0}")]
+    Unknown(String),
+}
+
 /// Whether an account that must create only in a dry run is limited so: its real create was
 /// forbidden by anything but an admission webhook, i.e. by an admission policy (the apiserver runs
 /// them before webhooks, so a webhook that answered means every policy let the create through) or
 /// by RBAC.
-pub fn dry_run_only(outcome: &RealCreate) -> Result<String, String> {
-    const CONFIRM: &str = "(--confirm-dry-run-only)";
+pub fn dry_run_only(outcome: &RealCreate) -> Result<String, NotDryRunOnly> {
     match outcome {
         RealCreate::Refused { code: 403, message } if !message.contains("admission webhook \"") => {
             Ok(format!("a real create was refused first, so this account creates only in dry runs: {message}"))
         }
-        RealCreate::Refused { code, message } => Err(format!(
-            "a real create by this account was not refused before the webhooks {CONFIRM}: no admission policy limits \
-             it to dry runs (yet: a policy takes effect a few seconds after it is created); HTTP {code}: {message}"
-        )),
-        RealCreate::Stored => Err(format!(
-            "a real create by this account was stored and is deleted again {CONFIRM}: nothing limits it to dry runs \
-             (yet: a policy takes effect a few seconds after it is created)"
-        )),
-        RealCreate::Failed(e) => Err(format!(
-            "whether this account creates only in dry runs is unknown {CONFIRM}: the real create failed: {e}"
-        )),
+        RealCreate::Refused { code, message } => {
+            Err(NotDryRunOnly::NotRefusedFirst { code: *code, message: message.clone() })
+        }
+        RealCreate::Stored => Err(NotDryRunOnly::Stored),
+        RealCreate::Failed(e) => Err(NotDryRunOnly::Unknown(e.clone())),
     }
 }
 
@@ -243,13 +280,14 @@ mod tests {
         let ok = leader(Some(&lease(Some("pod-a"), Some(990), Some(15))), shown, now).unwrap();
         assert_eq!(ok, "pod-a holds Lease sandcap-system/sandcap-controller, renewed 10s ago (every 15s at most)");
         assert!(leader(Some(&lease(Some("pod-a"), Some(980), Some(15))), shown, now).is_ok(), "within the skew");
-        let gone = leader(Some(&lease(Some("pod-a"), Some(979), Some(15))), shown, now).unwrap_err();
+        let gone = leader(Some(&lease(Some("pod-a"), Some(979), Some(15))), shown, now).unwrap_err().to_string();
         assert!(gone.contains("last renewed 21s ago, longer than its 15s"), "{gone}");
         assert!(leader(Some(&lease(Some("pod-a"), Some(1_003), None)), shown, now).unwrap().contains("renewed 0s ago"));
-        assert!(leader(Some(&lease(None, None, None)), shown, now).unwrap_err().contains("held by nobody"));
-        assert!(leader(Some(&lease(Some(""), Some(999), None)), shown, now).unwrap_err().contains("held by nobody"));
-        assert!(leader(Some(&lease(Some("p"), None, None)), shown, now).unwrap_err().contains("never renewed"));
-        assert!(leader(None, shown, now).unwrap_err().starts_with("no Lease sandcap-system/sandcap-controller"));
+        let refused = |lease: Option<&Lease>| leader(lease, shown, now).unwrap_err().to_string();
+        assert!(refused(Some(&lease(None, None, None))).contains("held by nobody"));
+        assert!(refused(Some(&lease(Some(""), Some(999), None))).contains("held by nobody"));
+        assert!(refused(Some(&lease(Some("p"), None, None))).contains("never renewed"));
+        assert!(refused(None).starts_with("no Lease sandcap-system/sandcap-controller"));
     }
 
     fn meta(generation: i64, created: i64, writes: &[(i64, Option<&str>)]) -> ObjectMeta {
@@ -298,15 +336,15 @@ mod tests {
         // had let the create through.
         let webhook =
             "admission webhook \"validate.sandcap.dev\" denied the request: spec...sandcapCheck: unknown field";
-        let through = dry_run_only(&refused(403, webhook)).unwrap_err();
+        let through = dry_run_only(&refused(403, webhook)).unwrap_err().to_string();
         assert!(through.starts_with("a real create by this account was not refused before the webhooks"), "{through}");
         assert!(through.ends_with(&format!("HTTP 403: {webhook}")), "{through}");
         let unreachable =
             "Internal error occurred: failed calling webhook \"validate.sandcap.dev\": connection refused";
         assert!(dry_run_only(&refused(500, unreachable)).is_err());
-        let stored = dry_run_only(&RealCreate::Stored).unwrap_err();
+        let stored = dry_run_only(&RealCreate::Stored).unwrap_err().to_string();
         assert!(stored.contains("was stored and is deleted again"), "{stored}");
-        let unknown = dry_run_only(&RealCreate::Failed("no answer within 10s".into())).unwrap_err();
+        let unknown = dry_run_only(&RealCreate::Failed("no answer within 10s".into())).unwrap_err().to_string();
         assert!(unknown.ends_with("the real create failed: no answer within 10s"), "{unknown}");
     }
 
@@ -315,18 +353,19 @@ mod tests {
         let hooks = ["validate.sandcap.dev".to_string()];
         let denied = "admission webhook \"validate.sandcap.dev\" denied the request: spec.environmentDrivers[0].sandcapCheck: unknown field";
         assert!(admission(Err(denied.into()), &hooks, "sandcapCheck").is_ok());
-        let other = admission(Err(denied.into()), &hooks, "somethingElse").unwrap_err();
+        let other = admission(Err(denied.into()), &hooks, "somethingElse").unwrap_err().to_string();
         assert!(other.contains("not for its unknown field"), "{other}");
         let unreachable =
             "Internal error occurred: failed calling webhook \"validate.sandcap.dev\": connect: connection refused";
-        let e = admission(Err(unreachable.into()), &hooks, "sandcapCheck").unwrap_err();
+        let e = admission(Err(unreachable.into()), &hooks, "sandcapCheck").unwrap_err().to_string();
         assert!(e.starts_with("the apiserver cannot call the webhook: "), "{e}");
-        assert!(admission(Ok(()), &hooks, "sandcapCheck").unwrap_err().contains("was admitted"));
+        assert_eq!(admission(Ok(()), &hooks, "sandcapCheck"), Err(NotRefused::Admitted));
+        assert!(NotRefused::Admitted.to_string().contains("was admitted"));
         let crd = admission(
             Err("SandboxProvider.sandcap.dev \"x\" is invalid: spec.version: Required value".into()),
             &hooks,
             "f",
         );
-        assert!(crd.unwrap_err().starts_with("the dry run failed before the webhook answered"));
+        assert!(crd.unwrap_err().to_string().starts_with("the dry run failed before the webhook answered"));
     }
 }

@@ -4,10 +4,9 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::secret::SecretReport;
-use crate::controller::cache::CONFIG_SOURCE_LABEL;
 use sandcap_core::api::{DriverDeclaration, MAX_CONFIG_BYTES};
 use sandcap_core::contract::{IdentityFailure, KeyRule, Refusals, Verified};
-use sandcap_core::vocabulary::{Capability, ConditionReason, Reason};
+use sandcap_core::vocabulary::{CONFIG_SOURCE_LABEL, Capability, ConditionReason, Reason, WorkerMethod};
 
 /// What a fix may name.
 pub struct FixContext<'a> {
@@ -51,10 +50,11 @@ pub fn fix(rule: &KeyRule, reason: Reason, ctx: &FixContext) -> Option<String> {
             ctx.worker.unwrap_or("none yet")
         ),
         Reason::MissingWorkerMethods => {
-            let missing: Vec<&str> = rule.methods.iter().copied().filter(|m| !ctx.verified.has(m)).collect();
+            let missing: Vec<WorkerMethod> =
+                rule.methods.iter().copied().filter(|m| !ctx.verified.has(m.as_str())).collect();
             format!(
                 "the worker of provider {provider} must list {} in initialize's supportedMethods",
-                missing.join(", ")
+                WorkerMethod::list(&missing)
             )
         }
         Reason::DeclaredFalse => declared_false(rule, ctx),

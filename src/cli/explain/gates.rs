@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use super::report::{Gate, GateReport};
 use sandcap_core::api::{DriverDeclaration, ProbeResult, SandboxProvider, WorkerStatus};
 use sandcap_core::contract::{self, Declared, GateVerdict, KeyRule, Narrowing, Verified};
-use sandcap_core::vocabulary::{Capability, ConditionStatus, ConditionType};
+use sandcap_core::vocabulary::{Capability, ConditionStatus, ConditionType, WorkerMethod};
 
 /// What today's rules say of an object, as its published `Valid` condition does: its problems
 /// when it is False (what sandcap concluded, with the operator's own settings).
@@ -92,11 +92,13 @@ fn worker(rule: &KeyRule, verified: &Verified, worker: Option<&WorkerStatus>) ->
             Some(w) => format!("the worker verified nothing: {}", probe_summary(w)),
         };
     }
-    let (have, missing): (Vec<&str>, Vec<&str>) = rule.methods.iter().partition(|m| verified.has(m));
+    let (have, missing): (Vec<WorkerMethod>, Vec<WorkerMethod>) =
+        rule.methods.iter().partition(|m| verified.has(m.as_str()));
+    let (have, missing) = (WorkerMethod::list(&have), WorkerMethod::list(&missing));
     match (have.is_empty(), missing.is_empty()) {
-        (_, true) => format!("the worker advertises {}", have.join(", ")),
-        (true, false) => format!("the worker does not advertise {}", missing.join(", ")),
-        (false, false) => format!("the worker advertises {} but not {}", have.join(", "), missing.join(", ")),
+        (_, true) => format!("the worker advertises {have}"),
+        (true, false) => format!("the worker does not advertise {missing}"),
+        (false, false) => format!("the worker advertises {have} but not {missing}"),
     }
 }
 

@@ -7,7 +7,9 @@ use super::report::{CapabilityReport, DeclarationReport, ProviderLink, capabilit
 use super::secret::SecretReport;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use sandcap_core::api::{DriverDeclaration, Pinned, SandboxLease, SandboxProvider, WorkerStatus};
-use sandcap_core::contract::{self, Contract, Declared, IdentityFailure, Narrowing, Refusals, Resolution, Verified};
+use sandcap_core::contract::{
+    self, Contract, Declared, FailedConfig, IdentityFailure, Narrowing, Refusals, Resolution, Verified,
+};
 use sandcap_core::vocabulary::{ConditionStatus, ConditionType, Kind, LeasePolicy};
 use serde::Serialize;
 
@@ -131,11 +133,13 @@ impl<'a> LeaseInputs<'a> {
         let identity = contract::check_identity(lease, provider);
         let narrowing = Narrowing {
             refusals,
-            identity_failure: identity.as_ref().err().map(ToString::to_string),
+            identity_failure: identity.as_ref().err().cloned(),
             policy: Some(lease.spec.policy()),
             job_backend: contract::job_backend(lease),
             native_file_sync_unsupported: lease.spec.native_file_sync_unsupported.unwrap_or(false),
-            config_failure: config.filter(|c| ConditionStatus::False.is(&c.status)).map(|c| c.message.clone()),
+            config_failure: config
+                .filter(|c| ConditionStatus::False.is(&c.status))
+                .map(|c| FailedConfig::Published(c.message.clone())),
         };
         let verified = provider.map_or_else(Verified::nothing, contract::verified_from_status);
         LeaseInputs { identity, verified, config, narrowing }

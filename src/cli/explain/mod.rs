@@ -28,10 +28,10 @@ use super::cluster::{ClusterArgs, bounded, runtime};
 use super::error::CliError;
 use super::output::Output;
 use crate::controller::SecretScope;
-use crate::controller::cache::CONFIG_SOURCE_LABEL;
 use lease::{LeaseFacts, LeaseReport, lease_report};
 use provider::{ProviderReport, provider_report};
 use sandcap_core::api::{SandboxLease, SandboxProvider};
+use sandcap_core::vocabulary::CONFIG_SOURCE_LABEL;
 use secret::{Lookup, SecretReport};
 /// How a stored lease is resolved and what a `Valid` condition refuses, which `plan` shares.
 pub(super) use {gates::refusal, lease::LeaseInputs};
@@ -49,7 +49,13 @@ pub struct ExplainArgs {
     /// The namespaces sandcap reads configFrom Secrets in, as given to `sandcap run
     /// --secret-namespaces` (the chart's secretNamespaces): `*` every namespace, or a
     /// comma-separated list; empty, as there by default, none.
-    #[arg(long, default_value = crate::run::SECRET_NAMESPACES, global = true, value_name = "NAMESPACES")]
+    #[arg(
+        long,
+        default_value = crate::run::SECRET_NAMESPACES,
+        value_parser = crate::run::secret_scope,
+        global = true,
+        value_name = "NAMESPACES"
+    )]
     pub secret_namespaces: SecretScope,
     #[command(flatten)]
     pub cluster: ClusterArgs,
@@ -74,7 +80,7 @@ pub(in crate::cli) fn explain(args: &ExplainArgs, out: &mut dyn Write) -> Result
             let providers = providers.clone();
             async move {
                 let what = format!("reading SandboxProvider {name}");
-                bounded(timeout, &what, providers.get_opt(&name)).await.map_err(CliError::Usage)
+                bounded(timeout, &what, providers.get_opt(&name)).await.map_err(CliError::from)
             }
         };
         Ok::<_, CliError>(match &args.what {
@@ -89,8 +95,7 @@ pub(in crate::cli) fn explain(args: &ExplainArgs, out: &mut dyn Write) -> Result
                 let leases = Api::<SandboxLease>::namespaced(client.clone(), &namespace);
                 let what = format!("reading SandboxLease {namespace}/{name}");
                 let lease = bounded(timeout, &what, leases.get_opt(name))
-                    .await
-                    .map_err(CliError::Usage)?
+                    .await?
                     .ok_or_else(|| CliError::Usage(format!("SandboxLease {namespace}/{name} not found")))?;
                 let provider = fetch_provider(lease.spec.provider_ref.name.clone()).await?;
                 let secrets = secrets(&client, &lease, &namespace, &args.secret_namespaces, timeout).await;
@@ -150,7 +155,7 @@ async fn secrets(
                         .is_some_and(|l| l.get(CONFIG_SOURCE_LABEL).is_some_and(|v| v == "true")),
                 },
                 Ok(None) => Lookup::NotFound,
-                Err(why) => Lookup::Unknown(why),
+                Err(why) => Lookup::Unknown(why.to_string()),
             };
             seen.insert(r.name.clone(), lookup);
         }

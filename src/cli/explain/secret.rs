@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::controller::cache::CONFIG_SOURCE_LABEL;
+use sandcap_core::vocabulary::CONFIG_SOURCE_LABEL;
 
 /// What the command could see of a `configFrom` Secret: metadata only, never its data.
 #[derive(Clone, Debug, PartialEq, Eq)]

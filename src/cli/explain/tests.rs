@@ -12,7 +12,7 @@ use crate::controller::{lease_status, provider_status};
 use sandcap_core::api::{SandboxLease, SandboxProvider};
 use sandcap_core::contract::{self, SecretLookup};
 use sandcap_core::versions::V1;
-use sandcap_core::vocabulary::{Capability, METHOD_SYNC_IN, Reason};
+use sandcap_core::vocabulary::{Capability, Reason, WorkerMethod};
 
 /// A provider with one driver `k` declaring `declares`, whose worker verified `methods`, with
 /// the status the provider controller writes.
@@ -142,7 +142,7 @@ fn a_secret_sandcap_does_not_read_is_named_with_the_fix_and_never_its_value() {
 
 #[test]
 fn the_declaration_says_which_field_decided_and_the_worker_which_method_is_missing() {
-    let mut p = probed(&[], &[METHOD_SYNC_IN, "environmentExecute"]);
+    let mut p = probed(&[], &[WorkerMethod::SyncIn.as_str(), "environmentExecute"]);
     p.spec.environment_drivers[0].supports_reusable_leases = Some(true);
     let l = resolved(lease("team-a", "l").of("p", "k").build(), Some(&p), &[]);
     let r = report(&l, Some(&p), vec![]);

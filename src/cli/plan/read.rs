@@ -30,7 +30,7 @@ pub fn live(cluster: &ClusterArgs) -> Result<Stored, CliError> {
                     json
                 }))
             };
-            list_pages(&client, &resource, cluster.request_timeout, each).await.map_err(CliError::Usage)?;
+            list_pages(&client, &resource, cluster.request_timeout, each).await?;
         }
         typed(vec![Loaded { shown: CLUSTER.into(), objects }])
     })

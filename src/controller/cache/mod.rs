@@ -55,13 +55,10 @@ pub use leases::Leases;
 pub use names::LeaseKey;
 pub use providers::ProviderTable;
 use sandcap_core::api::SandboxProvider;
-use sandcap_core::vocabulary::Kind;
+use sandcap_core::vocabulary::{CONFIG_SOURCE_LABEL, Kind};
 use secrets::keep_config_values;
 pub use secrets::{SecretCache, SecretScope};
 
-/// The label a Secret must carry to serve as a lease's `configFrom` (an admin's explicit choice):
-/// only such Secrets are watched, so no other Secret is ever requested or held in memory.
-pub const CONFIG_SOURCE_LABEL: &str = "sandcap.dev/config-source";
 /// Read-only views of every cache.
 #[derive(Clone)]
 pub struct Caches {

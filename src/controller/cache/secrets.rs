@@ -11,25 +11,12 @@ use super::drop_managed_fields;
 use sandcap_core::api::{MAX_CONFIG_BYTES, SecretKeyRef};
 use sandcap_core::contract::SecretLookup;
 
-/// The namespaces whose Secrets sandcap reads (`--secret-namespaces`).
+/// The namespaces whose Secrets sandcap reads (`--secret-namespaces`, which `run` parses).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SecretScope {
     All,
     /// Possibly none: then every `configFrom` reads as a missing Secret and narrows.
     Namespaces(Vec<String>),
-}
-
-impl std::str::FromStr for SecretScope {
-    type Err = std::convert::Infallible;
-
-    /// `*` is every namespace; otherwise a comma-separated list (empty: none).
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(if s.trim() == "*" {
-            SecretScope::All
-        } else {
-            SecretScope::Namespaces(s.split(',').map(str::trim).filter(|n| !n.is_empty()).map(String::from).collect())
-        })
-    }
 }
 
 /// The labelled `configFrom` Secrets of every namespace in scope, one cache per namespace (a
@@ -90,8 +77,8 @@ mod tests {
     use kube::runtime::{reflector, watcher};
 
     use super::*;
-    use crate::controller::cache::CONFIG_SOURCE_LABEL;
     use crate::controller::fixtures::secret;
+    use sandcap_core::vocabulary::CONFIG_SOURCE_LABEL;
 
     #[test]
     fn a_secret_is_kept_with_its_values_within_the_bound_and_the_rest_named() {

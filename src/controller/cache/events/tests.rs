@@ -9,9 +9,10 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::*;
 use crate::controller::cache::LeaseKey;
 use crate::controller::cache::leases::table;
-use crate::controller::cache::{CONFIG_SOURCE_LABEL, Queues, Triggers};
+use crate::controller::cache::{Queues, Triggers};
 use crate::controller::fixtures::{LeaseFixture, ProviderFixture, lease, provider, secret};
 use sandcap_core::api::SandboxLease;
+use sandcap_core::vocabulary::CONFIG_SOURCE_LABEL;
 
 /// What the handlers write to: both queues (read back from their receiving ends), the lease
 /// table (its writer, until the lease handler takes it), the providers' uids forgotten and the
