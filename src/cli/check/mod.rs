@@ -5,7 +5,7 @@
 //! older than `--resolve-within`. `--wait` retries until every check passes.
 //!
 //! The RBAC it needs, the same from a laptop or from a pod (a `helm test`), is listed in
-//! docs/contract.md ("Command line"); tests/e2e/plugin.rs runs it with exactly that.
+//! docs/contract.md ("Command line"); tests/e2e/plugin/check.rs runs it with exactly that.
 
 mod args;
 mod certificate;
