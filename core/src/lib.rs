@@ -21,3 +21,4 @@ pub mod text;
 pub mod validation;
 pub mod versions;
 pub mod vocabulary;
+pub mod workloads;

@@ -177,6 +177,15 @@ words! {
 }
 
 words! {
+    /// The kinds of workload a provider's `spec.workloads` binds; each is a row of
+    /// [`crate::workloads::KINDS`].
+    pub enum WorkloadKind (as_str, parse) {
+        Job = "Job",
+        Sandbox = "Sandbox",
+    }
+}
+
+words! {
     /// A condition's status, as Kubernetes spells it; a condition in another status was not
     /// written by sandcap.
     pub enum ConditionStatus (as_str, parse) {

@@ -14,6 +14,7 @@ mod lease;
 mod provider;
 mod rules;
 mod status_patch;
+mod workloads;
 
 pub use crate::vocabulary::LeasePolicy;
 pub use capabilities::{Capabilities, DeclaredCapabilities};
@@ -22,6 +23,7 @@ pub use lease::*;
 pub use provider::*;
 pub use rules::{CONFIG_TOO_LARGE, MAX_CONFIG_BYTES, exceeds_config_bound, is_dns_label, is_dns_subdomain};
 pub use status_patch::StatusPatch;
+pub use workloads::*;
 
 pub const GROUP: &str = "sandcap.dev";
 pub const VERSION: &str = "v1alpha1";

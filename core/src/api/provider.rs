@@ -13,6 +13,7 @@ use crate::vocabulary::DriverKind;
 use super::capabilities::{Capabilities, DeclaredCapabilities, declared_placeholder};
 use super::lease::Explanation;
 use super::rules::*;
+use super::workloads::{MAX_BINDINGS, WorkloadBinding};
 use crate::versions::ContractVersion;
 
 /// A sandbox-provider plugin: its driver declarations and where its live worker answers
@@ -37,6 +38,11 @@ use crate::versions::ContractVersion;
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true, "maxProperties" = MAX_OBJECT_KEYS))]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.workloads) || self.workloads.all(w, self.environmentDrivers.exists(d, d.driverKey == w.driverKey && has(d.kind) && d.kind == 'sandbox_provider'))",
+    "message": "every workloads[].driverKey must name one of environmentDrivers with kind sandbox_provider",
+    "fieldPath": ".workloads"
+}]))]
 pub struct SandboxProviderSpec {
     /// Plugin identity: lowercase letters, digits, '.', '_' and '-', starting with a letter or
     /// digit. Immutable: to register another plugin, create a new SandboxProvider.
@@ -56,6 +62,12 @@ pub struct SandboxProviderSpec {
     #[schemars(extend("minItems" = 1, "maxItems" = MAX_DRIVERS))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["driverKey"]))]
     pub environment_drivers: Vec<DriverDeclaration>,
+    /// The running workloads (Jobs, agent-sandbox Sandboxes) that are this plugin's leases, at
+    /// most 8 bindings: each matching workload in a namespace labelled
+    /// `sandcap.dev/workloads: enabled` gets an observed SandboxLease, kept by sandcap.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("maxItems" = MAX_BINDINGS))]
+    pub workloads: Vec<WorkloadBinding>,
     /// Keys the webhook rejects; kept so they are never pruned silently.
     #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(skip)]

@@ -7,8 +7,9 @@ use regex::Regex;
 use schemars::{Schema, SchemaGenerator, json_schema};
 use serde_json::Value;
 
-use crate::vocabulary::DriverKind;
-use crate::vocabulary::LeasePolicy;
+use crate::vocabulary::{DriverKind, LeasePolicy, WorkloadKind};
+
+use super::workloads::SelectorOperator;
 
 // The apiserver enforces these (the CRD carries them); `sandcap validate` evaluates the same CRD.
 // In `spec`, every string has a maxLength (or an enum), every list a maxItems and every object a
@@ -45,6 +46,14 @@ pub fn is_dns_subdomain(s: &str) -> bool {
     static SUBDOMAIN: LazyLock<Regex> = LazyLock::new(|| Regex::new(DNS_SUBDOMAIN_PATTERN).expect("a valid pattern"));
     s.len() <= DNS_SUBDOMAIN_MAX as usize && SUBDOMAIN.is_match(s)
 }
+/// A label key: an optional DNS-subdomain prefix and `/`, then a name of at most 63 characters
+/// (Kubernetes' qualified name).
+pub(super) const LABEL_KEY_PATTERN: &str =
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+pub(super) const LABEL_KEY_MAX: u32 = 317;
+/// A label value: at most 63 characters, empty allowed.
+pub(super) const LABEL_VALUE_PATTERN: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
+pub(super) const LABEL_VALUE_MAX: u32 = 63;
 /// A Secret data key.
 pub(super) const SECRET_KEY_PATTERN: &str = "^[-._a-zA-Z0-9]+$";
 /// Most drivers one provider declares, capability keys one driver sets (the nine of contract v2 plus room for
@@ -144,5 +153,37 @@ pub(super) fn conditions_schema(generator: &mut SchemaGenerator) -> Schema {
         "items": item,
         "x-kubernetes-list-type": "map",
         "x-kubernetes-list-map-keys": ["type"],
+    })
+}
+
+/// As [`driver_kind_schema`], for a binding's kind.
+pub(super) fn workload_kind_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"type": "string", "enum": WorkloadKind::ALL.map(WorkloadKind::as_str)})
+}
+
+/// As [`driver_kind_schema`], for a selector requirement's operator.
+pub(super) fn selector_operator_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"type": "string", "enum": SelectorOperator::ALL.map(SelectorOperator::as_str)})
+}
+
+/// A selector's `matchLabels`: label keys to values, at most [`MAX_OBJECT_KEYS`].
+pub(super) fn match_labels_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "maxProperties": MAX_OBJECT_KEYS,
+        "additionalProperties": {"type": "string", "pattern": LABEL_VALUE_PATTERN, "maxLength": LABEL_VALUE_MAX},
+        "x-kubernetes-validations": [{
+            "rule": format!("self.all(k, size(k) <= {LABEL_KEY_MAX} && k.matches({}))", serde_json::to_string(LABEL_KEY_PATTERN).expect("a string")),
+            "message": "every key must be a label key (an optional DNS-subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.')"
+        }],
+    })
+}
+
+/// A requirement's values: label values, at most [`MAX_OBJECT_KEYS`].
+pub(super) fn label_values_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "maxItems": MAX_OBJECT_KEYS,
+        "items": {"type": "string", "pattern": LABEL_VALUE_PATTERN, "maxLength": LABEL_VALUE_MAX},
     })
 }

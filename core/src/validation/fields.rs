@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::api::{
-    ConfigSource, DriverDeclaration, ProviderRef, SandboxLeaseSpec, SandboxProviderSpec, SecretKeyRef, ServiceRef,
-    WorkerRef, WorkloadRef,
+    ConfigSource, DriverDeclaration, ProviderRef, Requirement, SandboxLeaseSpec, SandboxProviderSpec, SecretKeyRef,
+    ServiceRef, WorkerRef, WorkloadBinding, WorkloadRef, WorkloadSelector,
 };
 use crate::versions::ContractVersion;
 use crate::vocabulary::Kind;
@@ -24,6 +24,9 @@ pub(super) struct Fields {
     pub(super) worker: Known,
     pub(super) service: Known,
     pub(super) driver: Known,
+    pub(super) binding: Known,
+    pub(super) selector: Known,
+    pub(super) requirement: Known,
     pub(super) lease_spec: Known,
     pub(super) provider_ref: Known,
     pub(super) workload_ref: Known,
@@ -34,11 +37,19 @@ pub(super) struct Fields {
 const PROVIDER: Kind = Kind::SandboxProvider;
 const LEASE: Kind = Kind::SandboxLease;
 
+const BINDING: &str = "/properties/spec/properties/workloads/items";
+const SELECTOR: &str = "/properties/spec/properties/workloads/items/properties/selector";
+const REQUIREMENT: &str =
+    "/properties/spec/properties/workloads/items/properties/selector/properties/matchExpressions/items";
+
 pub(super) static FIELDS: LazyLock<Fields> = LazyLock::new(|| Fields {
     provider_spec: Known::of::<SandboxProviderSpec>(PROVIDER, "/properties/spec"),
     worker: Known::of::<WorkerRef>(PROVIDER, "/properties/spec/properties/worker"),
     service: Known::of::<ServiceRef>(PROVIDER, "/properties/spec/properties/worker/properties/service"),
     driver: Known::of::<DriverDeclaration>(PROVIDER, "/properties/spec/properties/environmentDrivers/items"),
+    binding: Known::of::<WorkloadBinding>(PROVIDER, BINDING),
+    selector: Known::of::<WorkloadSelector>(PROVIDER, SELECTOR),
+    requirement: Known::of::<Requirement>(PROVIDER, REQUIREMENT),
     lease_spec: Known::of::<SandboxLeaseSpec>(LEASE, "/properties/spec"),
     provider_ref: Known::of::<ProviderRef>(LEASE, "/properties/spec/properties/providerRef"),
     workload_ref: Known::of::<WorkloadRef>(LEASE, "/properties/spec/properties/workloadRef"),
@@ -75,6 +86,9 @@ impl Known {
 fn sample(schema: &Value) -> Value {
     if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
         return properties.iter().map(|(key, schema)| (key.clone(), sample(schema))).collect();
+    }
+    if let Some(values) = schema.get("additionalProperties").filter(|v| v.is_object()) {
+        return Value::Object(Map::from_iter([("key".to_string(), sample(values))]));
     }
     if let Some(first) = schema.get("enum").and_then(|e| e.get(0)) {
         return first.clone();
@@ -127,6 +141,9 @@ mod tests {
             &f.worker,
             &f.service,
             &f.driver,
+            &f.binding,
+            &f.selector,
+            &f.requirement,
             &f.lease_spec,
             &f.provider_ref,
             &f.workload_ref,

@@ -108,6 +108,20 @@ impl Checker {
                 self.driver(d, &format!("spec.environmentDrivers[{i}]"));
             }
         }
+        let bindings = field(spec, "workloads").and_then(Value::as_array).into_iter().flatten();
+        for (i, binding) in bindings.enumerate() {
+            let Some(b) = binding.as_object() else { continue };
+            let path = format!("spec.workloads[{i}]");
+            self.known_fields(b, &path, &FIELDS.binding.fields);
+            let selector = format!("{path}.selector");
+            let Some(s) = self.child(b, "selector", &selector, &FIELDS.selector.fields) else { continue };
+            let requirements = field(s, "matchExpressions").and_then(Value::as_array).into_iter().flatten();
+            for (j, requirement) in requirements.enumerate() {
+                if let Some(r) = requirement.as_object() {
+                    self.known_fields(r, &format!("{selector}.matchExpressions[{j}]"), &FIELDS.requirement.fields);
+                }
+            }
+        }
     }
 
     /// Only the host as written can be judged here (the webhook resolves nothing); the probe checks

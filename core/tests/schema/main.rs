@@ -9,6 +9,7 @@ mod support;
 mod bounds;
 mod lease;
 mod provider;
+mod workloads;
 
 use sandcap_core::judge::judge;
 use sandcap_core::schema::{Rejection, Server};

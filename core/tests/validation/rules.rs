@@ -19,7 +19,7 @@ fn unknown_fields_the_schema_keeps_are_rejected_at_every_level() {
     let cases: Vec<(Value, &str)> = vec![
         (
             set(provider_json(), "/spec/pluginkey", json!("typo")),
-            "spec.pluginkey: unknown field (allowed fields: pluginKey, version, worker, environmentDrivers)",
+            "spec.pluginkey: unknown field (allowed fields: pluginKey, version, worker, environmentDrivers, workloads)",
         ),
         (set(provider_json(), "/spec/worker/tls", json!(true)), "spec.worker.tls: unknown field"),
         (set(provider_json(), "/spec/worker/service/tls", json!(true)), "spec.worker.service.tls: unknown field"),
@@ -30,6 +30,15 @@ fn unknown_fields_the_schema_keeps_are_rejected_at_every_level() {
         (
             set(provider_json(), &format!("{D0}/nativeSyncIn"), json!(true)),
             "spec.environmentDrivers[0].nativeSyncIn: unknown field (allowed fields: driverKey, kind, displayName, description, configSchema, supportsReusableLeases, sandboxCapabilities) (capability keys belong under spec.environmentDrivers[0].sandboxCapabilities)",
+        ),
+        (
+            set(with_binding(), "/spec/workloads/0/namespace", json!("x")),
+            "spec.workloads[0].namespace: unknown field (allowed fields: kind, selector, driverKey, policy, environmentLabel)",
+        ),
+        (set(with_binding(), "/spec/workloads/0/selector/labels", json!({})), "spec.workloads[0].selector.labels: unknown field"),
+        (
+            set(with_binding(), "/spec/workloads/0/selector/matchExpressions/0/value", json!("x")),
+            "spec.workloads[0].selector.matchExpressions[0].value: unknown field",
         ),
         (
             set(lease_json(), "/spec/nativeFileSyncUnsuported", json!(true)),
@@ -47,6 +56,16 @@ fn unknown_fields_the_schema_keeps_are_rejected_at_every_level() {
         let message = deny(&object);
         assert!(message.starts_with(expected), "\n got: {message}\nwant: {expected}");
     }
+}
+
+/// The example provider with a binding that selects by a label and a requirement.
+fn with_binding() -> Value {
+    let binding = json!([{
+        "kind": "Job",
+        "selector": {"matchLabels": {"a": "b"}, "matchExpressions": [{"key": "c", "operator": "Exists"}]},
+        "driverKey": "kubernetes",
+    }]);
+    set(provider_json(), "/spec/workloads", binding)
 }
 
 #[test]
