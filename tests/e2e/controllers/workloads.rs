@@ -20,7 +20,7 @@ use crate::harness::objects::{condition, get, resource};
 use crate::harness::requests::lease_writes;
 use crate::harness::waits::{WAIT, eventually, lease_reason};
 use crate::support::workloads::{
-    SANDBOX_CRD, agent_sandbox_crd, bindings, job, namespace, observed_spec, run_labels, sandbox,
+    SANDBOX_CRD, agent_sandbox_crd, bindings, interim_observer_rbac, job, namespace, observed_spec, run_labels, sandbox,
 };
 use crate::support::{Worker, all_true, lease, ok, provider};
 
@@ -73,36 +73,17 @@ pub async fn workloads_get_observed_leases_kept_by_sandcap(c: Arc<Cluster>) {
 /// Sandboxes and Namespaces, create/patch/delete SandboxLeases), the scenario grants it to the
 /// chart's ServiceAccount; once the rendered ClusterRole lists `jobs`, it grants nothing.
 fn observer_rbac_until_the_chart_grants_it(c: &Cluster, install: &Install) {
-    let granted = install.objects.iter().any(|o| {
-        o["kind"] == "ClusterRole"
-            && o["rules"].as_array().is_some_and(|r| r.iter().any(|r| r["resources"] == json!(["jobs"])))
+    let granted = install.objects.iter().filter(|o| o["kind"] == "ClusterRole").any(|o| {
+        let rules = o["rules"].as_array().cloned().unwrap_or_default();
+        rules.iter().any(|r| r["resources"].as_array().is_some_and(|r| r.contains(&json!("jobs"))))
     });
     if granted {
         return;
     }
     eprintln!("workloads: the chart grants the observer nothing yet; the scenario grants it (interim)");
     let account = install.of_kind("Deployment")["spec"]["template"]["spec"]["serviceAccountName"].clone();
-    install::apply(
-        c,
-        &[
-            json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                "metadata": {"name": "e2e-observer-interim"},
-                "rules": [
-                    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "watch"]},
-                    {"apiGroups": ["agents.x-k8s.io"], "resources": ["sandboxes"], "verbs": ["list", "watch"]},
-                    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
-                    {"apiGroups": ["sandcap.dev"], "resources": ["sandboxleases"], "verbs": ["create", "patch", "delete"]},
-                ]
-            }),
-            json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                "metadata": {"name": "e2e-observer-interim"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "e2e-observer-interim"},
-                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": install::NAMESPACE}]
-            }),
-        ],
-    );
+    let account = account.as_str().expect("a ServiceAccount");
+    install::apply(c, &interim_observer_rbac("e2e-observer-interim", account, install::NAMESPACE));
 }
 
 /// Waits until the provider's `WorkloadsObserved` has `status` and `reason`.
