@@ -218,6 +218,7 @@ words! {
         WorkerVerified = "WorkerVerified",
         Ready = "Ready",
         ConfigSchemasCompiled = "ConfigSchemasCompiled",
+        WorkloadsObserved = "WorkloadsObserved",
         // Both kinds: the stored object against today's rules (the CRD's and the webhook's)
         Valid = "Valid",
     }
@@ -261,6 +262,11 @@ words! {
         Compiled = "Compiled",
         SchemaDoesNotCompile = "SchemaDoesNotCompile",
         SchemaOverBudget = "SchemaOverBudget",
+        // SandboxProvider `WorkloadsObserved`
+        Observing = "Observing",
+        KindNotServed = "KindNotServed",
+        Discovering = "Discovering",
+        ObserverOff = "ObserverOff",
         // Events on a SandboxProvider
         CapabilitiesGranted = "CapabilitiesGranted",
         CapabilitiesRevoked = "CapabilitiesRevoked",

@@ -23,6 +23,7 @@ use serde::Deserialize;
 
 use sandcap_core::api::{Pinned, ResolvableLease, SandboxLease, SandboxLeaseSpec, SandboxLeaseStatus};
 use sandcap_core::vocabulary::{ConditionStatus, ConditionType};
+use sandcap_core::workloads::{KeptLease, OBSERVED_FROM_LABEL, Owner};
 
 /// A lease as a reconcile reads it, which is all the cache holds of it: its spec, the metadata that
 /// name and version it (name, namespace, uid, generation, resourceVersion), its pin and what is
@@ -36,6 +37,16 @@ pub struct CachedLease {
     pinned: Option<Pinned>,
     /// `None` while the lease has no status.
     published: Option<Published>,
+    /// Set on a lease labelled [`OBSERVED_FROM_LABEL`] only.
+    observed: Option<Box<Observed>>,
+}
+
+/// What the observer reads of a lease that carries [`OBSERVED_FROM_LABEL`]: the label's value
+/// and its owner references (a hand-made lease keeps neither).
+#[derive(Clone, Debug, PartialEq)]
+struct Observed {
+    from: Box<str>,
+    owners: Box<[Owner]>,
 }
 
 /// What is kept of a published status besides the pin.
@@ -74,17 +85,66 @@ struct Meta {
     uid: Option<String>,
     generation: Option<i64>,
     resource_version: Option<String>,
+    #[serde(default)]
+    labels: ObservedFrom,
+    #[serde(default)]
+    owner_references: Vec<WireOwner>,
+}
+
+/// Of the labels, only [`OBSERVED_FROM_LABEL`]'s value, read without allocating the others.
+#[derive(Default)]
+struct ObservedFrom(Option<String>);
+
+impl<'de> Deserialize<'de> for ObservedFrom {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = ObservedFrom;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of labels")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<ObservedFrom, A::Error> {
+                let mut from = None;
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    if key == OBSERVED_FROM_LABEL {
+                        from = Some(map.next_value()?);
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(ObservedFrom(from))
+            }
+            fn visit_unit<E>(self) -> Result<ObservedFrom, E> {
+                Ok(ObservedFrom(None))
+            }
+        }
+        deserializer.deserialize_any(Visit)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireOwner {
+    api_version: String,
+    kind: String,
+    uid: String,
 }
 
 impl From<SandboxLease> for CachedLease {
     fn from(lease: SandboxLease) -> Self {
         let m = lease.metadata;
+        let from = m.labels.and_then(|mut labels| labels.remove(OBSERVED_FROM_LABEL));
+        let owners = m.owner_references.into_iter().flatten();
         let metadata = Meta {
             name: m.name,
             namespace: m.namespace,
             uid: m.uid,
             generation: m.generation,
             resource_version: m.resource_version,
+            labels: ObservedFrom(from),
+            owner_references: owners
+                .map(|o| WireOwner { api_version: o.api_version, kind: o.kind, uid: o.uid })
+                .collect(),
         };
         Wire { metadata, spec: lease.spec, status: lease.status }.into()
     }
@@ -107,11 +167,15 @@ impl From<Wire> for CachedLease {
                 .collect(),
         });
         let pinned = lease.status.and_then(|s| s.pinned);
-        let Meta { name, namespace, uid, generation, resource_version } = lease.metadata;
+        let Meta { name, namespace, uid, generation, resource_version, labels, owner_references } = lease.metadata;
+        let observed = labels.0.map(|from| {
+            let owners = owner_references.into_iter().map(|o| Owner { api_version: o.api_version, kind: o.kind, uid: o.uid });
+            Box::new(Observed { from: from.into_boxed_str(), owners: owners.collect() })
+        });
         let mut spec = lease.spec;
         spec.drop_config_over_bound();
         let metadata = ObjectMeta { name, namespace, uid, generation, resource_version, ..ObjectMeta::default() };
-        CachedLease { metadata, spec, pinned, published }
+        CachedLease { metadata, spec, pinned, published, observed }
     }
 }
 
@@ -127,6 +191,7 @@ pub struct Kept {
     config_over_bound: bool,
     pinned: Option<Box<Pinned>>,
     published: Option<Published>,
+    observed: Option<Box<Observed>>,
 }
 
 impl Kept {
@@ -151,6 +216,13 @@ impl Kept {
             self.pinned = lease.pinned.map(Box::new);
         }
         self.published = lease.published;
+        // Labels and owners change without a new generation.
+        self.observed = lease.observed;
+    }
+
+    /// Whether the lease carries [`OBSERVED_FROM_LABEL`].
+    pub fn is_observed(&self) -> bool {
+        self.observed.is_some()
     }
 
     /// The lease as a reconcile reads it. `None` (with an error in the log) should its spec not
@@ -169,14 +241,15 @@ impl Kept {
             ..ObjectMeta::default()
         };
         let pinned = self.pinned.as_deref().cloned();
-        Some(CachedLease { metadata, spec, pinned, published: self.published.clone() })
+        let observed = self.observed.clone();
+        Some(CachedLease { metadata, spec, pinned, published: self.published.clone(), observed })
     }
 }
 
 impl CachedLease {
     /// The compact form, for the table (see [`Kept`]).
     pub fn keep(self) -> Kept {
-        let CachedLease { metadata, mut spec, pinned, published } = self;
+        let CachedLease { metadata, mut spec, pinned, published, observed } = self;
         // Kept as a flag, not as the stand-in the spec would be written with.
         let config_over_bound = std::mem::take(&mut spec.config_over_bound);
         Kept {
@@ -188,6 +261,18 @@ impl CachedLease {
             config_over_bound,
             pinned: pinned.map(Box::new),
             published,
+            observed,
+        }
+    }
+
+    /// What the observer compares with the lease it would have under this name.
+    pub fn kept_lease(&self) -> KeptLease {
+        let observed = self.observed.as_deref();
+        KeptLease {
+            spec: self.spec.clone(),
+            observed_from: observed.map(|o| o.from.to_string()),
+            owners: observed.map(|o| o.owners.to_vec()).unwrap_or_default(),
+            resource_version: self.metadata.resource_version.clone(),
         }
     }
 

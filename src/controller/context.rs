@@ -8,6 +8,7 @@ use kube::{Client, Resource, ResourceExt};
 use prometheus_client::metrics::gauge::Gauge;
 use serde::Serialize;
 
+use super::observe::Served;
 use super::audit::{Audits, Finding, judged};
 use super::cache::{Caches, ProviderTable};
 use super::cached::CachedLease;
@@ -43,6 +44,8 @@ pub struct Context {
     pub audits: Arc<Audits>,
     /// What is known of each provider (of each lease: the lease table, in [`Caches`]).
     pub provider_table: Arc<ProviderTable>,
+    /// Which workload kinds the apiserver serves (the observer's discovery).
+    pub served: Served,
 }
 
 /// What this replica writes through while it leads.

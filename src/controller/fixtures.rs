@@ -199,13 +199,17 @@ pub fn context_with(client: Client, metrics: &Metrics) -> Parts {
         leases,
         secrets: cache::SecretCache::default(),
         endpoints: cache::endpoints::table().0,
+        providers_changed: Default::default(),
+        provider_queue: cache::Queue::new().0,
     };
     let (audits, provider_table) = (Arc::new(Audits::new(Options::default())), Arc::new(ProviderTable::new(metrics)));
     let (events, publisher) = recorder::channel(client.clone(), "test", metrics.events_dropped.clone(), Fence::Open);
     let (probe_interval, contract) = (Duration::from_secs(60), audits.contract());
     let writes = Writes { fence: Fence::Open, events };
     let metrics = metrics.clone();
-    let ctx = Context { client, caches, prober, writes, metrics, probe_interval, contract, audits, provider_table };
+    let served = Default::default();
+    let ctx =
+        Context { client, caches, prober, writes, metrics, probe_interval, contract, audits, provider_table, served };
     Parts { ctx: Arc::new(ctx), leases: leases_writer, publisher: Some(publisher) }
 }
 

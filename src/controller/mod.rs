@@ -27,6 +27,7 @@ pub(crate) mod fixtures;
 mod known;
 pub mod leader;
 mod lease;
+mod observe;
 mod provider;
 mod publish;
 mod recorder;
@@ -46,6 +47,7 @@ pub(crate) use audit::stored;
 pub use cache::{Caches, SecretScope};
 use context::{Context, Stateful, Writes, reconciler, retry_delay};
 pub use error::Error;
+pub use observe::ObserverOptions;
 use lease::reconcile_lease;
 use provider::reconcile_provider;
 /// The statuses the controllers write, for the tests of what reads them (`sandcap explain`).
@@ -81,6 +83,8 @@ pub struct ControllerOptions {
     /// Where leases may read `configFrom` Secrets; Secrets are watched only there, so the
     /// operator's RBAC can stay namespaced.
     pub secret_namespaces: SecretScope,
+    /// The observer's, if it runs: it turns the workloads that providers bind into observed leases.
+    pub observer: Option<ObserverOptions>,
 }
 
 /// Runs both controllers until `shutdown` is cancelled: behind leader election when
@@ -155,6 +159,11 @@ async fn controllers(
     if shutdown.is_cancelled() {
         return Ok(());
     }
+    // Before the first provider reconcile, so that its `WorkloadsObserved` is right from the start.
+    let served = if options.observer.is_some() { observe::Served::observed() } else { observe::Served::default() };
+    if served.on() {
+        served.update(observe::discover(&client).await);
+    }
     metrics.controllers_running.set(1);
     let _running = running(&metrics);
     let (events, publisher) =
@@ -174,8 +183,17 @@ async fn controllers(
         contract,
         audits,
         provider_table,
+        served,
     };
     let ctx = Arc::new(ctx);
+    let observer = {
+        let (ctx, shutdown, options) = (ctx.clone(), shutdown.clone(), options.observer.clone());
+        async move {
+            if let Some(options) = options {
+                observe::run(ctx, options, shutdown).await
+            }
+        }
+    };
     // Providers need no resync: each reconcile schedules the next probe.
     let providers = Controller { kind: Kind::SandboxProvider, concurrency: PROVIDER_CONCURRENCY, resync: None };
     let provider_controller =
@@ -188,7 +206,7 @@ async fn controllers(
         leases = caches.leases.count(),
         "caches listed; controllers started"
     );
-    futures::join!(provider_controller, lease_controller);
+    futures::join!(provider_controller, lease_controller, observer);
     publishing.cancel();
     // A publisher that panicked only lost Events, which are counted as dropped.
     let _ = publisher.await;

@@ -49,8 +49,11 @@ pub async fn reconcile_provider(provider: Arc<SandboxProvider>, ctx: Arc<Context
     // are checked here: each hand-over to another thread would leave that thread holding memory.
     let schemas = provider.spec.environment_drivers.iter().filter_map(|d| d.config_schema.as_ref());
     let status = || provider_status(ctx.contract.contract(), provider, worker, refusal.as_deref(), &now);
-    let desired =
+    let mut desired =
         if schemas.clone().all(config_schema::is_cached) { status() } else { tokio::task::block_in_place(status) };
+    let previous = provider.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let conditions = Conditions { generation: provider.metadata.generation, previous, now: &now };
+    desired.conditions.extend(workloads::workloads_condition(provider, &ctx.served, &conditions));
     let next_probe = next_probe.unwrap_or_else(|| match &desired.worker {
         Some(worker) => probe_every(&desired, worker, ctx.probe_interval, &provider.uid().unwrap_or_default()),
         None => ctx.probe_interval,
@@ -255,5 +258,6 @@ fn config_schemas_condition(provider: &SandboxProvider, conditions: &Conditions)
 const MAX_CONDITION_MESSAGE: usize = 4096;
 
 mod endpoints;
+mod workloads;
 #[cfg(test)]
 mod tests;

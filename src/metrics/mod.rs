@@ -20,6 +20,11 @@ pub struct AdmissionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    pub operation: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: &'static str,
 }
@@ -108,6 +113,8 @@ pub struct Metrics {
     pub api_requests: Family<ApiLabels, Counter>,
     pub reconcile_queue: Family<KindLabels, Gauge>,
     pub nonconforming: Family<KindLabels, Gauge>,
+    pub observed_workloads: Family<KindLabels, Gauge>,
+    pub observer_writes: Family<OperationLabels, Counter>,
 }
 
 impl Metrics {
@@ -184,6 +191,18 @@ impl Metrics {
                 r,
                 "nonconforming_objects",
                 "Stored objects that the CRD or the webhook would refuse today, by kind (on the leader)",
+                Family::default(),
+            ),
+            observed_workloads: registered(
+                r,
+                "observed_workloads",
+                "Workloads that have an observed SandboxLease, by workload kind (on the leader)",
+                Family::default(),
+            ),
+            observer_writes: registered(
+                r,
+                "observer_writes",
+                "The observer's writes of observed SandboxLeases, by operation (create, update, delete)",
                 Family::default(),
             ),
         }

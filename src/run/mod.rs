@@ -17,7 +17,7 @@ use prometheus_client::registry::Registry;
 
 use crate::admin::{Readiness, admin_router, serve_admin};
 use crate::certs::{self, CertOptions};
-use crate::controller::{self, ControllerOptions, SecretScope};
+use crate::controller::{self, ControllerOptions, ObserverOptions, SecretScope};
 use crate::listener::{BindError, Limits, Stop, bind};
 use crate::metrics::Metrics;
 use crate::telemetry::{LogFormat, init_tracing};
@@ -81,6 +81,22 @@ pub struct RunArgs {
     /// after a backoff (1 s, doubling to 30 s). From 1s to 1h.
     #[arg(long, env = "SANDCAP_CACHE_SYNC_TIMEOUT", default_value = "2m", value_parser = within(SECOND, HOUR))]
     pub cache_sync_timeout: Duration,
+    /// Turn the workloads that providers' `spec.workloads` bind into observed SandboxLeases
+    /// (`--observe-workloads=false` to turn off; the chart's `workloads.enabled`).
+    #[arg(
+        long,
+        env = "SANDCAP_OBSERVE_WORKLOADS",
+        default_value_t = true,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        require_equals = true,
+        action = ArgAction::Set
+    )]
+    pub observe_workloads: bool,
+    /// How often the apiserver's discovery is asked which workload kinds it serves (agent-sandbox
+    /// installed or not), from 1s to 1h.
+    #[arg(long, env = "SANDCAP_DISCOVERY_INTERVAL", default_value = "1m", value_parser = within(SECOND, HOUR), hide = true)]
+    pub discovery_interval: Duration,
     /// Elect one controller leader through a coordination.k8s.io Lease (`--leader-elect=false` to
     /// turn off).
     #[arg(
@@ -251,6 +267,10 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
                     lease_namespace: args.leader_election_namespace().to_string(),
                     identity: args.identity(),
                     secret_namespaces: args.secret_namespaces.clone(),
+                    observer: args.observe_workloads.then(|| ObserverOptions {
+                        own_namespace: args.pod_namespace.clone(),
+                        discovery_interval: args.discovery_interval,
+                    }),
                 };
                 // They serve no client, so there is nothing to drain: they stop at the first
                 // signal, and the leader releases its Lease at once, so that a standby takes over

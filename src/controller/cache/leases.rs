@@ -15,7 +15,7 @@ use std::sync::{Arc, RwLock};
 use kube::runtime::watcher::Event;
 use kube::{Resource, ResourceExt};
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use super::index::Index;
 use super::names::{Interned, LeaseKey};
@@ -32,12 +32,15 @@ pub const EARLY_MAX: usize = 64;
 pub struct Leases {
     table: Arc<RwLock<Table>>,
     listed: watch::Receiver<bool>,
+    /// Notified on every event the watch applies (the observer's wake-up).
+    changed: Arc<Notify>,
 }
 
 /// The lease watch's end: [`Leases::apply`] takes its events.
 pub struct Writer {
     table: Arc<RwLock<Table>>,
     listed: watch::Sender<bool>,
+    changed: Arc<Notify>,
     /// The keys of the list in progress (between `Init` and `InitDone`).
     listing: Option<HashSet<LeaseKey>>,
 }
@@ -65,7 +68,9 @@ struct Entry {
 pub fn table(nonconforming: Gauge) -> (Leases, Writer) {
     let (listed_tx, listed) = watch::channel(false);
     let table = Arc::new(RwLock::new(Table { nonconforming, ..Table::default() }));
-    (Leases { table: table.clone(), listed }, Writer { table, listed: listed_tx, listing: None })
+    let changed = Arc::new(Notify::new());
+    let leases = Leases { table: table.clone(), listed, changed: changed.clone() };
+    (leases, Writer { table, listed: listed_tx, changed, listing: None })
 }
 
 impl Leases {
@@ -104,6 +109,22 @@ impl Leases {
     /// Every lease's key (the hourly pass).
     pub fn keys(&self) -> Vec<LeaseKey> {
         self.table.read().expect("not poisoned").entries.keys().cloned().collect()
+    }
+
+    /// The lease named `name` in `namespace`.
+    pub fn lookup(&self, namespace: &str, name: &str) -> Option<Arc<CachedLease>> {
+        self.get(&LeaseKey::new(Arc::from(namespace), name))
+    }
+
+    /// The keys of the leases labelled as observed.
+    pub fn observed(&self) -> Vec<LeaseKey> {
+        let table = self.table.read().expect("not poisoned");
+        table.entries.iter().filter(|(_, e)| e.kept.is_observed()).map(|(k, _)| k.clone()).collect()
+    }
+
+    /// Resolves once the watch has applied an event since the last call (or since the first).
+    pub async fn changed(&self) {
+        self.changed.notified().await
     }
 
     pub fn count(&self) -> usize {
@@ -150,6 +171,7 @@ impl Writer {
                 self.listed.send_replace(true);
             }
         }
+        self.changed.notify_one();
         triggered
     }
 }

@@ -42,6 +42,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio_util::sync::CancellationToken;
 
@@ -68,6 +69,10 @@ pub struct Caches {
     pub secrets: SecretCache,
     /// The serving endpoints of every Service (for `spec.worker.service` workers).
     pub endpoints: endpoints::Endpoints,
+    /// Notified on every provider event (the observer's wake-up).
+    pub providers_changed: Arc<Notify>,
+    /// The provider controller's queue, for what re-triggers providers from outside the caches.
+    pub provider_queue: Queue<SandboxProvider>,
 }
 
 /// What re-triggers reconciles.
@@ -102,7 +107,7 @@ impl<K: Queued> Clone for Queue<K> {
 }
 
 impl<K: Queued> Queue<K> {
-    fn new() -> (Queue<K>, UnboundedReceiver<K::Key>) {
+    pub(super) fn new() -> (Queue<K>, UnboundedReceiver<K::Key>) {
         let (tx, rx) = unbounded_channel();
         (Queue { tx }, rx)
     }
@@ -145,7 +150,7 @@ where
 }
 
 /// The events of a watch, its errors logged: the watcher retries with backoff on its own.
-fn logged<K: Send>(
+pub(super) fn logged<K: Send>(
     events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
 ) -> impl Stream<Item = watcher::Event<K>> + Send {
     events
@@ -205,11 +210,17 @@ impl Caches {
         let slice_events =
             logged(listing::watch(Api::<EndpointSlice>::all(client.clone()), slice_selector).default_backoff());
         let (endpoints, mut slice_table) = endpoints::table();
-        let caches = Caches { providers, leases, secrets, endpoints };
+        let providers_changed = Arc::new(Notify::new());
+        let provider_queue = queues.providers.clone();
+        let caches = Caches { providers, leases, secrets, endpoints, providers_changed, provider_queue };
 
         let (table, leases) = (&caches.leases, &queues.leases);
         let mut on_provider = ProviderEvents::new(queues.providers.clone(), leases.clone(), table.clone(), forget);
-        spawn_until(shutdown, provider_events, move |event| on_provider.handle(event));
+        let changed = caches.providers_changed.clone();
+        spawn_until(shutdown, provider_events, move |event| {
+            on_provider.handle(event);
+            changed.notify_one();
+        });
         let judge_early = {
             let table = table.clone();
             move |key: &LeaseKey| table.judge_early(key, &audits)
@@ -260,7 +271,7 @@ fn workers_of(
 }
 
 /// Drives `events` in a task until `shutdown`, handing each to `handle`.
-fn spawn_until<K: Send + 'static>(
+pub(super) fn spawn_until<K: Send + 'static>(
     shutdown: &CancellationToken,
     events: impl Stream<Item = watcher::Event<K>> + Send + 'static,
     mut handle: impl FnMut(watcher::Event<K>) + Send + 'static,
