@@ -1,9 +1,9 @@
 //! The observer (issue 43, "Leases from the workloads that run"): a provider's `spec.workloads`
 //! binds the Jobs and agent-sandbox Sandboxes that the host's Kubernetes plugin labels, in
 //! namespaces opted in, and each gets an observed SandboxLease kept by sandcap: its fields, its
-//! resolution, an admin's edit reverted, relabelled or deleted workloads losing theirs, a name
-//! taken by hand left alone, `WorkloadsObserved` (the Sandbox kind served late), and a restart
-//! that writes nothing.
+//! resolution, an admin's edit reverted, relabelled or deleted workloads and a namespace opted out
+//! losing theirs, a name taken by hand left alone, `WorkloadsObserved` (the Sandbox kind served
+//! late), and a restart that writes nothing.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +27,7 @@ use crate::support::{Worker, all_true, lease, ok, provider};
 const NS: &str = "paperclip-acme";
 const OTHER: &str = "paperclip-elsewhere";
 const PROVIDER: &str = "e2e-paperclip";
+const INTERIM: &str = "e2e-observer-interim";
 /// The runs, by ULID: a Job and a Sandbox observed, a Job without the plugin's label, a Sandbox
 /// in a namespace not opted in, and a Job whose name a hand-made lease already has.
 const JOB: &str = "01JEF3K6M8X9V2N4P7Q5R0T1WZ";
@@ -42,9 +43,10 @@ fn name(ulid: &str) -> String {
 }
 
 pub async fn workloads_get_observed_leases_kept_by_sandcap(c: Arc<Cluster>) {
+    let started = std::time::Instant::now();
     install::crds(&c);
     let install = Install::chart(&c, json!({})).await;
-    observer_rbac_until_the_chart_grants_it(&c, &install);
+    let interim = observer_rbac_until_the_chart_grants_it(&c, &install);
     install::apply(&c, &[namespace(NS, true), namespace(OTHER, false)]);
     let worker = Worker::of_contract(ContractVersion::V1);
     let sandcap = Sandcap::start(&c, &install, "observer", &OBSERVING);
@@ -54,11 +56,13 @@ pub async fn workloads_get_observed_leases_kept_by_sandcap(c: Arc<Cluster>) {
     let taken = workloads_of_the_plugin(&c, &admin).await;
     let (job_lease, _) = leases_with_their_workloads_fields(&admin).await;
     they_resolve(&admin).await;
-    none_for_the_others(&admin).await;
     an_edit_is_reverted(&c, &admin, &job_lease).await;
     let sandcap = a_restart_writes_nothing(&c, &install, &admin, sandcap).await;
+    none_for_the_others(&admin).await;
     gone_with_their_workloads(&c, &admin, &sandcap).await;
+    a_namespace_opted_in_and_out(&c, &admin).await;
     the_taken_name_was_never_written(&c, &admin, &taken).await;
+    println!("workloads: the scenario took {:.1?}", started.elapsed());
 
     assert!(sandcap.problems().is_empty(), "sandcap logged:\n{}", sandcap.problems().join("\n"));
     drop(sandcap);
@@ -67,23 +71,29 @@ pub async fn workloads_get_observed_leases_kept_by_sandcap(c: Arc<Cluster>) {
     }
     ok("clean up", c.kubectl(&["delete", "sbp", PROVIDER, "--wait=false"]));
     ok("clean up", c.kubectl(&["delete", "crd", SANDBOX_CRD, "--wait=false"]));
+    if interim {
+        let rbac = ["delete", "clusterrole,clusterrolebinding", INTERIM, "--ignore-not-found"];
+        ok("clean up", c.kubectl(&rbac));
+    }
 }
 
 /// Until the chart grants the observer what it needs (branch `observed-chart`: list/watch Jobs,
 /// Sandboxes and Namespaces, create/patch/delete SandboxLeases), the scenario grants it to the
-/// chart's ServiceAccount; once the rendered ClusterRole lists `jobs`, it grants nothing.
-fn observer_rbac_until_the_chart_grants_it(c: &Cluster, install: &Install) {
+/// chart's ServiceAccount (and takes it back at the end); once the rendered ClusterRole lists
+/// `jobs`, it grants nothing. Whether it granted.
+fn observer_rbac_until_the_chart_grants_it(c: &Cluster, install: &Install) -> bool {
     let granted = install.objects.iter().filter(|o| o["kind"] == "ClusterRole").any(|o| {
         let rules = o["rules"].as_array().cloned().unwrap_or_default();
         rules.iter().any(|r| r["resources"].as_array().is_some_and(|r| r.contains(&json!("jobs"))))
     });
     if granted {
-        return;
+        return false;
     }
     eprintln!("workloads: the chart grants the observer nothing yet; the scenario grants it (interim)");
     let account = install.of_kind("Deployment")["spec"]["template"]["spec"]["serviceAccountName"].clone();
     let account = account.as_str().expect("a ServiceAccount");
-    install::apply(c, &interim_observer_rbac("e2e-observer-interim", account, install::NAMESPACE));
+    install::apply(c, &interim_observer_rbac(INTERIM, account, install::NAMESPACE));
+    true
 }
 
 /// Waits until the provider's `WorkloadsObserved` has `status` and `reason`.
@@ -107,8 +117,13 @@ async fn the_sandbox_kind_served_late(c: &Cluster, admin: &Client, worker: &Work
     assert!(message.contains("Sandbox") || message.contains("sandboxes"), "{not_served:#}");
     let crd = agent_sandbox_crd();
     ok("install agent-sandbox's CRD", c.kubectl(&["apply", "--server-side", "-f", path_str(&crd)]));
-    let established = ["wait", "--for=condition=Established", "--timeout=60s", &format!("crd/{SANDBOX_CRD}")];
-    ok("wait for the Sandbox CRD", c.kubectl(&established));
+    // Polled: `kubectl wait` right after the create fails on a CRD without conditions yet.
+    let established = r#"jsonpath={.status.conditions[?(@.type=="Established")].status}"#;
+    eventually("the Sandbox CRD established", WAIT, || async {
+        let said = c.kubectl(&["get", "crd", SANDBOX_CRD, "-o", established]);
+        (String::from_utf8_lossy(&said.stdout) == "True").then_some(())
+    })
+    .await;
     let started = std::time::Instant::now();
     workloads_observed(admin, "True", "Observing").await;
     println!("workloads: the Sandbox kind observed {:.1?} after its CRD was established", started.elapsed());
@@ -215,9 +230,9 @@ async fn they_resolve(admin: &Client) {
     lease_reason(admin, NS, &name(SANDBOX), "reusableLeases", "NarrowedByLeasePolicy").await;
 }
 
-/// The Job without the plugin's label and the Sandbox of a namespace not opted in get none.
+/// The Job without the plugin's label and the Sandbox of a namespace not opted in got none (they
+/// were created with the others, two sandcap processes ago).
 async fn none_for_the_others(admin: &Client) {
-    tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(get(admin, "SandboxLease", Some(NS), &name(UNLABELLED)).await, None);
     assert_eq!(get(admin, "SandboxLease", Some(OTHER), &name(ELSEWHERE)).await, None);
 }
@@ -242,7 +257,7 @@ async fn an_edit_is_reverted(c: &Cluster, admin: &Client, stored: &Value) {
 /// resourceVersions, no lease write in the audit log, its writes counter at zero. Returns the
 /// restarted process.
 async fn a_restart_writes_nothing(c: &Cluster, install: &Install, admin: &Client, mut sandcap: Sandcap) -> Sandcap {
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let (before, writes) = (versions(admin).await, lease_writes(c, NS));
     sandcap.signal(libc::SIGTERM);
     assert!(sandcap.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "{}", sandcap.log_text());
@@ -253,7 +268,8 @@ async fn a_restart_writes_nothing(c: &Cluster, install: &Install, admin: &Client
     })
     .await;
     workloads_observed(admin, "True", "Observing").await;
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Its first passes (the counters below show, once it has written, that it wrote nothing else).
+    tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(versions(admin).await, before, "a lease was written");
     assert_eq!(lease_writes(c, NS), writes, "the audit log shows a lease write");
     assert_eq!(observer_writes(&sandcap).await, 0.0, "{}", sandcap.metrics().await);
@@ -300,4 +316,23 @@ async fn gone_with_their_workloads(c: &Cluster, admin: &Client, sandcap: &Sandca
     let metrics = sandcap.metrics().await;
     let deleted = crate::support::sample(&metrics, "sandcap_observer_writes_total{operation=\"delete\"}");
     assert_eq!((deleted, observer_writes(sandcap).await), (Some(2.0), 2.0), "{metrics}");
+}
+
+/// The namespace not opted in, labelled: its Sandbox gets a lease; un-labelled: it loses it.
+async fn a_namespace_opted_in_and_out(c: &Cluster, admin: &Client) {
+    let name = name(ELSEWHERE);
+    let writes = lease_writes(c, OTHER).len();
+    install::apply(c, &[namespace(OTHER, true)]);
+    let lease = eventually("a lease once the namespace opts in", WAIT, || async {
+        get(admin, "SandboxLease", Some(OTHER), &name).await
+    })
+    .await;
+    assert_eq!(lease["spec"], observed_spec(PROVIDER, "Sandbox", &name), "{lease:#}");
+    ok("opt out", c.kubectl(&["label", "namespace", OTHER, "sandcap.dev/workloads-"]));
+    eventually("the lease gone once the namespace opts out", WAIT, || async {
+        get(admin, "SandboxLease", Some(OTHER), &name).await.is_none().then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(lease_writes(c, OTHER).split_off(writes), [format!("create {name}"), format!("delete {name}")]);
 }
