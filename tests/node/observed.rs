@@ -63,8 +63,10 @@ pub fn a_finished_job_takes_its_observed_lease_with_it(node: &Node) {
         }
         job_gone.zip(lease_gone)
     });
+    let (job_gone, lease_gone) = (job_gone.expect("gone"), lease_gone.expect("gone"));
+    let by = who_deleted(node, &name);
     println!(
-        "observed: Job complete at {completed:.1?}, deleted at {job_gone:.1?}, its lease deleted at {lease_gone:.1?}"
+        "observed: Job complete at {completed:.1?}, deleted at {job_gone:.1?}, its lease at {lease_gone:.1?} by {by}"
     );
     eventually("the Job's pod collected", WAIT, || {
         let pods = node.kubectl_json(&["get", "pods", "-n", WORKLOADS, "-l", &format!("job-name={name}")]);
@@ -76,6 +78,16 @@ pub fn a_finished_job_takes_its_observed_lease_with_it(node: &Node) {
     if interim {
         node.ok(&["kubectl", "delete", "clusterrole,clusterrolebinding", INTERIM]);
     }
+}
+
+/// Who deleted the lease `name`: sandcap, if a pod's log says it wrote that delete (the observer
+/// logs each write it made; a delete the garbage collector made first is a 404 it does not log
+/// at info), else the garbage collector.
+fn who_deleted(node: &Node, name: &str) -> &'static str {
+    let logs = node.ok(&["kubectl", "logs", "-n", NS, "-l", "app.kubernetes.io/name=sandcap", "--tail=-1"]);
+    let written =
+        logs.lines().any(|l| l.contains("observed lease written") && l.contains(name) && l.contains("delete"));
+    if written { "sandcap" } else { "the garbage collector" }
 }
 
 /// The object `kind`/`name` in the scenario's namespace, `None` once it is gone.

@@ -259,6 +259,7 @@ async fn an_edit_is_reverted(c: &Cluster, admin: &Client, stored: &Value) {
 async fn a_restart_writes_nothing(c: &Cluster, install: &Install, admin: &Client, mut sandcap: Sandcap) -> Sandcap {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (before, writes) = (versions(admin).await, lease_writes(c, NS));
+    assert!(sandcap.problems().is_empty(), "sandcap logged:\n{}", sandcap.problems().join("\n"));
     sandcap.signal(libc::SIGTERM);
     assert!(sandcap.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "{}", sandcap.log_text());
     let sandcap = Sandcap::start(c, install, "observer-again", &OBSERVING);
