@@ -82,12 +82,16 @@ pub fn a_finished_job_takes_its_observed_lease_with_it(node: &Node) {
 
 /// Who deleted the lease `name`: sandcap, if a pod's log says it wrote that delete (the observer
 /// logs each write it made; a delete the garbage collector made first is a 404 it does not log
-/// at info), else the garbage collector.
+/// at info), else the garbage collector. The logs are read where the kubelet writes them (the
+/// apiserver cannot reach the kubelet by the node's name for `kubectl logs`).
 fn who_deleted(node: &Node, name: &str) -> &'static str {
-    let logs = node.ok(&["kubectl", "logs", "-n", NS, "-l", "app.kubernetes.io/name=sandcap", "--tail=-1"]);
-    let written =
-        logs.lines().any(|l| l.contains("observed lease written") && l.contains(name) && l.contains("delete"));
-    if written { "sandcap" } else { "the garbage collector" }
+    let logs = node.ok(&["bash", "-c", &format!("cat /var/log/pods/{NS}_*/sandcap/*.log")]);
+    let written = |operation: &str| {
+        logs.lines().any(|l| l.contains("observed lease written") && l.contains(name) && l.contains(operation))
+    };
+    // The logs read are the ones that say what the observer wrote: its create of the lease.
+    assert!(written("create"), "no pod's log says that sandcap created {name}:\n{logs}");
+    if written("delete") { "sandcap" } else { "the garbage collector" }
 }
 
 /// The object `kind`/`name` in the scenario's namespace, `None` once it is gone.
