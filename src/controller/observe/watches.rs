@@ -214,3 +214,63 @@ impl Table {
 fn key_of<K: Resource>(meta: &K) -> (String, String) {
     (meta.meta().namespace.clone().unwrap_or_default(), meta.meta().name.clone().unwrap_or_default())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta<K>(namespace: Option<&str>, name: &str, labels: &[(&str, &str)]) -> PartialObjectMeta<K> {
+        let metadata = kube::api::ObjectMeta {
+            namespace: namespace.map(Into::into),
+            name: Some(name.into()),
+            uid: Some(format!("uid-{name}")),
+            labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            ..Default::default()
+        };
+        PartialObjectMeta { types: None, metadata, _phantom: std::marker::PhantomData }
+    }
+
+    const ENABLED: (&str, &str) = (NAMESPACE_LABEL, NAMESPACE_ENABLED);
+
+    #[test]
+    fn namespaces_are_observed_once_listed_never_the_own_or_the_clusters_and_each_opt_in_counts() {
+        let ns = Namespaces::default();
+        let own = "sandcap-system";
+        ns.apply(Event::Init, own);
+        for name in ["paperclip-acme", "kube-system", own] {
+            ns.apply(Event::InitApply(meta(None, name, &[ENABLED])), own);
+        }
+        assert!(!ns.listed());
+        assert!(ns.apply(Event::InitDone, own));
+        assert!(ns.listed() && ns.contains("paperclip-acme"));
+        assert!(!ns.contains("kube-system") && !ns.contains(own));
+        let before = ns.opted_in();
+        assert!(ns.apply(Event::Apply(meta(None, "paperclip-beta", &[ENABLED])), own));
+        assert_eq!(ns.opted_in(), before + 1);
+        // Relabelled out: the watch's selector reports it as deleted, or as changed without the label.
+        assert!(ns.apply(Event::Apply(meta(None, "paperclip-beta", &[])), own));
+        assert!(ns.apply(Event::Delete(meta(None, "paperclip-acme", &[ENABLED])), own));
+        assert!(!ns.contains("paperclip-acme") && !ns.contains("paperclip-beta"));
+        assert_eq!(ns.opted_in(), before + 1, "leaving asks for no new list");
+    }
+
+    #[test]
+    fn workloads_of_namespaces_not_observed_are_dropped_as_they_arrive() {
+        let ns = Namespaces::default();
+        ns.apply(Event::Init, "");
+        ns.apply(Event::InitApply(meta(None, "paperclip-acme", &[ENABLED])), "");
+        ns.apply(Event::InitDone, "");
+        let mut table = Table::default();
+        table.apply(Event::Init, &ns);
+        table.apply(Event::InitApply(meta(Some("paperclip-acme"), "pc-1", &[("a", "b")])), &ns);
+        table.apply(Event::InitApply(meta(Some("other"), "pc-2", &[])), &ns);
+        assert!(!table.listed);
+        assert!(table.apply(Event::InitDone, &ns));
+        let keys: Vec<_> = table.items.keys().cloned().collect();
+        assert_eq!(keys, [("paperclip-acme".to_string(), "pc-1".to_string())]);
+        assert_eq!(table.items[&keys[0]].labels["a"], "b");
+        assert!(!table.apply(Event::Apply(meta(Some("other"), "pc-3", &[])), &ns));
+        assert!(table.apply(Event::Delete(meta(Some("paperclip-acme"), "pc-1", &[])), &ns));
+        assert!(table.items.is_empty());
+    }
+}
