@@ -72,6 +72,10 @@ pub async fn run(ctx: Arc<Context>, options: ObserverOptions, shutdown: Cancella
         }
         observer.pass().await;
     }
+    // Another replica, or the next term, counts from scratch.
+    for kind in WorkloadKind::ALL {
+        observer.ctx.metrics.observed_workloads.get_or_create(&KindLabels { kind: kind.as_str() }).set(0);
+    }
 }
 
 struct Observer {

@@ -180,7 +180,11 @@ impl Workloads {
 impl Table {
     /// Applies one event; whether what is held changed.
     fn apply(&mut self, event: Event<PartialObjectMeta<DynamicObject>>, namespaces: &Namespaces) -> bool {
+        // A workload being deleted has no lease to get: the garbage collector takes it meanwhile.
         let keep = |meta: &PartialObjectMeta<DynamicObject>| {
+            if meta.metadata.deletion_timestamp.is_some() {
+                return None;
+            }
             let namespace = meta.metadata.namespace.clone().filter(|ns| namespaces.contains(ns))?;
             let name = meta.metadata.name.clone()?;
             let item = Item { uid: meta.metadata.uid.clone()?, labels: meta.metadata.labels.clone().unwrap_or_default() };
@@ -271,6 +275,11 @@ mod tests {
         assert_eq!(table.items[&keys[0]].labels["a"], "b");
         assert!(!table.apply(Event::Apply(meta(Some("other"), "pc-3", &[])), &ns));
         assert!(table.apply(Event::Delete(meta(Some("paperclip-acme"), "pc-1", &[])), &ns));
+        assert!(table.items.is_empty());
+        table.apply(Event::Apply(meta(Some("paperclip-acme"), "pc-4", &[])), &ns);
+        let mut deleting = meta(Some("paperclip-acme"), "pc-4", &[]);
+        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()));
+        assert!(table.apply(Event::Apply(deleting), &ns), "a workload being deleted is dropped");
         assert!(table.items.is_empty());
     }
 }
