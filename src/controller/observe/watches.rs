@@ -45,6 +45,16 @@ impl Namespaces {
         self.state.read().expect("not poisoned").opted_in
     }
 
+    /// As if the watch had listed `namespaces` (the observer's tests).
+    #[cfg(test)]
+    pub fn apply_for_tests(&self, namespaces: Vec<PartialObjectMeta<Namespace>>) {
+        self.apply(Event::Init, "");
+        for ns in namespaces {
+            self.apply(Event::InitApply(ns), "");
+        }
+        self.apply(Event::InitDone, "");
+    }
+
     fn apply(&self, event: Event<PartialObjectMeta<Namespace>>, own: &str) -> bool {
         let observed = |ns: &PartialObjectMeta<Namespace>| {
             let name = ns.metadata.name.clone().unwrap_or_default();
@@ -158,6 +168,15 @@ impl Workloads {
         Workloads { kind, api_version: api_version.to_string(), table, _stop: stop.drop_guard() }
     }
 
+    /// A watch that never ran, holding `items` as listed (the observer's tests).
+    #[cfg(test)]
+    pub fn listed_with(kind: WorkloadKind, api_version: &str, items: Vec<(&str, &str, Item)>) -> Workloads {
+        let items = items.into_iter().map(|(ns, name, item)| ((ns.to_string(), name.to_string()), item)).collect();
+        let table = Arc::new(RwLock::new(Table { listed: true, items, listing: None }));
+        let stop = CancellationToken::new().drop_guard();
+        Workloads { kind, api_version: api_version.to_string(), table, _stop: stop }
+    }
+
     /// Whether it has listed once.
     pub fn listed(&self) -> bool {
         self.table.read().expect("not poisoned").listed
@@ -187,7 +206,8 @@ impl Table {
             }
             let namespace = meta.metadata.namespace.clone().filter(|ns| namespaces.contains(ns))?;
             let name = meta.metadata.name.clone()?;
-            let item = Item { uid: meta.metadata.uid.clone()?, labels: meta.metadata.labels.clone().unwrap_or_default() };
+            let item =
+                Item { uid: meta.metadata.uid.clone()?, labels: meta.metadata.labels.clone().unwrap_or_default() };
             Some(((namespace, name), item))
         };
         match event {
@@ -278,7 +298,8 @@ mod tests {
         assert!(table.items.is_empty());
         table.apply(Event::Apply(meta(Some("paperclip-acme"), "pc-4", &[])), &ns);
         let mut deleting = meta(Some("paperclip-acme"), "pc-4", &[]);
-        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()));
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()));
         assert!(table.apply(Event::Apply(deleting), &ns), "a workload being deleted is dropped");
         assert!(table.items.is_empty());
     }
