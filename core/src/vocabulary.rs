@@ -297,5 +297,6 @@ words! {
         Admission = "admission",
         Leader = "leader",
         Controllers = "controllers",
+        Workloads = "workloads",
     }
 }
