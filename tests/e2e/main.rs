@@ -22,6 +22,7 @@ mod hardening;
 mod harness;
 mod leading;
 mod listing;
+mod observed_writes;
 mod plugin;
 mod rollover;
 #[path = "../support/mod.rs"]
