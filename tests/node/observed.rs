@@ -8,21 +8,19 @@ use serde_json::json;
 
 use crate::node::{Node, eventually};
 use crate::scenarios::{NS, WAIT, worker};
-use crate::support::workloads::{bindings, interim_observer_rbac, job, namespace, run_labels};
+use crate::support::workloads::{bindings, job, namespace, run_labels};
 use crate::support::{all_true, provider};
 
 const WORKLOADS: &str = "node-paperclip";
 const PROVIDER: &str = "node-paperclip";
 const RUN: &str = "01JEF4N0DE5QW8Y3ZK2M7R9T6B";
 const TTL: i64 = 5;
-const INTERIM: &str = "node-observer-interim";
 
 /// A Job labelled as the plugin labels it, whose pod (the worker image, `--help`) exits 0 at once,
 /// with `ttlSecondsAfterFinished: 5`: its lease appears, the Job completes, is deleted by the TTL
 /// controller, and the lease is gone with it. The times are printed.
 pub fn a_finished_job_takes_its_observed_lease_with_it(node: &Node) {
     worker(node);
-    let interim = observer_rbac_until_the_chart_grants_it(node);
     let mut paperclip = provider(PROVIDER, "http://unused.invalid/", all_true());
     paperclip["spec"]["worker"] =
         json!({"service": {"namespace": "sandbox-system", "name": "acme-worker", "port": 8080, "path": "/rpc"}});
@@ -75,9 +73,6 @@ pub fn a_finished_job_takes_its_observed_lease_with_it(node: &Node) {
 
     node.ok(&["kubectl", "delete", "sbp", PROVIDER, "--wait=false"]);
     node.ok(&["kubectl", "delete", "namespace", WORKLOADS, "--wait=false"]);
-    if interim {
-        node.ok(&["kubectl", "delete", "clusterrole,clusterrolebinding", INTERIM]);
-    }
 }
 
 /// Who deleted the lease `name`: sandcap, if a pod's log says it wrote that delete (the observer
@@ -100,20 +95,4 @@ fn get(node: &Node, kind: &str, name: &str) -> Option<serde_json::Value> {
     assert!(output.status.success(), "kubectl get {kind} {name}: {}", String::from_utf8_lossy(&output.stderr));
     let text = String::from_utf8_lossy(&output.stdout);
     (!text.trim().is_empty()).then(|| serde_json::from_str(&text).expect("kubectl prints JSON"))
-}
-
-/// Until the chart grants the observer what it needs (branch `observed-chart`), the scenario
-/// grants it to the release's ServiceAccount; once the chart's ClusterRole lists `jobs`, nothing.
-/// Whether it granted.
-fn observer_rbac_until_the_chart_grants_it(node: &Node) -> bool {
-    let role = node.kubectl_json(&["get", "clusterrole", crate::scenarios::RELEASE]);
-    let rules = role["rules"].as_array().cloned().unwrap_or_default();
-    if rules.iter().any(|r| r["resources"].as_array().is_some_and(|r| r.contains(&json!("jobs")))) {
-        return false;
-    }
-    println!("observed: the chart grants the observer nothing yet; the scenario grants it (interim)");
-    let deployment = node.kubectl_json(&["get", "deployment", crate::scenarios::RELEASE, "-n", NS]);
-    let account = deployment["spec"]["template"]["spec"]["serviceAccountName"].clone();
-    node.apply(&interim_observer_rbac(INTERIM, account.as_str().expect("a ServiceAccount"), NS));
-    true
 }

@@ -120,29 +120,3 @@ pub fn observed_spec(provider: &str, kind: &str, name: &str) -> Value {
         "workloadRef": {"apiVersion": api_version, "kind": kind, "name": name},
     })
 }
-
-/// What the observer needs beyond the chart's RBAC of main before issue 43's chart change (list and
-/// watch Jobs, Sandboxes and Namespaces; create, patch and delete SandboxLeases), as a ClusterRole
-/// `name` bound to ServiceAccount `namespace/account`: the scenarios grant it only while the
-/// chart does not.
-pub fn interim_observer_rbac(name: &str, account: &str, namespace: &str) -> [Value; 2] {
-    let rbac = "rbac.authorization.k8s.io";
-    [
-        json!({
-            "apiVersion": format!("{rbac}/v1"), "kind": "ClusterRole",
-            "metadata": {"name": name},
-            "rules": [
-                {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "watch"]},
-                {"apiGroups": ["agents.x-k8s.io"], "resources": ["sandboxes"], "verbs": ["list", "watch"]},
-                {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
-                {"apiGroups": ["sandcap.dev"], "resources": ["sandboxleases"], "verbs": ["create", "patch", "delete"]},
-            ]
-        }),
-        json!({
-            "apiVersion": format!("{rbac}/v1"), "kind": "ClusterRoleBinding",
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]
-        }),
-    ]
-}

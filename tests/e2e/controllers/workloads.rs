@@ -20,14 +20,13 @@ use crate::harness::objects::{condition, get, resource};
 use crate::harness::requests::lease_writes;
 use crate::harness::waits::{WAIT, eventually, lease_reason};
 use crate::support::workloads::{
-    SANDBOX_CRD, agent_sandbox_crd, bindings, interim_observer_rbac, job, namespace, observed_spec, run_labels, sandbox,
+    SANDBOX_CRD, agent_sandbox_crd, bindings, job, namespace, observed_spec, run_labels, sandbox,
 };
 use crate::support::{Worker, all_true, lease, ok, provider};
 
 const NS: &str = "paperclip-acme";
 const OTHER: &str = "paperclip-elsewhere";
 const PROVIDER: &str = "e2e-paperclip";
-const INTERIM: &str = "e2e-observer-interim";
 /// The runs, by ULID: a Job and a Sandbox observed, a Job without the plugin's label, a Sandbox
 /// in a namespace not opted in, and a Job whose name a hand-made lease already has.
 const JOB: &str = "01JEF3K6M8X9V2N4P7Q5R0T1WZ";
@@ -46,7 +45,6 @@ pub async fn workloads_get_observed_leases_kept_by_sandcap(c: Arc<Cluster>) {
     let started = std::time::Instant::now();
     install::crds(&c);
     let install = Install::chart(&c, json!({})).await;
-    let interim = observer_rbac_until_the_chart_grants_it(&c, &install);
     install::apply(&c, &[namespace(NS, true), namespace(OTHER, false)]);
     let worker = Worker::of_contract(ContractVersion::V1);
     let sandcap = Sandcap::start(&c, &install, "observer", &OBSERVING);
@@ -71,29 +69,6 @@ pub async fn workloads_get_observed_leases_kept_by_sandcap(c: Arc<Cluster>) {
     }
     ok("clean up", c.kubectl(&["delete", "sbp", PROVIDER, "--wait=false"]));
     ok("clean up", c.kubectl(&["delete", "crd", SANDBOX_CRD, "--wait=false"]));
-    if interim {
-        let rbac = ["delete", "clusterrole,clusterrolebinding", INTERIM, "--ignore-not-found"];
-        ok("clean up", c.kubectl(&rbac));
-    }
-}
-
-/// Until the chart grants the observer what it needs (branch `observed-chart`: list/watch Jobs,
-/// Sandboxes and Namespaces, create/patch/delete SandboxLeases), the scenario grants it to the
-/// chart's ServiceAccount (and takes it back at the end); once the rendered ClusterRole lists
-/// `jobs`, it grants nothing. Whether it granted.
-fn observer_rbac_until_the_chart_grants_it(c: &Cluster, install: &Install) -> bool {
-    let granted = install.objects.iter().filter(|o| o["kind"] == "ClusterRole").any(|o| {
-        let rules = o["rules"].as_array().cloned().unwrap_or_default();
-        rules.iter().any(|r| r["resources"].as_array().is_some_and(|r| r.contains(&json!("jobs"))))
-    });
-    if granted {
-        return false;
-    }
-    eprintln!("workloads: the chart grants the observer nothing yet; the scenario grants it (interim)");
-    let account = install.of_kind("Deployment")["spec"]["template"]["spec"]["serviceAccountName"].clone();
-    let account = account.as_str().expect("a ServiceAccount");
-    install::apply(c, &interim_observer_rbac(INTERIM, account, install::NAMESPACE));
-    true
 }
 
 /// Waits until the provider's `WorkloadsObserved` has `status` and `reason`.
