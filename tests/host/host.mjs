@@ -84,12 +84,15 @@ function manifest(driver) {
   return { admitted: false, issues };
 }
 
-const input = JSON.parse(readFileSync(0, "utf8"));
+let text = "";
+for await (const chunk of process.stdin) text += chunk;
+const input = JSON.parse(text);
 const out = {
   versions: { server: versionOf("@paperclipai/server"), shared: versionOf("@paperclipai/shared"), node: process.version },
   resolve: (input.resolve ?? []).map(resolve),
   manifest: (input.manifest ?? []).map(manifest),
 };
-process.stdout.write(JSON.stringify(out));
-// The server's module graph starts timers and pools of its own on import; the answer is written.
+// Written whole (the callback runs once it is flushed): the server's module graph starts timers and pools of its own on
+// import, so the process exits here rather than when they end.
+await new Promise((done) => process.stdout.write(JSON.stringify(out), done));
 process.exit(0);

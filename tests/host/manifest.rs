@@ -24,6 +24,8 @@ use Verdict::{Admits, Refuses, RefusesUnderV1};
 
 struct Change {
     name: &'static str,
+    /// What it changes: a driver gets at most one change of each.
+    field: &'static str,
     host: Verdict,
     sandcap: Verdict,
     apply: fn(&mut Value, &mut Rng),
@@ -60,49 +62,49 @@ fn capability(driver: &mut Value, key: &str, value: Value) {
 
 #[rustfmt::skip]
 const CHANGES: &[Change] = &[
-    Change { name: "a v1 key declared true or false", host: Admits, sandcap: Admits,
+    Change { name: "a v1 key declared true or false", field: "caps", host: Admits, sandcap: Admits,
              apply: |d, r| { let k = any(r, &SIX); capability(d, k, json!(r.chance(0.5))) } },
-    Change { name: "a key of v2 only", host: Admits, sandcap: RefusesUnderV1,
+    Change { name: "a key of v2 only", field: "caps", host: Admits, sandcap: RefusesUnderV1,
              apply: |d, r| { let k = any(r, &V2_KEYS); capability(d, k, json!(r.chance(0.5))) } },
-    Change { name: "a capability declared null", host: Refuses, sandcap: Refuses,
+    Change { name: "a capability declared null", field: "caps", host: Refuses, sandcap: Refuses,
              apply: |d, r| { let k = any(r, &SIX); capability(d, k, Value::Null) } },
-    Change { name: "a capability declared as a string", host: Refuses, sandcap: Refuses,
+    Change { name: "a capability declared as a string", field: "caps", host: Refuses, sandcap: Refuses,
              apply: |d, r| { let k = any(r, &SIX); capability(d, k, json!("true")) } },
-    Change { name: "the removed concurrentSyncAndExec", host: Refuses, sandcap: Refuses,
+    Change { name: "the removed concurrentSyncAndExec", field: "caps", host: Refuses, sandcap: Refuses,
              apply: |d, r| capability(d, "concurrentSyncAndExec", json!(r.chance(0.5))) },
-    Change { name: "an unknown capability key", host: Refuses, sandcap: Refuses,
+    Change { name: "an unknown capability key", field: "caps", host: Refuses, sandcap: Refuses,
              apply: |d, _| capability(d, "reuseableLeases", json!(true)) },
-    Change { name: "sandboxCapabilities empty", host: Admits, sandcap: Admits,
+    Change { name: "sandboxCapabilities empty", field: "caps", host: Admits, sandcap: Admits,
              apply: |d, _| if !d["sandboxCapabilities"].is_object() { d["sandboxCapabilities"] = json!({}) } },
-    Change { name: "sandboxCapabilities null", host: Refuses, sandcap: Refuses,
+    Change { name: "sandboxCapabilities null", field: "caps", host: Refuses, sandcap: Refuses,
              apply: |d, _| d["sandboxCapabilities"] = Value::Null },
-    Change { name: "supportsReusableLeases true or false", host: Admits, sandcap: Admits,
+    Change { name: "supportsReusableLeases true or false", field: "legacy", host: Admits, sandcap: Admits,
              apply: |d, r| d["supportsReusableLeases"] = json!(r.chance(0.5)) },
-    Change { name: "supportsReusableLeases null", host: Refuses, sandcap: Refuses,
+    Change { name: "supportsReusableLeases null", field: "legacy", host: Refuses, sandcap: Admits,
              apply: |d, _| d["supportsReusableLeases"] = Value::Null },
-    Change { name: "a driver field of the host's that sandcap does not model", host: Admits, sandcap: Refuses,
+    Change { name: "a driver field of the host's that sandcap does not model", field: "extra", host: Admits, sandcap: Refuses,
              apply: |d, r| { let (k, v) = any(r, &HOST_ONLY_FIELDS); d[k] = v() } },
-    Change { name: "an unknown driver field", host: Refuses, sandcap: Refuses,
+    Change { name: "an unknown driver field", field: "extra", host: Refuses, sandcap: Refuses,
              apply: |d, _| d["supportsLoginPTY"] = json!(true) },
-    Change { name: "no configSchema", host: Refuses, sandcap: Admits,
+    Change { name: "no configSchema", field: "configSchema", host: Refuses, sandcap: Admits,
              apply: |d, _| { d.as_object_mut().unwrap().remove("configSchema"); } },
-    Change { name: "a configSchema without type, $ref or a composition keyword", host: Refuses, sandcap: Admits,
+    Change { name: "a configSchema without type, $ref or a composition keyword", field: "configSchema", host: Refuses, sandcap: Admits,
              apply: |d, _| d["configSchema"] = json!({"properties": {"a": {"type": "string"}}}) },
-    Change { name: "an empty configSchema", host: Admits, sandcap: Admits,
+    Change { name: "an empty configSchema", field: "configSchema", host: Admits, sandcap: Admits,
              apply: |d, _| d["configSchema"] = json!({}) },
-    Change { name: "a configSchema that does not compile", host: Admits, sandcap: Refuses,
+    Change { name: "a configSchema that does not compile", field: "configSchema", host: Admits, sandcap: Refuses,
              apply: |d, _| d["configSchema"] = json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "("}}}) },
-    Change { name: "no displayName", host: Refuses, sandcap: Admits,
+    Change { name: "no displayName", field: "displayName", host: Refuses, sandcap: Admits,
              apply: |d, _| { d.as_object_mut().unwrap().remove("displayName"); } },
-    Change { name: "a displayName over 100 characters", host: Refuses, sandcap: Refuses,
+    Change { name: "a displayName over 100 characters", field: "displayName", host: Refuses, sandcap: Refuses,
              apply: |d, _| d["displayName"] = json!("K".repeat(101)) },
-    Change { name: "a description over 500 characters", host: Refuses, sandcap: Refuses,
+    Change { name: "a description over 500 characters", field: "description", host: Refuses, sandcap: Refuses,
              apply: |d, _| d["description"] = json!("d".repeat(501)) },
-    Change { name: "a driverKey with capitals", host: Refuses, sandcap: Refuses,
+    Change { name: "a driverKey with capitals", field: "driverKey", host: Refuses, sandcap: Refuses,
              apply: |d, _| d["driverKey"] = json!("Kube") },
-    Change { name: "kind omitted", host: Admits, sandcap: Admits,
+    Change { name: "kind omitted", field: "kind", host: Admits, sandcap: Admits,
              apply: |d, _| { d.as_object_mut().unwrap().remove("kind"); } },
-    Change { name: "an unknown kind", host: Refuses, sandcap: Refuses,
+    Change { name: "an unknown kind", field: "kind", host: Refuses, sandcap: Refuses,
              apply: |d, _| d["kind"] = json!("plugin") },
 ];
 
@@ -125,7 +127,7 @@ fn sandcap_validate_against_the_hosts_manifest_validator() {
             let mut changes: Vec<usize> = Vec::new();
             for _ in 0..=(rng.next() % 3) {
                 let c = (rng.next() % CHANGES.len() as u64) as usize;
-                if !changes.contains(&c) {
+                if !changes.iter().any(|&d| CHANGES[d].field == CHANGES[c].field) {
                     (CHANGES[c].apply)(&mut driver, &mut rng);
                     changes.push(c);
                 }
@@ -148,7 +150,18 @@ fn sandcap_validate_against_the_hosts_manifest_validator() {
     let mut disagreements = BTreeMap::<String, usize>::new();
     for contract in ["v1", "v2"] {
         let o = sandcap(&["validate", &dir.path().display().to_string(), "--contract", contract, "-o", "json"]);
-        let records: Vec<Value> = serde_json::from_slice(&o.stdout).expect("validate -o json");
+        let mut records: Vec<Value> = serde_json::from_slice(&o.stdout).expect("validate -o json");
+        // The compile budget's 1 s is wall-clock time: on a loaded machine, judge such a one again.
+        for (i, record) in records.iter_mut().enumerate() {
+            for _ in 0..3 {
+                if !record["message"].as_str().unwrap_or("").contains("compiling it takes longer than") {
+                    break;
+                }
+                let file = dir.path().join(format!("d{i:04}.json")).display().to_string();
+                let o = sandcap(&["validate", &file, "--contract", contract, "-o", "json"]);
+                *record = serde_json::from_slice::<Vec<Value>>(&o.stdout).unwrap().remove(0);
+            }
+        }
         assert_eq!(records.len(), drivers.len());
         for (i, ((driver, changes), record)) in drivers.iter().zip(&records).enumerate() {
             assert_eq!(record["name"], format!("d{i:04}"));

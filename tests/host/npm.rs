@@ -115,9 +115,13 @@ pub fn host(input: &Value) -> Value {
         .stderr(Stdio::piped())
         .spawn()
         .expect("node runs");
-    child.stdin.take().unwrap().write_all(input.to_string().as_bytes()).unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_string();
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
     let out = child.wait_with_output().unwrap();
+    let written = writer.join().unwrap();
     assert!(out.status.success(), "host.mjs failed: {}", String::from_utf8_lossy(&out.stderr));
+    written.expect("host.mjs reads its cases");
     let answer: Value = serde_json::from_slice(&out.stdout).expect("host.mjs answers JSON");
     assert_eq!(answer["versions"]["server"], "2026.916.1");
     assert_eq!(answer["versions"]["shared"], "2026.916.1");

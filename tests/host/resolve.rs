@@ -150,9 +150,18 @@ fn run_sandcap(i: usize, c: &Case, dir: &std::path::Path) -> Value {
     // An empty list: a method no key needs (the flag takes a list of at least one).
     let methods = if c.methods.is_empty() { "environmentHealth".to_string() } else { c.methods.join(",") };
     let args = ["resolve", "--provider", &p, "--lease", &l, "--contract", c.contract, "-o", "json"];
-    let o = sandcap(&[&args[..], &["--worker-methods", &methods]].concat());
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
-    serde_json::from_slice(&o.stdout).unwrap()
+    // The configSchema compile budget's 1 s is wall-clock time: on a loaded machine, ask again.
+    let mut last = Value::Null;
+    for _ in 0..5 {
+        let o = sandcap(&[&args[..], &["--worker-methods", &methods]].concat());
+        assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+        last = serde_json::from_slice(&o.stdout).unwrap();
+        if !last.to_string().contains("compiling it takes longer than") {
+            return last;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    panic!("case {i}: the configSchema never compiled within its budget: {last}\n{provider}\n{lease}")
 }
 
 /// The documented class of a difference (host grants `key`, sandcap does not), or `None`.
@@ -200,7 +209,7 @@ fn sandcap_resolve_against_the_hosts_resolver() {
     let ours: Vec<Mutex<Value>> = cases.iter().map(|_| Mutex::new(Value::Null)).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
-        for _ in 0..4 {
+        for _ in 0..std::thread::available_parallelism().map_or(2, |n| n.get()) {
             s.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
