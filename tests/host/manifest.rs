@@ -168,14 +168,17 @@ fn sandcap_validate_against_the_hosts_manifest_validator() {
             let names: Vec<&str> = changes.iter().map(|&c| CHANGES[c].name).collect();
             let host_admits = host[i]["admitted"] == true;
             let sandcap_admits = record["allowed"] == true;
-            let detail = format!("driver {i} ({contract}, changes {names:?}): {driver}\nhost: {}\nsandcap: {record}", host[i]);
+            let detail =
+                format!("driver {i} ({contract}, changes {names:?}): {driver}\nhost: {}\nsandcap: {record}", host[i]);
             let expect_host = !changes.iter().any(|&c| CHANGES[c].host == Refuses);
             let expect_sandcap = !changes.iter().any(|&c| refuses(CHANGES[c].sandcap, contract));
             assert_eq!(host_admits, expect_host, "the host's validator, not as the table says: {detail}");
             assert_eq!(sandcap_admits, expect_sandcap, "sandcap validate, not as the table says: {detail}");
             if host_admits != sandcap_admits {
-                let refusing_side = |c: &Change| if host_admits { refuses(c.sandcap, contract) } else { c.host == Refuses };
-                let why: Vec<&str> = changes.iter().map(|&c| &CHANGES[c]).filter(|c| refusing_side(c)).map(|c| c.name).collect();
+                let refusing_side =
+                    |c: &Change| if host_admits { refuses(c.sandcap, contract) } else { c.host == Refuses };
+                let why: Vec<&str> =
+                    changes.iter().map(|&c| &CHANGES[c]).filter(|c| refusing_side(c)).map(|c| c.name).collect();
                 let side = if host_admits { "sandcap refuses" } else { "the host refuses" };
                 for why in why {
                     *disagreements.entry(format!("{contract}: {side}: {why}")).or_default() += 1;
@@ -183,7 +186,10 @@ fn sandcap_validate_against_the_hosts_manifest_validator() {
             }
         }
     }
-    eprintln!("tests/host: {} drivers (seeds {SEEDS:x?}) under v1 and v2; disagreements (drivers) by the change responsible:", drivers.len());
+    eprintln!(
+        "tests/host: {} drivers (seeds {SEEDS:x?}) under v1 and v2; disagreements (drivers) by the change responsible:",
+        drivers.len()
+    );
     for (class, n) in &disagreements {
         eprintln!("  {class}: {n}");
     }

@@ -82,7 +82,8 @@ pub fn installed() -> &'static Path {
 /// Every package installed is the lockfile's, at its version and integrity.
 fn check_against_lock(dir: &Path, lock: &[u8]) {
     let lock: Value = serde_json::from_slice(lock).unwrap();
-    let hidden: Value = serde_json::from_slice(&fs::read(dir.join("node_modules/.package-lock.json")).unwrap()).unwrap();
+    let hidden: Value =
+        serde_json::from_slice(&fs::read(dir.join("node_modules/.package-lock.json")).unwrap()).unwrap();
     let installed = hidden["packages"].as_object().expect("npm's hidden lockfile");
     for name in ["node_modules/@paperclipai/server", "node_modules/@paperclipai/shared"] {
         assert_eq!(installed[name]["version"], "2026.916.1", "{name}");

@@ -232,7 +232,8 @@ fn sandcap_resolve_against_the_hosts_resolver() {
             assert_eq!(explanation["capability"], key);
             let (h, s) = (theirs[key] == true, ours["capabilities"][key] == true);
             grants += usize::from(s);
-            let detail = || format!("case {i} ({}), {key}: host {h}, sandcap {explanation}\n{}", c.contract, host_input(c));
+            let detail =
+                || format!("case {i} ({}), {key}: host {h}, sandcap {explanation}\n{}", c.contract, host_input(c));
             assert!(h || !s, "sandcap grants what the host does not: {}", detail());
             if h && !s {
                 let reason = explanation["reason"].as_str().unwrap();
