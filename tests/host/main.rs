@@ -21,7 +21,7 @@ impl Rng {
         Rng(seed)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -31,13 +31,13 @@ impl Rng {
 
     /// True with probability `p`.
     pub fn chance(&mut self, p: f64) -> bool {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 <= p
     }
 
     /// One of `items`, each with its weight.
     pub fn pick<T: Copy>(&mut self, items: &[(T, u32)]) -> T {
         let total: u32 = items.iter().map(|(_, w)| w).sum();
-        let mut at = (self.next() % u64::from(total)) as u32;
+        let mut at = (self.next_u64() % u64::from(total)) as u32;
         for (item, w) in items {
             if at < *w {
                 return *item;

@@ -40,7 +40,9 @@ const SIX: [&str; 6] = [
     "incrementalSessionOutput",
 ];
 const V2_KEYS: [&str; 3] = ["concurrentSyncOperations", "duplexCommandStream", "runnerWebSocketIngress"];
-const HOST_ONLY_FIELDS: [(&str, fn() -> Value); 6] = [
+/// A field and a value of it.
+type Field = (&'static str, fn() -> Value);
+const HOST_ONLY_FIELDS: [Field; 6] = [
     ("supportsLoginPty", || json!(true)),
     ("supportsSetupTokenLogin", || json!(false)),
     ("supportsInteractiveSetup", || json!(true)),
@@ -50,7 +52,7 @@ const HOST_ONLY_FIELDS: [(&str, fn() -> Value); 6] = [
 ];
 
 fn any<T: Copy>(rng: &mut Rng, items: &[T]) -> T {
-    items[(rng.next() % items.len() as u64) as usize]
+    items[(rng.next_u64() % items.len() as u64) as usize]
 }
 
 fn capability(driver: &mut Value, key: &str, value: Value) {
@@ -125,8 +127,8 @@ fn sandcap_validate_against_the_hosts_manifest_validator() {
             let mut driver = json!({"driverKey": "k", "kind": "sandbox_provider", "displayName": "K",
                                     "configSchema": {"type": "object"}});
             let mut changes: Vec<usize> = Vec::new();
-            for _ in 0..=(rng.next() % 3) {
-                let c = (rng.next() % CHANGES.len() as u64) as usize;
+            for _ in 0..=(rng.next_u64() % 3) {
+                let c = (rng.next_u64() % CHANGES.len() as u64) as usize;
                 if !changes.iter().any(|&d| CHANGES[d].field == CHANGES[c].field) {
                     (CHANGES[c].apply)(&mut driver, &mut rng);
                     changes.push(c);
