@@ -1,0 +1,199 @@
+//! Generated driver declarations through the host's manifest validator (pluginManifestV1Schema,
+//! one driver in an otherwise valid manifest) and `sandcap validate` (a SandboxProvider wrapping
+//! the driver), under `v1` and `v2`. Each driver is a valid one changed in one to three ways;
+//! the table says what each side does with each change, and where the two disagree the change
+//! responsible is the class of the disagreement (docs/contract.md, "Differences from the
+//! host's published resolver").
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use crate::{CASES_PER_SEED, Rng, SEEDS, npm, sandcap, write};
+
+/// What a side does with a change: admits it, refuses it, or (sandcap) refuses it under `v1`
+/// only.
+#[derive(Clone, Copy, PartialEq)]
+enum Verdict {
+    Admits,
+    Refuses,
+    RefusesUnderV1,
+}
+use Verdict::{Admits, Refuses, RefusesUnderV1};
+
+struct Change {
+    name: &'static str,
+    /// What it changes: a driver gets at most one change of each.
+    field: &'static str,
+    host: Verdict,
+    sandcap: Verdict,
+    apply: fn(&mut Value, &mut Rng),
+}
+
+const SIX: [&str; 6] = [
+    "reusableLeases",
+    "nativeSyncIn",
+    "nativeSyncOut",
+    "persistentProcessSessions",
+    "independentControlCommands",
+    "incrementalSessionOutput",
+];
+const V2_KEYS: [&str; 3] = ["concurrentSyncOperations", "duplexCommandStream", "runnerWebSocketIngress"];
+/// A field and a value of it.
+type Field = (&'static str, fn() -> Value);
+const HOST_ONLY_FIELDS: [Field; 6] = [
+    ("supportsLoginPty", || json!(true)),
+    ("supportsSetupTokenLogin", || json!(false)),
+    ("supportsInteractiveSetup", || json!(true)),
+    ("supportsTemplateCapture", || json!(true)),
+    ("templateRefKind", || json!("snapshot")),
+    ("interactiveSetupConnectionTypes", || json!(["browser"])),
+];
+
+fn any<T: Copy>(rng: &mut Rng, items: &[T]) -> T {
+    items[(rng.next_u64() % items.len() as u64) as usize]
+}
+
+fn capability(driver: &mut Value, key: &str, value: Value) {
+    if !driver["sandboxCapabilities"].is_object() {
+        driver["sandboxCapabilities"] = json!({});
+    }
+    driver["sandboxCapabilities"][key] = value;
+}
+
+#[rustfmt::skip]
+const CHANGES: &[Change] = &[
+    Change { name: "a v1 key declared true or false", field: "caps", host: Admits, sandcap: Admits,
+             apply: |d, r| { let k = any(r, &SIX); capability(d, k, json!(r.chance(0.5))) } },
+    Change { name: "a key of v2 only", field: "caps", host: Admits, sandcap: RefusesUnderV1,
+             apply: |d, r| { let k = any(r, &V2_KEYS); capability(d, k, json!(r.chance(0.5))) } },
+    Change { name: "a capability declared null", field: "caps", host: Refuses, sandcap: Refuses,
+             apply: |d, r| { let k = any(r, &SIX); capability(d, k, Value::Null) } },
+    Change { name: "a capability declared as a string", field: "caps", host: Refuses, sandcap: Refuses,
+             apply: |d, r| { let k = any(r, &SIX); capability(d, k, json!("true")) } },
+    Change { name: "the removed concurrentSyncAndExec", field: "caps", host: Refuses, sandcap: Refuses,
+             apply: |d, r| capability(d, "concurrentSyncAndExec", json!(r.chance(0.5))) },
+    Change { name: "an unknown capability key", field: "caps", host: Refuses, sandcap: Refuses,
+             apply: |d, _| capability(d, "reuseableLeases", json!(true)) },
+    Change { name: "sandboxCapabilities empty", field: "caps", host: Admits, sandcap: Admits,
+             apply: |d, _| if !d["sandboxCapabilities"].is_object() { d["sandboxCapabilities"] = json!({}) } },
+    Change { name: "sandboxCapabilities null", field: "caps", host: Refuses, sandcap: Admits,
+             apply: |d, _| d["sandboxCapabilities"] = Value::Null },
+    Change { name: "supportsReusableLeases true or false", field: "legacy", host: Admits, sandcap: Admits,
+             apply: |d, r| d["supportsReusableLeases"] = json!(r.chance(0.5)) },
+    Change { name: "supportsReusableLeases null", field: "legacy", host: Refuses, sandcap: Admits,
+             apply: |d, _| d["supportsReusableLeases"] = Value::Null },
+    Change { name: "a driver field of the host's that sandcap does not model", field: "extra", host: Admits, sandcap: Refuses,
+             apply: |d, r| { let (k, v) = any(r, &HOST_ONLY_FIELDS); d[k] = v() } },
+    Change { name: "an unknown driver field", field: "extra", host: Refuses, sandcap: Refuses,
+             apply: |d, _| d["supportsLoginPTY"] = json!(true) },
+    Change { name: "no configSchema", field: "configSchema", host: Refuses, sandcap: Admits,
+             apply: |d, _| { d.as_object_mut().unwrap().remove("configSchema"); } },
+    Change { name: "a configSchema without type, $ref or a composition keyword", field: "configSchema", host: Refuses, sandcap: Admits,
+             apply: |d, _| d["configSchema"] = json!({"properties": {"a": {"type": "string"}}}) },
+    Change { name: "an empty configSchema", field: "configSchema", host: Admits, sandcap: Admits,
+             apply: |d, _| d["configSchema"] = json!({}) },
+    Change { name: "a configSchema that does not compile", field: "configSchema", host: Admits, sandcap: Refuses,
+             apply: |d, _| d["configSchema"] = json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "("}}}) },
+    Change { name: "no displayName", field: "displayName", host: Refuses, sandcap: Admits,
+             apply: |d, _| { d.as_object_mut().unwrap().remove("displayName"); } },
+    Change { name: "a displayName over 100 characters", field: "displayName", host: Refuses, sandcap: Refuses,
+             apply: |d, _| d["displayName"] = json!("K".repeat(101)) },
+    Change { name: "a description over 500 characters", field: "description", host: Refuses, sandcap: Refuses,
+             apply: |d, _| d["description"] = json!("d".repeat(501)) },
+    Change { name: "a driverKey with capitals", field: "driverKey", host: Refuses, sandcap: Refuses,
+             apply: |d, _| d["driverKey"] = json!("Kube") },
+    Change { name: "kind omitted", field: "kind", host: Admits, sandcap: Admits,
+             apply: |d, _| { d.as_object_mut().unwrap().remove("kind"); } },
+    Change { name: "an unknown kind", field: "kind", host: Refuses, sandcap: Refuses,
+             apply: |d, _| d["kind"] = json!("plugin") },
+];
+
+fn refuses(v: Verdict, contract: &str) -> bool {
+    v == Refuses || (v == RefusesUnderV1 && contract == "v1")
+}
+
+#[test]
+fn sandcap_validate_against_the_hosts_manifest_validator() {
+    if npm::skipped() {
+        return;
+    }
+    let started = Instant::now();
+    let mut drivers = Vec::new();
+    for seed in SEEDS {
+        let mut rng = Rng::new(seed ^ 0xD21E);
+        for _ in 0..CASES_PER_SEED {
+            let mut driver = json!({"driverKey": "k", "kind": "sandbox_provider", "displayName": "K",
+                                    "configSchema": {"type": "object"}});
+            let mut changes: Vec<usize> = Vec::new();
+            for _ in 0..=(rng.next_u64() % 3) {
+                let c = (rng.next_u64() % CHANGES.len() as u64) as usize;
+                if !changes.iter().any(|&d| CHANGES[d].field == CHANGES[c].field) {
+                    (CHANGES[c].apply)(&mut driver, &mut rng);
+                    changes.push(c);
+                }
+            }
+            drivers.push((driver, changes));
+        }
+    }
+    let host = npm::host(&json!({"manifest": drivers.iter().map(|(d, _)| d).collect::<Vec<_>>()}));
+    let host = host["manifest"].as_array().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (i, (driver, _)) in drivers.iter().enumerate() {
+        let provider = json!({
+            "apiVersion": "sandcap.dev/v1alpha1", "kind": "SandboxProvider", "metadata": {"name": format!("d{i:04}")},
+            "spec": {"pluginKey": "sandcap.host-differential", "version": "1.0.0",
+                     "worker": {"service": {"namespace": "sandbox-system", "name": "worker", "port": 8080}},
+                     "environmentDrivers": [driver]},
+        });
+        write(dir.path(), &format!("d{i:04}.json"), &provider.to_string());
+    }
+    let mut disagreements = BTreeMap::<String, usize>::new();
+    for contract in ["v1", "v2"] {
+        let o = sandcap(&["validate", &dir.path().display().to_string(), "--contract", contract, "-o", "json"]);
+        let mut records: Vec<Value> = serde_json::from_slice(&o.stdout).expect("validate -o json");
+        // The compile budget's 1 s is wall-clock time: on a loaded machine, judge such a one again.
+        for (i, record) in records.iter_mut().enumerate() {
+            for _ in 0..3 {
+                if !record["message"].as_str().unwrap_or("").contains("compiling it takes longer than") {
+                    break;
+                }
+                let file = dir.path().join(format!("d{i:04}.json")).display().to_string();
+                let o = sandcap(&["validate", &file, "--contract", contract, "-o", "json"]);
+                *record = serde_json::from_slice::<Vec<Value>>(&o.stdout).unwrap().remove(0);
+            }
+        }
+        assert_eq!(records.len(), drivers.len());
+        for (i, ((driver, changes), record)) in drivers.iter().zip(&records).enumerate() {
+            assert_eq!(record["name"], format!("d{i:04}"));
+            let names: Vec<&str> = changes.iter().map(|&c| CHANGES[c].name).collect();
+            let host_admits = host[i]["admitted"] == true;
+            let sandcap_admits = record["allowed"] == true;
+            let detail =
+                format!("driver {i} ({contract}, changes {names:?}): {driver}\nhost: {}\nsandcap: {record}", host[i]);
+            let expect_host = !changes.iter().any(|&c| CHANGES[c].host == Refuses);
+            let expect_sandcap = !changes.iter().any(|&c| refuses(CHANGES[c].sandcap, contract));
+            assert_eq!(host_admits, expect_host, "the host's validator, not as the table says: {detail}");
+            assert_eq!(sandcap_admits, expect_sandcap, "sandcap validate, not as the table says: {detail}");
+            if host_admits != sandcap_admits {
+                let refusing_side =
+                    |c: &Change| if host_admits { refuses(c.sandcap, contract) } else { c.host == Refuses };
+                let why: Vec<&str> =
+                    changes.iter().map(|&c| &CHANGES[c]).filter(|c| refusing_side(c)).map(|c| c.name).collect();
+                let side = if host_admits { "sandcap refuses" } else { "the host refuses" };
+                for why in why {
+                    *disagreements.entry(format!("{contract}: {side}: {why}")).or_default() += 1;
+                }
+            }
+        }
+    }
+    eprintln!(
+        "tests/host: {} drivers (seeds {SEEDS:x?}) under v1 and v2; disagreements (drivers) by the change responsible:",
+        drivers.len()
+    );
+    for (class, n) in &disagreements {
+        eprintln!("  {class}: {n}");
+    }
+    eprintln!("tests/host: manifest comparison took {:.1}s", started.elapsed().as_secs_f64());
+}
