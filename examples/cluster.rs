@@ -110,13 +110,23 @@ fn main() {
     let out = cluster.kubectl_stdin(&["apply", "-f", "-"], &webhook.to_string());
     assert!(out.status.success(), "registering the webhook: {}", String::from_utf8_lossy(&out.stderr));
 
-    // examples/provider-full.yaml, with its worker at the reference worker (no cluster DNS here).
-    let provider = std::fs::read_to_string(repo_root().join("examples/provider-full.yaml")).expect("example");
-    let local = provider.replace(
-        "service: {namespace: sandbox-system, name: acme-worker, port: 8080, path: /rpc}",
-        &format!("url: http://{worker_addr}/rpc"),
-    );
-    std::fs::write(state.join("provider-local.yaml"), local).expect("provider-local.yaml");
+    // The example providers, with their worker at the reference worker (no cluster DNS here).
+    for (example, service, local) in [
+        (
+            "provider-full.yaml",
+            "{namespace: sandbox-system, name: acme-worker, port: 8080, path: /rpc}",
+            "provider-local.yaml",
+        ),
+        (
+            "provider-paperclip-kubernetes.yaml",
+            "{namespace: sandbox-system, name: paperclip-kubernetes-worker, port: 8080, path: /rpc}",
+            "provider-paperclip-local.yaml",
+        ),
+    ] {
+        let provider = std::fs::read_to_string(repo_root().join("examples").join(example)).expect("example");
+        let at_worker = provider.replace(&format!("service: {service}"), &format!("url: http://{worker_addr}/rpc"));
+        std::fs::write(state.join(local), at_worker).expect("a local provider");
+    }
     std::fs::copy(&cluster.kubeconfig, state.join("kubeconfig")).expect("kubeconfig");
     println!("ready {}", state.join("kubeconfig").display());
 

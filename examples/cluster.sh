@@ -42,6 +42,9 @@ case "${1:-}" in
 Kubernetes $(basename "$bin_dir") is up, with sandcap (logs: $state/sandcap.log).
 
   export KUBECONFIG=$state/kubeconfig
+  kubectl apply -f $state/provider-paperclip-local.yaml   # examples/provider-paperclip-kubernetes.yaml
+  kubectl apply -f examples/workloads/namespace.yaml -f examples/workloads/job.yaml
+  kubectl get sbl -n paperclip-acme                      # the Job's observed lease
   kubectl apply -f $state/provider-local.yaml     # examples/provider-full.yaml, worker on loopback
   kubectl apply -f examples/secrets/acme-credentials.yaml -f examples/lease-reuse.yaml -f examples/lease-job.yaml
   kubectl get sbp,sbl -A

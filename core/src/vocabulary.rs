@@ -303,5 +303,6 @@ words! {
         Admission = "admission",
         Leader = "leader",
         Controllers = "controllers",
+        Workloads = "workloads",
     }
 }

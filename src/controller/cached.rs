@@ -169,7 +169,8 @@ impl From<Wire> for CachedLease {
         let pinned = lease.status.and_then(|s| s.pinned);
         let Meta { name, namespace, uid, generation, resource_version, labels, owner_references } = lease.metadata;
         let observed = labels.0.map(|from| {
-            let owners = owner_references.into_iter().map(|o| Owner { api_version: o.api_version, kind: o.kind, uid: o.uid });
+            let owners =
+                owner_references.into_iter().map(|o| Owner { api_version: o.api_version, kind: o.kind, uid: o.uid });
             Box::new(Observed { from: from.into_boxed_str(), owners: owners.collect() })
         });
         let mut spec = lease.spec;
@@ -209,15 +210,17 @@ impl Kept {
     }
 
     /// Takes the published status (and pin) and the version of `lease`, the same generation of
-    /// this lease: its spec is the one kept.
-    pub fn republish(&mut self, lease: CachedLease) {
+    /// this lease: its spec is the one kept. Whether what the observer reads of it changed.
+    pub fn republish(&mut self, lease: CachedLease) -> bool {
         self.resource_version = lease.metadata.resource_version.map(String::into_boxed_str);
         if self.pinned.as_deref() != lease.pinned.as_ref() {
             self.pinned = lease.pinned.map(Box::new);
         }
         self.published = lease.published;
         // Labels and owners change without a new generation.
+        let moved = self.observed != lease.observed;
         self.observed = lease.observed;
+        moved
     }
 
     /// Whether the lease carries [`OBSERVED_FROM_LABEL`].

@@ -258,6 +258,6 @@ fn config_schemas_condition(provider: &SandboxProvider, conditions: &Conditions)
 const MAX_CONDITION_MESSAGE: usize = 4096;
 
 mod endpoints;
-mod workloads;
 #[cfg(test)]
 mod tests;
+mod workloads;

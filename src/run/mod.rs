@@ -95,7 +95,7 @@ pub struct RunArgs {
     pub observe_workloads: bool,
     /// How often the apiserver's discovery is asked which workload kinds it serves (agent-sandbox
     /// installed or not), from 1s to 1h.
-    #[arg(long, env = "SANDCAP_DISCOVERY_INTERVAL", default_value = "1m", value_parser = within(SECOND, HOUR), hide = true)]
+    #[arg(long, env = "SANDCAP_DISCOVERY_INTERVAL", default_value = "1m", value_parser = within(SECOND, HOUR))]
     pub discovery_interval: Duration,
     /// Elect one controller leader through a coordination.k8s.io Lease (`--leader-elect=false` to
     /// turn off).

@@ -77,6 +77,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "no-leader-election": {"replicaCount": 1, "leaderElection": {"enabled": False}},
     "no-caBundle-policy": {"certificates": {"selfManaged": {"caBundleOnlyPolicy": False}}},
     "no-scoped-writes-policy": {"scopedWritesPolicy": False},
+    "no-workloads": {"workloads": {"enabled": False}},
     "existing-serviceaccount": {"serviceAccount": {"create": False, "name": "platform-sa"}},
     "image-digest": {"image": {"repository": "registry.example/sandcap", "digest": "sha256:" + "a" * 64}},
 }
@@ -474,19 +475,43 @@ def test_no_rbac_wildcards(scenario: str) -> None:
     for role, rule in rbac_rules(render(SCENARIOS[scenario])):
         for field in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
             assert not any("*" in item for item in rule.get(field, [])), f"{role['metadata']['name']}: {rule}"
-        # Users delete their leases through the built-in roles; sandcap itself deletes nothing.
-        deletes = set() if is_aggregated(role) else {"delete", "deletecollection"}
+        # Users delete their leases through the built-in roles; sandcap itself deletes only the
+        # leases it observed (the writes policy keeps it to those), and never a collection.
+        observed = rule == OBSERVED_LEASES and role["metadata"]["name"] == RELEASE
+        deletes = set() if is_aggregated(role) else {"deletecollection"} if observed else {"delete", "deletecollection"}
         assert not set(rule["verbs"]) & {"escalate", "bind", "impersonate", *deletes}
+
+
+# The observer's writes: the observed leases, one per workload (src/controller/observe/).
+OBSERVED_LEASES = {"apiGroups": ["sandcap.dev"], "resources": ["sandboxleases"], "verbs": ["create", "patch", "delete"]}
+# What the observer reads, as metadata only: the workloads of each kind core/src/workloads/ knows,
+# and the namespaces that opt in.
+OBSERVED_READS = [
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["agents.x-k8s.io"], "resources": ["sandboxes"], "verbs": ["list", "watch"]},
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
+]
+
+
+def workload_kinds() -> list[tuple[str, str]]:
+    """(group, plural) of every workload kind, as core/src/workloads/mod.rs's KINDS table has them."""
+    source = (REPO / "core" / "src" / "workloads" / "mod.rs").read_text()
+    table = source[source.index("pub const KINDS") :]
+    found = re.findall(r'group: "([^"]+)",\s*plural: "([^"]+)"', table)
+    assert len(found) == 2, found
+    return found
 
 
 def test_cluster_role_grants_only_what_the_controllers_use() -> None:
     roles = {r["metadata"]["name"]: r for r in of_kind(render({}), "ClusterRole")}
-    assert roles[RELEASE]["rules"] == [
+    before = [
         {
             "apiGroups": ["sandcap.dev"],
             "resources": ["sandboxproviders", "sandboxleases"],
             "verbs": ["list", "watch"],
         },
+    ]
+    after = [
         {
             "apiGroups": ["sandcap.dev"],
             "resources": ["sandboxproviders/status", "sandboxleases/status"],
@@ -497,6 +522,33 @@ def test_cluster_role_grants_only_what_the_controllers_use() -> None:
         {"apiGroups": [""], "resources": ["services"], "verbs": ["get"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
+    assert roles[RELEASE]["rules"] == before + [OBSERVED_LEASES] + after + OBSERVED_READS
+    off = {r["metadata"]["name"]: r for r in of_kind(render(SCENARIOS["no-workloads"]), "ClusterRole")}
+    assert off[RELEASE]["rules"] == before + after
+
+
+def test_the_observer_reads_every_workload_kind_and_nothing_else() -> None:
+    """One list/watch rule per kind of core/src/workloads/'s table, no more: a new kind there
+    needs its rule here (and in docs/controller.md)."""
+    reads = [(r["apiGroups"][0], r["resources"][0]) for r in OBSERVED_READS if r["resources"] != ["namespaces"]]
+    assert reads == workload_kinds()
+
+
+def test_workloads_switch_reaches_sandcap_and_its_helm_test() -> None:
+    """`workloads.enabled` (default on) is `sandcap run --observe-workloads`
+    (SANDCAP_OBSERVE_WORKLOADS) and `check --observe-workloads`: off, sandcap observes nothing
+    and has none of the observer's rights, and the check does not ask for them."""
+    assert merged({})["workloads"]["enabled"] is True
+    for values, value in (({}, "true"), (SCENARIOS["no-workloads"], "false")):
+        assert env(render(values))["SANDCAP_OBSERVE_WORKLOADS"] == value
+        [pod] = [o for o in render(values, hooks=True) if o["kind"] == "Pod"]
+        assert f"--observe-workloads={value}" in pod["spec"]["containers"][0]["args"]
+    off = render(SCENARIOS["no-workloads"])
+    granted = [r for _, r in rbac_rules(off)]
+    for rule in [OBSERVED_LEASES] + OBSERVED_READS:
+        assert rule not in granted, rule
+    with pytest.raises(helm.HelmValuesError):
+        render({"workloads": {"enabled": "yes"}})
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

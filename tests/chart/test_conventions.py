@@ -195,6 +195,9 @@ def test_helm_test_runs_check_from_the_charts_image() -> None:
         env(objects)["SANDCAP_LEADER_ELECTION_NAME"],
         "--contract",
         env(objects)["SANDCAP_CONTRACT"],
+        "--service-account",
+        deployment["serviceAccountName"],
+        f"--observe-workloads={env(objects)['SANDCAP_OBSERVE_WORKLOADS']}",
     ]
     assert spec["restartPolicy"] == "Never" and spec["activeDeadlineSeconds"] >= 120 + 60
     assert spec["securityContext"] == deployment["securityContext"]
@@ -248,6 +251,8 @@ def test_helm_test_account_may_do_what_check_does_and_no_more() -> None:
                 "resourceNames": ["sandcap-check-dry-run"],
                 "verbs": ["delete"],
             },
+            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list"]},
+            {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
         ],
         ("Role", NAMESPACE): [
             {

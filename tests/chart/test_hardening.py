@@ -47,6 +47,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "scopedWritesPolicy": False,
     },
     "nodeSelector": {"nodeSelector": {"pool": "infra"}},
+    "no-workloads": {"workloads": {"enabled": False}},
     "nodelocaldns": {
         "networkPolicy": {
             "enabled": True,
@@ -135,8 +136,15 @@ def test_scoped_writes_policy_names_what_sandcap_writes(scenario: str) -> None:
             "operations": ["CREATE", "UPDATE"],
             "resources": ["events"],
         },
+        # The main resource only: a status write (sandboxleases/status) is not matched.
+        {
+            "apiGroups": ["sandcap.dev"],
+            "apiVersions": ["v1alpha1"],
+            "operations": ["CREATE", "UPDATE", "DELETE"],
+            "resources": ["sandboxleases"],
+        },
     ]
-    secrets, leases, events = spec["validations"]
+    secrets, leases, events, _observed = spec["validations"]
     variables = env(objects)
     secret, lease = variables["SANDCAP_CERT_SECRET_NAME"], variables["SANDCAP_LEADER_ELECTION_NAME"]
     assert f'object.metadata.name == "{secret}"' in secrets["expression"]
@@ -153,7 +161,48 @@ def test_scoped_writes_policy_names_what_sandcap_writes(scenario: str) -> None:
     assert all(v["reason"] == "Forbidden" for v in spec["validations"])
 
 
-@pytest.mark.parametrize("scenario", ["default", "certManager", "no-leader-election", "existing-serviceaccount"])
+def observed_lease_words() -> tuple[str, list[str]]:
+    """The observed-from label and its values (core/src/workloads/mod.rs: OBSERVED_FROM_LABEL and
+    each kind's `label`)."""
+    text = source("core/src/workloads/mod.rs")
+    match = re.search(r'pub const OBSERVED_FROM_LABEL: &str = "([^"]+)";', text)
+    assert match
+    return match.group(1), re.findall(r'label: "([^"]+)"', text[text.index("pub const KINDS") :])
+
+
+def test_scoped_writes_policy_keeps_lease_writes_to_observed_leases() -> None:
+    """The observer's SandboxLease writes: the lease (for a change also the stored one, for a
+    delete only that) carries the observed-from label with a kind's value and an ownerReference
+    to a workload of that kind named as the lease. Without workloads.enabled sandcap writes no
+    lease, and the policy matches none."""
+    spec = scoped_writes({})
+    label, values = observed_lease_words()
+    assert values == ["job", "sandbox"]
+    [leases] = spec["variables"]
+    assert leases["name"] == "leases"
+    assert leases["expression"] == (
+        "request.operation == 'UPDATE' ? [object, oldObject] : "
+        "(request.operation == 'DELETE' ? [oldObject] : [object])"
+    )
+    observed = spec["validations"][-1]
+    expression = observed["expression"]
+    assert expression.startswith("request.resource.resource != 'sandboxleases' || variables.leases.all(l,")
+    assert f"'{label}' in l.metadata.labels" in expression
+    assert f"l.metadata.labels['{label}'] in {values!r}".replace('"', "'") in expression
+    assert "r.name == l.metadata.name" in expression
+    assert "(r.kind == 'Job' && r.apiVersion.startsWith('batch/'))" in expression
+    assert "(r.kind == 'Sandbox' && r.apiVersion.startsWith('agents.x-k8s.io/'))" in expression
+    assert observed["reason"] == "Forbidden"
+    assert observed["message"].startswith("sandcap's ServiceAccount may create, change and delete only observed SandboxLeases")
+    off = scoped_writes(SCENARIOS["no-workloads"])
+    assert "variables" not in off
+    assert not [r for r in off["matchConstraints"]["resourceRules"] if r["apiGroups"] == ["sandcap.dev"]]
+    assert len(off["validations"]) == 3
+
+
+@pytest.mark.parametrize(
+    "scenario", ["default", "certManager", "no-leader-election", "existing-serviceaccount", "no-workloads"]
+)
 def test_every_unnamed_write_of_sandcaps_account_is_narrowed(scenario: str) -> None:
     """RBAC can name no object of a create, nor limit an Event's patch to sandcap's Events: each
     such grant of sandcap's account is one the policy matches, and the policy matches no other

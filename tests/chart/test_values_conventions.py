@@ -572,6 +572,7 @@ NEW_KEYS = (
     "deployment",
     "revisionHistoryLimit",
     "updateStrategy",
+    "workloads",
 )
 
 
@@ -596,3 +597,5 @@ def test_reuse_values_from_a_release_without_the_new_values(tmp_path: pathlib.Pa
     assert d["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
     assert d["spec"]["template"]["spec"]["containers"][0]["args"] == ["run"]
     assert len(sandcaps_rbac(objects, "sandcap")) >= 8
+    # Observing workloads is on by default, also where the old release's values lack the key.
+    assert env(objects)["SANDCAP_OBSERVE_WORKLOADS"] == "true"

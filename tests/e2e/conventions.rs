@@ -244,6 +244,9 @@ pub async fn the_helm_test_may_do_what_check_does_and_no_more(c: Arc<Cluster>) {
     refused(&["get", "validatingwebhookconfiguration", "other"], "", "forbidden");
     refused(&["-n", NAMESPACE, "get", "lease", "other"], "", "forbidden");
     ok("list", test(&["get", "sbp,sbl", "-A"], ""));
+    // The workloads check: the namespaces that opt in (a list, no get), and what sandcap may do.
+    ok("list namespaces", test(&["get", "namespaces", "-l", "sandcap.dev/workloads=enabled"], ""));
+    refused(&["get", "namespace", "default"], "", "forbidden");
     refused(&["-n", NAMESPACE, "get", "secret", "sandcap-webhook-tls"], "", "forbidden");
     refused(&["create", "-f", "-"], &lease("default", "x", "p", json!({})).to_string(), "forbidden");
 

@@ -6,6 +6,7 @@
 //! name) are refused with the policy's message, and what sandcap really writes (its certificate
 //! Secret by the certificate keeper, its Lease by the leader election, Events about its own objects
 //! by kube's Recorder, a repeated one as a patch) goes through. The admin (Helm) is not bound by it.
+//! Its rule for SandboxLeases, the observer's writes, is [`crate::observed_writes`]'s.
 //!
 //! The pods, sandcap's and the `helm test` one, are admitted by the apiserver's PodSecurity
 //! admission into a namespace that enforces the `restricted` standard, as docs/install.md tells admins to
@@ -43,7 +44,7 @@ const OWN_EVENTS_ONLY: &str = "may write only Events about SandboxProviders (in 
 
 /// The apiserver's refusal of `result`, which must be the policy's: a refusal by RBAC (or anything
 /// else) is not taken for it.
-fn refused_by_policy<T: std::fmt::Debug>(what: &str, result: Result<T, kube::Error>, message: &str) {
+pub(crate) fn refused_by_policy<T: std::fmt::Debug>(what: &str, result: Result<T, kube::Error>, message: &str) {
     match result {
         Err(kube::Error::Api(status)) => assert!(
             status.code == 403 && status.message.contains(message) && status.message.contains(POLICY),
@@ -93,6 +94,7 @@ pub async fn only_sandcaps_own_secret_lease_and_events(c: Arc<Cluster>) {
     no_lease_but_the_leader_election(&admin, &sa).await;
     let stored_lease = events_about_its_own_objects(&c, &admin, &sa).await;
     no_event_about_anything_else(&admin, &sa, &stored_lease).await;
+    crate::observed_writes::only_observed_leases(&c, &admin, &sa, NS, "e2e-writes").await;
 
     // Everyone else, e.g. Helm, is unaffected.
     let admin_secrets = Api::<Secret>::namespaced(admin.clone(), NAMESPACE);

@@ -22,6 +22,7 @@ mod hardening;
 mod harness;
 mod leading;
 mod listing;
+mod observed_writes;
 mod plugin;
 mod rollover;
 #[path = "../support/mod.rs"]
@@ -61,6 +62,7 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         leading::a_hung_apiserver_stops_the_leader_before_a_standby_leads,
         leading::a_throttling_apiserver_loses_no_update,
         controllers::a_hostile_provider_stored_without_the_webhook,
+        controllers::workloads_get_observed_leases_kept_by_sandcap,
         listing::the_caches_ask_for_streaming_lists,
         listing::without_watch_list_each_cache_lists_in_pages,
         audit::objects_stored_without_the_webhook_are_audited,

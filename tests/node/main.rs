@@ -13,6 +13,7 @@
 //! docs/testing.md, "The node".
 
 mod node;
+mod observed;
 mod release;
 mod rollout;
 mod scenarios;

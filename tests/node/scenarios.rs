@@ -1,5 +1,6 @@
 //! The node suite's scenarios, in the order an admin meets them: install, a provider with a real
-//! worker, rollouts under load, switching the contract version (versions.rs), faults, uninstall.
+//! worker, rollouts under load, switching the contract version (versions.rs), faults, a finished
+//! Job's observed lease (observed.rs), uninstall.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +32,11 @@ pub fn all() -> Vec<(&'static str, Scenario)> {
         ("4_rollouts_refuse_nothing", rollouts_refuse_nothing),
         ("5_contract_v2_and_back", crate::versions::switch_there_and_back),
         ("6_faults", faults),
-        ("7_uninstall_keeps_the_crds_and_objects", uninstall_keeps_everything),
+        (
+            "7_a_finished_job_takes_its_observed_lease_with_it",
+            crate::observed::a_finished_job_takes_its_observed_lease_with_it,
+        ),
+        ("8_uninstall_keeps_the_crds_and_objects", uninstall_keeps_everything),
     ]
 }
 

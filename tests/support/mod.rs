@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 pub mod hostile;
 pub mod ports;
+pub mod workloads;
 
 /// Runs `command` with `stdin` piped in from a thread of its own, so that a child that exits or
 /// closes its stdin early never blocks the caller, and waits for its output.

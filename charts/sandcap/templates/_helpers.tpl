@@ -166,6 +166,14 @@ it there; Helm would keep the default's under an admin's `type: Recreate`). */}}
 {{- if dig "create" true (.Values.rbac | default dict) }}true{{ end }}
 {{- end }}
 
+{{/* Whether sandcap observes workloads (values.yaml, workloads.enabled; `sandcap run
+--observe-workloads`): its RBAC for Jobs, Sandboxes, Namespaces and the observed leases
+(rbac.yaml) and the writes policy's rule for those leases (writespolicy.yaml) follow it. `dig`
+gives the default to `helm upgrade --reuse-values` from a release of a chart without the value. */}}
+{{- define "sandcap.observeWorkloads" -}}
+{{- if dig "enabled" true (.Values.workloads | default dict) }}true{{ end }}
+{{- end }}
+
 
 {{/* The contract version sandcap enforces (values.yaml, contract.version): the default, v1, whose
 CRDs are at the top of files/crds/, or a version with a directory of its own there. The schema

@@ -26,6 +26,22 @@ pub struct CheckArgs {
     /// from here.
     #[arg(long, default_value = crate::run::CERT_SECRET_NAME, value_name = "NAME")]
     pub cert_secret: String,
+    /// sandcap's ServiceAccount, in `-n`: the workloads check asks the apiserver
+    /// (SubjectAccessReview) whether it may do what the observer does; empty skips that question.
+    #[arg(long, default_value = "sandcap", value_name = "NAME")]
+    pub service_account: String,
+    /// Whether sandcap observes workloads (`sandcap run --observe-workloads`): with `false` the
+    /// workloads check only names the providers whose bindings then observe nothing.
+    #[arg(
+        long,
+        default_value_t = true,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        require_equals = true,
+        action = clap::ArgAction::Set,
+        value_name = "BOOL"
+    )]
+    pub observe_workloads: bool,
     /// Objects changed longer ago than this must be resolved (status.observedGeneration caught up).
     #[arg(long, default_value = "1m", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub resolve_within: Duration,

@@ -2,7 +2,9 @@
 //! the first failure (exit 1): the CRDs are this binary's; the webhook configuration's `caBundle`
 //! verifies the serving certificate; the webhook refuses a server-side dry run that only it
 //! refuses; a leader holds the controllers' Lease; the controllers have resolved every change
-//! older than `--resolve-within`. `--wait` retries until every check passes.
+//! older than `--resolve-within`; every workload kind a provider binds is served, some namespace
+//! opts in, and sandcap's ServiceAccount may do what the observer does. `--wait` retries until
+//! every check passes.
 //!
 //! The RBAC it needs, the same from a laptop or from a pod (a `helm test`), is listed in
 //! docs/contract.md ("Command line"); tests/e2e/plugin/check.rs runs it with exactly that.
@@ -11,6 +13,8 @@ mod args;
 mod certificate;
 mod steps;
 mod verdicts;
+mod workload_verdicts;
+mod workloads;
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -73,6 +77,7 @@ async fn attempt(client: &Client, args: &CheckArgs) -> Vec<Line> {
                 Check::Admission => steps::admission(client, args).await,
                 Check::Leader => steps::leader(client, args).await,
                 Check::Controllers => steps::controllers(client, args).await,
+                Check::Workloads => workloads::workloads(client, args).await,
             }
         };
         let within = humantime::format_duration(args.timeout);

@@ -6,11 +6,13 @@ use super::gates::{self, Gates};
 use super::report::{CapabilityReport, DeclarationReport, ProviderLink, capability, status_notes};
 use super::secret::SecretReport;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::ResourceExt;
 use sandcap_core::api::{DriverDeclaration, Pinned, SandboxLease, SandboxProvider, WorkerStatus};
 use sandcap_core::contract::{
     self, Contract, Declared, FailedConfig, IdentityFailure, Narrowing, Refusals, Resolution, Verified,
 };
 use sandcap_core::vocabulary::{ConditionStatus, ConditionType, Kind, LeasePolicy};
+use sandcap_core::workloads::OBSERVED_FROM_LABEL;
 use serde::Serialize;
 
 #[derive(Clone, Debug, Serialize)]
@@ -23,6 +25,8 @@ pub struct LeaseReport {
     pub observed_generation: Option<i64>,
     pub provider: ProviderLink,
     pub pinned: Option<Pinned>,
+    /// The workload that runs the lease, as its `workloadRef` names it.
+    pub workload: Option<WorkloadLink>,
     pub requested_policy: LeasePolicy,
     pub effective_policy: Option<LeasePolicy>,
     pub declaration: Option<DeclarationReport>,
@@ -32,6 +36,17 @@ pub struct LeaseReport {
     /// Every condition of status, whatever its type.
     pub conditions: Vec<Condition>,
     pub notes: Vec<String>,
+}
+
+/// The workload a lease names, and whether sandcap observed the lease from it (it carries the
+/// observed-from label): then sandcap keeps its spec in step with the workload.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadLink {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub observed: bool,
 }
 
 /// Everything a lease's explanation is built from; `secrets` has one entry per `configFrom`.
@@ -102,6 +117,12 @@ pub fn lease_report(facts: &LeaseFacts) -> LeaseReport {
             uid: provider.and_then(|p| p.metadata.uid.clone()),
         },
         pinned: status.and_then(|s| s.pinned.clone()),
+        workload: lease.spec.workload_ref.as_ref().map(|w| WorkloadLink {
+            api_version: w.api_version.clone(),
+            kind: w.kind.clone(),
+            name: w.name.clone(),
+            observed: lease.labels().contains_key(OBSERVED_FROM_LABEL),
+        }),
         requested_policy: lease.spec.policy(),
         effective_policy: status.and_then(|s| s.effective_policy),
         declaration: driver.map(DeclarationReport::of),
@@ -168,5 +189,31 @@ fn identity_detail(lease: &SandboxLease, provider: Option<&SandboxProvider>) -> 
             lease.spec.provider_ref.name,
             provider.and_then(|p| p.metadata.uid.as_deref()).unwrap_or("none")
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::explain::table;
+    use crate::controller::fixtures::lease;
+
+    #[test]
+    fn the_workload_is_named_and_an_observed_lease_said_to_be_kept_by_sandcap() {
+        let mut l = lease("paperclip-acme", "pc-1").of("k8s", "kubernetes").build();
+        l.spec.workload_ref = Some(sandcap_core::api::WorkloadRef {
+            api_version: "batch/v1".into(),
+            kind: "Job".into(),
+            name: "pc-1".into(),
+            extra: Default::default(),
+        });
+        let text = |l: &SandboxLease| {
+            let mut out = Vec::new();
+            table::lease(&mut out, &lease_report(&LeaseFacts { lease: l, provider: None, secrets: vec![] })).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        assert!(text(&l).contains("  workload      Job pc-1 (batch/v1)\n"), "{}", text(&l));
+        l.labels_mut().insert(OBSERVED_FROM_LABEL.into(), "job".into());
+        assert!(text(&l).contains("Job pc-1 (batch/v1), observed: sandcap keeps this lease in step with it"));
     }
 }

@@ -26,6 +26,10 @@ pub fn lease(out: &mut dyn Write, r: &LeaseReport) -> io::Result<()> {
         |p| format!("uid {}, pluginKey {}, driver {}", p.provider_uid, p.plugin_key, p.driver_key),
     );
     fact(out, "pinned", &pinned)?;
+    if let Some(w) = &r.workload {
+        let how = if w.observed { ", observed: sandcap keeps this lease in step with it" } else { "" };
+        fact(out, "workload", &format!("{} {} ({}){how}", w.kind, w.name, w.api_version))?;
+    }
     if let Some(identity) = r.capabilities.first().and_then(|c| c.gates.iter().find(|g| g.gate == Gate::Identity)) {
         fact(out, "identity", &identity.detail)?;
     }

@@ -122,7 +122,9 @@ impl Leases {
         table.entries.iter().filter(|(_, e)| e.kept.is_observed()).map(|(k, _)| k.clone()).collect()
     }
 
-    /// Resolves once the watch has applied an event since the last call (or since the first).
+    /// Resolves once the watch has applied a change the observer reads since the last call (a
+    /// lease new, deleted, of a new generation, or whose observed-from label or owners moved; not
+    /// a new status, the most frequent event).
     pub async fn changed(&self) {
         self.changed.notified().await
     }
@@ -154,10 +156,12 @@ impl Writer {
     pub fn apply(&mut self, event: Event<CachedLease>) -> Vec<LeaseKey> {
         let mut triggered = Vec::new();
         let mut table = self.table.write().expect("not poisoned");
+        let mut moved = true;
         match event {
             Event::Init => self.listing = Some(HashSet::new()),
             Event::InitApply(lease) | Event::Apply(lease) => {
-                let key = table.insert(lease, &mut triggered);
+                let (key, observed_moved) = table.insert(lease, &mut triggered);
+                moved = observed_moved || !triggered.is_empty();
                 if let Some(listing) = self.listing.as_mut() {
                     listing.insert(key);
                 }
@@ -171,7 +175,9 @@ impl Writer {
                 self.listed.send_replace(true);
             }
         }
-        self.changed.notify_one();
+        if moved {
+            self.changed.notify_one();
+        }
         triggered
     }
 }
@@ -181,13 +187,14 @@ impl Writer {
 const SHRINK_ABOVE: usize = 1024;
 
 impl Table {
-    /// Keeps `lease`, replacing what was kept of it; returns its key (the one kept, when there was).
-    fn insert(&mut self, lease: CachedLease, triggered: &mut Vec<LeaseKey>) -> LeaseKey {
+    /// Keeps `lease`, replacing what was kept of it; returns its key (the one kept, when there was)
+    /// and whether what the observer reads of it moved.
+    fn insert(&mut self, lease: CachedLease, triggered: &mut Vec<LeaseKey>) -> (LeaseKey, bool) {
         let namespace = self.names.get(lease.namespace().as_deref().unwrap_or_default());
         let probe = LeaseKey::new(namespace, &lease.name_any());
         if let Some(key) = self.at_its_generation(&probe, &lease) {
-            self.entries.get_mut(&key).expect("found above").kept.republish(lease);
-            return key;
+            let moved = self.entries.get_mut(&key).expect("found above").kept.republish(lease);
+            return (key, moved);
         }
         let provider = self.names.get(&lease.spec.provider_ref.name);
         let secrets: Box<[Arc<str>]> =
@@ -215,7 +222,7 @@ impl Table {
             self.index.link(&key, &new.provider, &new.secrets);
         }
         self.entries.insert(key.clone(), new);
-        key
+        (key, true)
     }
 
     /// The key of `lease`'s entry if it is kept at this generation: then the event is a new

@@ -123,3 +123,29 @@ fn a_config_stored_over_its_bound_is_not_kept_and_is_judged_as_over_it() {
     let refusal = judged.refusal().expect("refused");
     assert_eq!(refusal, format!("the webhook would refuse it today: spec.config: {CONFIG_TOO_LARGE}"));
 }
+
+#[test]
+fn of_an_observed_lease_its_label_and_owners_are_kept_as_the_watch_decodes_them_and_of_others_nothing() {
+    let mut full = published();
+    assert_eq!(CachedLease::from(full.clone()).kept_lease().observed_from, None);
+    full.metadata.labels = Some([(OBSERVED_FROM_LABEL.to_string(), "job".to_string())].into());
+    full.metadata.owner_references = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        api_version: "batch/v1".into(),
+        kind: "Job".into(),
+        name: "l".into(),
+        uid: "job-uid".into(),
+        ..Default::default()
+    }]);
+    let watched: CachedLease = serde_json::from_value(serde_json::to_value(&full).unwrap()).unwrap();
+    assert_eq!(watched, CachedLease::from(full.clone()));
+    let kept = watched.clone().keep();
+    assert!(kept.is_observed());
+    let read = kept.view("team-a", "l").unwrap().kept_lease();
+    assert_eq!(read.observed(), Some(sandcap_core::workloads::WorkloadKind::Job));
+    assert_eq!(read.owners, [Owner { api_version: "batch/v1".into(), kind: "Job".into(), uid: "job-uid".into() }]);
+    // A label removed without a new generation is seen: the status event carries the metadata.
+    let mut kept = watched.keep();
+    full.metadata.labels = None;
+    kept.republish(CachedLease::from(full));
+    assert!(!kept.is_observed());
+}

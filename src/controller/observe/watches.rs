@@ -45,6 +45,16 @@ impl Namespaces {
         self.state.read().expect("not poisoned").opted_in
     }
 
+    /// As if the watch had listed `namespaces` (the observer's tests).
+    #[cfg(test)]
+    pub fn apply_for_tests(&self, namespaces: Vec<PartialObjectMeta<Namespace>>) {
+        self.apply(Event::Init, "");
+        for ns in namespaces {
+            self.apply(Event::InitApply(ns), "");
+        }
+        self.apply(Event::InitDone, "");
+    }
+
     fn apply(&self, event: Event<PartialObjectMeta<Namespace>>, own: &str) -> bool {
         let observed = |ns: &PartialObjectMeta<Namespace>| {
             let name = ns.metadata.name.clone().unwrap_or_default();
@@ -158,6 +168,15 @@ impl Workloads {
         Workloads { kind, api_version: api_version.to_string(), table, _stop: stop.drop_guard() }
     }
 
+    /// A watch that never ran, holding `items` as listed (the observer's tests).
+    #[cfg(test)]
+    pub fn listed_with(kind: WorkloadKind, api_version: &str, items: Vec<(&str, &str, Item)>) -> Workloads {
+        let items = items.into_iter().map(|(ns, name, item)| ((ns.to_string(), name.to_string()), item)).collect();
+        let table = Arc::new(RwLock::new(Table { listed: true, items, listing: None }));
+        let stop = CancellationToken::new().drop_guard();
+        Workloads { kind, api_version: api_version.to_string(), table, _stop: stop }
+    }
+
     /// Whether it has listed once.
     pub fn listed(&self) -> bool {
         self.table.read().expect("not poisoned").listed
@@ -180,10 +199,15 @@ impl Workloads {
 impl Table {
     /// Applies one event; whether what is held changed.
     fn apply(&mut self, event: Event<PartialObjectMeta<DynamicObject>>, namespaces: &Namespaces) -> bool {
+        // A workload being deleted has no lease to get: the garbage collector takes it meanwhile.
         let keep = |meta: &PartialObjectMeta<DynamicObject>| {
+            if meta.metadata.deletion_timestamp.is_some() {
+                return None;
+            }
             let namespace = meta.metadata.namespace.clone().filter(|ns| namespaces.contains(ns))?;
             let name = meta.metadata.name.clone()?;
-            let item = Item { uid: meta.metadata.uid.clone()?, labels: meta.metadata.labels.clone().unwrap_or_default() };
+            let item =
+                Item { uid: meta.metadata.uid.clone()?, labels: meta.metadata.labels.clone().unwrap_or_default() };
             Some(((namespace, name), item))
         };
         match event {
@@ -213,4 +237,70 @@ impl Table {
 
 fn key_of<K: Resource>(meta: &K) -> (String, String) {
     (meta.meta().namespace.clone().unwrap_or_default(), meta.meta().name.clone().unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta<K>(namespace: Option<&str>, name: &str, labels: &[(&str, &str)]) -> PartialObjectMeta<K> {
+        let metadata = kube::api::ObjectMeta {
+            namespace: namespace.map(Into::into),
+            name: Some(name.into()),
+            uid: Some(format!("uid-{name}")),
+            labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            ..Default::default()
+        };
+        PartialObjectMeta { types: None, metadata, _phantom: std::marker::PhantomData }
+    }
+
+    const ENABLED: (&str, &str) = (NAMESPACE_LABEL, NAMESPACE_ENABLED);
+
+    #[test]
+    fn namespaces_are_observed_once_listed_never_the_own_or_the_clusters_and_each_opt_in_counts() {
+        let ns = Namespaces::default();
+        let own = "sandcap-system";
+        ns.apply(Event::Init, own);
+        for name in ["paperclip-acme", "kube-system", own] {
+            ns.apply(Event::InitApply(meta(None, name, &[ENABLED])), own);
+        }
+        assert!(!ns.listed());
+        assert!(ns.apply(Event::InitDone, own));
+        assert!(ns.listed() && ns.contains("paperclip-acme"));
+        assert!(!ns.contains("kube-system") && !ns.contains(own));
+        let before = ns.opted_in();
+        assert!(ns.apply(Event::Apply(meta(None, "paperclip-beta", &[ENABLED])), own));
+        assert_eq!(ns.opted_in(), before + 1);
+        // Relabelled out: the watch's selector reports it as deleted, or as changed without the label.
+        assert!(ns.apply(Event::Apply(meta(None, "paperclip-beta", &[])), own));
+        assert!(ns.apply(Event::Delete(meta(None, "paperclip-acme", &[ENABLED])), own));
+        assert!(!ns.contains("paperclip-acme") && !ns.contains("paperclip-beta"));
+        assert_eq!(ns.opted_in(), before + 1, "leaving asks for no new list");
+    }
+
+    #[test]
+    fn workloads_of_namespaces_not_observed_are_dropped_as_they_arrive() {
+        let ns = Namespaces::default();
+        ns.apply(Event::Init, "");
+        ns.apply(Event::InitApply(meta(None, "paperclip-acme", &[ENABLED])), "");
+        ns.apply(Event::InitDone, "");
+        let mut table = Table::default();
+        table.apply(Event::Init, &ns);
+        table.apply(Event::InitApply(meta(Some("paperclip-acme"), "pc-1", &[("a", "b")])), &ns);
+        table.apply(Event::InitApply(meta(Some("other"), "pc-2", &[])), &ns);
+        assert!(!table.listed);
+        assert!(table.apply(Event::InitDone, &ns));
+        let keys: Vec<_> = table.items.keys().cloned().collect();
+        assert_eq!(keys, [("paperclip-acme".to_string(), "pc-1".to_string())]);
+        assert_eq!(table.items[&keys[0]].labels["a"], "b");
+        assert!(!table.apply(Event::Apply(meta(Some("other"), "pc-3", &[])), &ns));
+        assert!(table.apply(Event::Delete(meta(Some("paperclip-acme"), "pc-1", &[])), &ns));
+        assert!(table.items.is_empty());
+        table.apply(Event::Apply(meta(Some("paperclip-acme"), "pc-4", &[])), &ns);
+        let mut deleting = meta(Some("paperclip-acme"), "pc-4", &[]);
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()));
+        assert!(table.apply(Event::Apply(deleting), &ns), "a workload being deleted is dropped");
+        assert!(table.items.is_empty());
+    }
 }

@@ -1,11 +1,13 @@
 //! The controllers through the real apiserver, running with exactly the chart's RBAC: statuses
 //! ([`status`]), restarts, a standby and an apiserver outage ([`restarts`]), a probe that changes
-//! nothing ([`probes`]), and a provider over the schema budget ([`hostile`]).
+//! nothing ([`probes`]), a provider over the schema budget ([`hostile`]), and the observer's leases
+//! of running Jobs and Sandboxes ([`workloads`]).
 
 mod hostile;
 mod probes;
 mod restarts;
 mod status;
+mod workloads;
 
 pub use hostile::a_hostile_provider_stored_without_the_webhook;
 pub use probes::a_probe_with_the_same_answer_re_resolves_no_lease;
@@ -14,3 +16,4 @@ pub use restarts::{
     recovers_from_an_apiserver_outage,
 };
 pub use status::status_narrowing_and_recovery_with_the_charts_rbac;
+pub use workloads::workloads_get_observed_leases_kept_by_sandcap;

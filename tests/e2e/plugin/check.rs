@@ -85,7 +85,7 @@ fn healthy_passes_also_through_kubectl(c: &Cluster, webhook_port: u16) {
     assert!(text(&listed.stdout).contains(&dir.join("kubectl-sandcap").display().to_string()), "{listed:?}");
     let through_kubectl = kubectl_with_plugin(c, &dir, &["sandcap", "check"]);
     assert_eq!(through_kubectl.status.code(), Some(0), "{through_kubectl:?}");
-    assert_eq!(text(&through_kubectl.stdout).lines().filter(|l| l.starts_with("ok ")).count(), 5);
+    assert_eq!(text(&through_kubectl.stdout).lines().filter(|l| l.starts_with("ok ")).count(), 6);
 }
 
 /// --confirm-dry-run-only, as the helm test runs it: the chart's admission policy (applied

@@ -105,8 +105,14 @@ fn each_distinct_selector_of_a_kind_is_one_watch_and_an_empty_one_none() {
         extra: BTreeMap::new(),
     }];
     let providers = [
-        provider("a", vec![binding(WorkloadKind::Job, &[MANAGED], "k"), binding(WorkloadKind::Sandbox, &[MANAGED], "k")]),
-        provider("b", vec![binding(WorkloadKind::Job, &[MANAGED], "k"), requirement, binding(WorkloadKind::Job, &[], "k")]),
+        provider(
+            "a",
+            vec![binding(WorkloadKind::Job, &[MANAGED], "k"), binding(WorkloadKind::Sandbox, &[MANAGED], "k")],
+        ),
+        provider(
+            "b",
+            vec![binding(WorkloadKind::Job, &[MANAGED], "k"), requirement, binding(WorkloadKind::Job, &[], "k")],
+        ),
     ];
     let watches: Vec<_> = Binder::new(&providers).watches().into_iter().collect();
     let managed = "paperclip.io/managed-by=paperclip-k8s-plugin".to_string();
@@ -118,4 +124,44 @@ fn each_distinct_selector_of_a_kind_is_one_watch_and_an_empty_one_none() {
             (WorkloadKind::Sandbox, managed),
         ]
     );
+}
+
+mod tenancy {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::judge::{Options, judge};
+    use crate::schema::Server;
+
+    fn label_value() -> impl Strategy<Value = String> {
+        "([A-Za-z0-9]([-A-Za-z0-9_.]{0,20}[A-Za-z0-9])?)?"
+    }
+
+    proptest! {
+        /// Whatever labels a tenant gives its workload, the lease it gets is in the workload's
+        /// namespace, under its name, and one the CRD and the webhook would admit if the tenant
+        /// wrote it by hand: labels choose nothing a hand-made lease could not.
+        #[test]
+        fn an_observed_lease_is_one_a_tenant_could_have_written_in_its_own_namespace(
+            agent in label_value(),
+            extra in prop::collection::btree_map("[a-z]{1,8}", label_value(), 0..4),
+            reuse in any::<bool>(),
+        ) {
+            let mut b = binding(WorkloadKind::Job, &[MANAGED], "kubernetes");
+            if reuse {
+                b.policy = Some(LeasePolicy::ReuseByEnvironment);
+                b.environment_label = Some("paperclip.io/agent-id".into());
+            }
+            let providers = [provider("k8s", vec![b])];
+            let mut l = extra;
+            l.insert(MANAGED.0.into(), MANAGED.1.into());
+            l.insert("paperclip.io/agent-id".into(), agent);
+            let Bound::One(desired) = Binder::new(&providers).bind(&workload(WorkloadKind::Job, &l)) else {
+                panic!("bound")
+            };
+            prop_assert_eq!((desired.namespace.as_str(), desired.name.as_str()), ("paperclip-acme", "pc-01j"));
+            let verdict = judge(&desired.object(), &Options::default(), Server::default());
+            prop_assert!(verdict.allowed(), "{}", verdict.message());
+        }
+    }
 }

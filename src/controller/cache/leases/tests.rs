@@ -195,3 +195,22 @@ async fn a_table_whose_writer_is_gone_before_the_list_is_never_listed() {
     drop(writer);
     assert!(!leases.listed().await);
 }
+
+#[tokio::test]
+async fn the_observer_wakes_for_what_it_reads_and_not_for_a_new_status() {
+    let (leases, mut writer) = table(Gauge::default());
+    let woke = || async { tokio::time::timeout(std::time::Duration::from_millis(10), leases.changed()).await.is_ok() };
+    let mut l = lease("team-a", "pc-1").of("p", "k").build();
+    writer.apply(Event::Apply(l.clone().into()));
+    assert!(woke().await, "a new lease");
+    l.status = Some(SandboxLeaseStatus::default());
+    writer.apply(Event::Apply(l.clone().into()));
+    assert!(!woke().await, "a new status of the same generation");
+    l.metadata.labels = Some([(sandcap_core::workloads::OBSERVED_FROM_LABEL.into(), "job".into())].into());
+    writer.apply(Event::Apply(l.clone().into()));
+    assert!(woke().await, "the observed-from label, without a new generation");
+    assert_eq!(names(leases.observed()), ["team-a/pc-1"]);
+    writer.apply(Event::Delete(l.into()));
+    assert!(woke().await, "a deleted lease");
+    assert!(leases.observed().is_empty());
+}
