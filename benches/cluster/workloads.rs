@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use crate::churn::is_resolved;
 use crate::harness::binary::Sandcap;
 use crate::harness::cluster::{self, Cluster};
-use crate::harness::install::{self, Install, NAMESPACE};
+use crate::harness::install::{self, Install};
 use crate::harness::objects::resource;
 use crate::harness::waits::eventually;
 use crate::scale::lease_reconciles;
@@ -113,31 +113,6 @@ fn opt_in(c: &Cluster, enabled: bool) {
     install::apply(c, &namespaces);
 }
 
-/// What the observer reads and writes, granted to sandcap's ServiceAccount: the chart's RBAC does
-/// not grant it yet (namespaces and Jobs to watch, leases to create, patch and delete).
-fn grant_observer(c: &Cluster, install: &Install) {
-    let deployment = install.of_kind("Deployment");
-    let account = deployment["spec"]["template"]["spec"]["serviceAccountName"].as_str().expect("a ServiceAccount");
-    let role = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": "bench-observer"},
-        "rules": [
-            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
-            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "watch"]},
-            {"apiGroups": ["sandcap.dev"], "resources": ["sandboxleases"], "verbs": ["create", "patch", "delete"]}
-        ]
-    });
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": "bench-observer"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "bench-observer"},
-        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
-    });
-    install::apply(c, &[role, binding]);
-}
-
 /// A watch of the leases `selector` selects, in every namespace: when it first showed each one
 /// resolved (the `Resolved` condition of its generation, as the churn part reads it).
 struct Resolved {
@@ -158,12 +133,12 @@ impl Resolved {
             while let Some(event) = events.next().await {
                 let at = Instant::now();
                 match event {
-                    Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) => {
-                        if is_resolved(&serde_json::to_value(&lease).expect("json")) {
-                            let name = lease.metadata.name.unwrap_or_default();
-                            let key = (lease.metadata.namespace.unwrap_or_default(), name);
-                            record.lock().unwrap().entry(key).or_insert(at);
-                        }
+                    Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease))
+                        if is_resolved(&serde_json::to_value(&lease).expect("json")) =>
+                    {
+                        let name = lease.metadata.name.unwrap_or_default();
+                        let key = (lease.metadata.namespace.unwrap_or_default(), name);
+                        record.lock().unwrap().entry(key).or_insert(at);
                     }
                     Ok(watcher::Event::InitDone) => drop(listed.take().map(|l| l.send(()))),
                     _ => {}
@@ -255,7 +230,6 @@ pub async fn observed_at_scale(c: &Cluster, install: &Install, admin: &Client) {
     leases.delete_collection(&DeleteParams::default(), &ListParams::default()).await.expect("delete");
     let providers: Api<DynamicObject> = Api::all_with(admin.clone(), &resource("SandboxProvider"));
     providers.delete_collection(&DeleteParams::default(), &ListParams::default()).await.expect("delete");
-    grant_observer(c, install);
     let worker = Worker::with_methods(&V1.worker_methods());
     let mut observing = provider(PROVIDER, &worker.url, all_true());
     let binding = json!({"kind": "Job", "selector": {"matchLabels": {SELECTED: "yes"}}, "driverKey": "kubernetes"});
