@@ -12,13 +12,19 @@
 //!    mean of the two); one provider's declaration change until its 100 leases are re-resolved;
 //!    sandcap's peak RSS; a restart and ten probe intervals with nothing changed (lease status
 //!    writes and Secret GETs, from the apiserver's audit log).
+//! 4. observed leases: 10,000 Jobs in 10 namespaces opted in and 1,000 labelled Jobs in one that is
+//!    not: a cold start until every Job's observed lease is resolved, against the same start with
+//!    10,000 hand-made leases, run before and again at the end; peak RSS of both; 100 new Jobs at
+//!    50/s until each lease is resolved; a restart with nothing changed (the observer's writes).
 //!
 //! Part 1 is `cluster/webhook.rs` (with `cluster/echo.rs`), part 2 `cluster/churn.rs`, part 3
-//! `cluster/scale.rs`; this file holds what they share and runs them.
+//! `cluster/scale.rs`, part 4 `cluster/workloads.rs`; this file holds what they share and runs
+//! them.
 //!
 //!   cargo build --release --example reference-worker && cargo bench --bench cluster
 //!   SANDCAP_BENCH_PROVIDERS=1000 cargo bench --bench cluster   (100,000 leases, part 3 alone)
 //!   SANDCAP_BENCH_PARTS=webhook,churn cargo bench --bench cluster   (some parts)
+//!   SANDCAP_BENCH_PARTS=workloads cargo bench --bench cluster   (observed leases alone)
 //!   SANDCAP_E2E_SANDCAP=path/to/other/sandcap cargo bench --bench cluster    (another build)
 
 #[path = "cluster/churn.rs"]
@@ -35,6 +41,8 @@ mod scale;
 mod support;
 #[path = "cluster/webhook.rs"]
 mod webhook;
+#[path = "cluster/workloads.rs"]
+mod workloads;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,7 +57,7 @@ use harness::cluster::{self, Cluster};
 use harness::install::{self, Install};
 
 const NS: &str = "bench";
-/// Whether to run part `name` (`webhook`, `churn`, `scale`): `SANDCAP_BENCH_PARTS` lists them,
+/// Whether to run part `name` (`webhook`, `churn`, `scale`, `workloads`): `SANDCAP_BENCH_PARTS` lists them,
 /// all by default; the 100,000-lease run is the scale part alone.
 fn part(name: &str) -> bool {
     match std::env::var("SANDCAP_BENCH_PARTS") {
@@ -148,6 +156,9 @@ fn main() {
         }
         if part("scale") {
             scale::controllers_at_scale(&c, &install, &admin, &status).await;
+        }
+        if part("workloads") {
+            workloads::observed_at_scale(&c, &install, &admin).await;
         }
     });
 }

@@ -32,7 +32,7 @@ const PROVIDER: &str = "churn";
 const ROUND: Duration = Duration::from_secs(5);
 
 /// Whether a lease's status shows it resolved: the `Resolved` condition of its generation.
-fn is_resolved(lease: &Value) -> bool {
+pub fn is_resolved(lease: &Value) -> bool {
     let status = &lease["status"];
     status["observedGeneration"] == lease["metadata"]["generation"]
         && status["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Resolved"))

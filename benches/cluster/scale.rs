@@ -57,7 +57,7 @@ async fn baseline(api: &Api<DynamicObject>, names: &[String], patch: &Patch<Valu
     started.elapsed()
 }
 
-fn lease_reconciles(metrics: &str) -> u64 {
+pub fn lease_reconciles(metrics: &str) -> u64 {
     metrics
         .lines()
         .find(|l| l.starts_with("sandcap_reconciles_total{kind=\"SandboxLease\"}"))
