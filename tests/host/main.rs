@@ -11,6 +11,25 @@ mod npm;
 mod resolve;
 
 use std::path::Path;
+
+use sandcap_core::versions::{V1, V2};
+use sandcap_core::vocabulary::WorkerMethod;
+
+/// The keys of contract v1, in status order, as the core's contract versions list them.
+pub fn v1_keys() -> Vec<&'static str> {
+    V1.keys.iter().map(|k| k.capability.key()).collect()
+}
+
+/// The keys v2 adds to v1.
+pub fn v2_only_keys() -> Vec<&'static str> {
+    let v1 = v1_keys();
+    V2.keys.iter().map(|k| k.capability.key()).filter(|k| !v1.contains(k)).collect()
+}
+
+/// Every worker method a key needs, in the vocabulary's order.
+pub fn methods() -> Vec<&'static str> {
+    WorkerMethod::ALL.iter().map(|m| m.as_str()).collect()
+}
 use std::process::{Command, Output};
 
 /// Deterministic cases: splitmix64, seeded.

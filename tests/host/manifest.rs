@@ -31,15 +31,6 @@ struct Change {
     apply: fn(&mut Value, &mut Rng),
 }
 
-const SIX: [&str; 6] = [
-    "reusableLeases",
-    "nativeSyncIn",
-    "nativeSyncOut",
-    "persistentProcessSessions",
-    "independentControlCommands",
-    "incrementalSessionOutput",
-];
-const V2_KEYS: [&str; 3] = ["concurrentSyncOperations", "duplexCommandStream", "runnerWebSocketIngress"];
 /// A field and a value of it.
 type Field = (&'static str, fn() -> Value);
 const HOST_ONLY_FIELDS: [Field; 6] = [
@@ -65,13 +56,13 @@ fn capability(driver: &mut Value, key: &str, value: Value) {
 #[rustfmt::skip]
 const CHANGES: &[Change] = &[
     Change { name: "a v1 key declared true or false", field: "caps", host: Admits, sandcap: Admits,
-             apply: |d, r| { let k = any(r, &SIX); capability(d, k, json!(r.chance(0.5))) } },
+             apply: |d, r| { let k = any(r, &crate::v1_keys()); capability(d, k, json!(r.chance(0.5))) } },
     Change { name: "a key of v2 only", field: "caps", host: Admits, sandcap: RefusesUnderV1,
-             apply: |d, r| { let k = any(r, &V2_KEYS); capability(d, k, json!(r.chance(0.5))) } },
+             apply: |d, r| { let k = any(r, &crate::v2_only_keys()); capability(d, k, json!(r.chance(0.5))) } },
     Change { name: "a capability declared null", field: "caps", host: Refuses, sandcap: Refuses,
-             apply: |d, r| { let k = any(r, &SIX); capability(d, k, Value::Null) } },
+             apply: |d, r| { let k = any(r, &crate::v1_keys()); capability(d, k, Value::Null) } },
     Change { name: "a capability declared as a string", field: "caps", host: Refuses, sandcap: Refuses,
-             apply: |d, r| { let k = any(r, &SIX); capability(d, k, json!("true")) } },
+             apply: |d, r| { let k = any(r, &crate::v1_keys()); capability(d, k, json!("true")) } },
     Change { name: "the removed concurrentSyncAndExec", field: "caps", host: Refuses, sandcap: Refuses,
              apply: |d, r| capability(d, "concurrentSyncAndExec", json!(r.chance(0.5))) },
     Change { name: "an unknown capability key", field: "caps", host: Refuses, sandcap: Refuses,

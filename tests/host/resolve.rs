@@ -10,26 +10,6 @@ use serde_json::{Map, Value, json};
 
 use crate::{CASES_PER_SEED, Rng, SEEDS, npm, sandcap, write};
 
-const SIX: [&str; 6] = [
-    "reusableLeases",
-    "nativeSyncIn",
-    "nativeSyncOut",
-    "persistentProcessSessions",
-    "independentControlCommands",
-    "incrementalSessionOutput",
-];
-const V2_KEYS: [&str; 3] = ["concurrentSyncOperations", "duplexCommandStream", "runnerWebSocketIngress"];
-const METHODS: [&str; 8] = [
-    "environmentResumeLease",
-    "environmentReleaseLease",
-    "environmentDestroyLease",
-    "environmentSyncIn",
-    "environmentSyncOut",
-    "environmentExecute",
-    "duplexChannelOpen",
-    "environmentRunnerIngressEndpoint",
-];
-
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Pin {
     /// No `status.pinned`: the first resolution pins the provider as it is.
@@ -52,9 +32,9 @@ struct Case {
 }
 
 fn keys(contract: &str) -> Vec<&'static str> {
-    let mut keys = SIX.to_vec();
+    let mut keys = crate::v1_keys();
     if contract == "v2" {
-        keys.extend(V2_KEYS);
+        keys.extend(crate::v2_only_keys());
     }
     keys
 }
@@ -74,7 +54,8 @@ fn generate(rng: &mut Rng, contract: &'static str) -> Case {
     if let Some(legacy) = rng.pick(&[(None, 12), (Some(true), 5), (Some(false), 3)]) {
         driver["supportsReusableLeases"] = json!(legacy);
     }
-    let methods = if rng.chance(0.03) { vec![] } else { METHODS.into_iter().filter(|_| rng.chance(0.75)).collect() };
+    let methods =
+        if rng.chance(0.03) { vec![] } else { crate::methods().into_iter().filter(|_| rng.chance(0.75)).collect() };
     Case {
         contract,
         driver,
