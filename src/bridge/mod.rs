@@ -16,6 +16,7 @@ mod serve;
 mod supervisor;
 mod worker;
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -175,7 +176,8 @@ pub async fn run(args: BridgeArgs) -> Result<(), BridgeError> {
     let app = serve::router(&args.path, states);
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, path = %args.path, "serving sandcap's probe");
-        println!("listening on {addr}");
+        // What tests and scripts wait for (with --listen 127.0.0.1:0 the system picks the port).
+        let _ = writeln!(std::io::stdout(), "listening on {addr}");
     }
     let serving = crate::listener::serve_connections(listener, None, app, &limits, served.clone());
     tokio::pin!(serving);

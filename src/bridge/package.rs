@@ -94,7 +94,8 @@ try {
 } catch (err) {
   out = { error: err instanceof Error ? err.message : String(err) };
 }
-process.stdout.write(JSON.stringify(out));
+// The callback: a manifest module that leaves timers behind must not keep node from exiting.
+process.stdout.write(JSON.stringify(out), () => process.exit(0));
 "#;
 
 /// Finds the package in `dir` and loads its manifest with `node`.
