@@ -141,10 +141,8 @@ async fn run_loader(dir: &Path, manifest: &Path, node: &Path, budgets: &Budgets)
     let limit = budgets.max_manifest as u64 + 1024;
     let reading = async {
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let (a, b) = tokio::join!(
-            (&mut stdout).take(limit + 1).read_to_end(&mut out),
-            (&mut stderr).take(4096).read_to_end(&mut err)
-        );
+        let (mut stdout, mut stderr) = ((&mut stdout).take(limit + 1), (&mut stderr).take(4096));
+        let (a, b) = tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err));
         a.and(b).map(|_| (out, err))
     };
     let failed = |detail: String| PackageError::Load { path: display(manifest), detail };

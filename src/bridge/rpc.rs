@@ -71,7 +71,7 @@ struct ErrorObject {
 }
 
 /// A line the worker wrote, read as the SDK's `isJsonRpc*` functions read it.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Incoming<'a> {
     /// An answer to one of the bridge's requests (only numeric ids are the bridge's).
     Response { id: Option<u64>, outcome: Result<&'a RawValue, Option<i64>> },
@@ -172,25 +172,25 @@ mod tests {
         let Incoming::Response { id: Some(1), outcome: Ok(result) } = response else { panic!("{response:?}") };
         assert_eq!(result.get(), r#"{"ok":true}"#);
         let error = classify(br#"{"jsonrpc":"2.0","id":2,"error":{"code":-32002,"message":"Worker already initialized"}}"#);
-        assert_eq!(error.unwrap(), Incoming::Response { id: Some(2), outcome: Err(Some(-32002)) });
+        assert!(matches!(error, Ok(Incoming::Response { id: Some(2), outcome: Err(Some(-32002)) })));
         let call = classify(br#"{"jsonrpc":"2.0","id":7,"method":"state.get","params":{}}"#).unwrap();
         assert!(matches!(call, Incoming::Request { ref method, .. } if method == "state.get"));
-        let log = classify(br#"{"jsonrpc":"2.0","method":"log","params":{"level":"info"}}"#).unwrap();
-        assert_eq!(log, Incoming::Notification { method: "log".into() });
-        let null_id = classify(br#"{"jsonrpc":"2.0","id":null,"method":"log"}"#).unwrap();
-        assert_eq!(null_id, Incoming::Notification { method: "log".into() });
-        let parse_error = classify(br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700}}"#).unwrap();
-        assert_eq!(parse_error, Incoming::Response { id: None, outcome: Err(Some(-32700)) });
+        let log = classify(br#"{"jsonrpc":"2.0","method":"log","params":{"level":"info"}}"#);
+        assert!(matches!(log, Ok(Incoming::Notification { ref method }) if method == "log"));
+        let null_id = classify(br#"{"jsonrpc":"2.0","id":null,"method":"log"}"#);
+        assert!(matches!(null_id, Ok(Incoming::Notification { ref method }) if method == "log"));
+        let parse_error = classify(br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700}}"#);
+        assert!(matches!(parse_error, Ok(Incoming::Response { id: None, outcome: Err(Some(-32700)) })));
     }
 
     #[test]
     fn garbage_is_not_a_message() {
-        assert_eq!(classify(b"hello from console.log"), Err(NotRpc::NotJson));
-        assert_eq!(classify(b"{\"jsonrpc\":\"2.0\""), Err(NotRpc::NotJson));
-        assert_eq!(classify(b"[1,2]"), Err(NotRpc::NotJsonRpc));
-        assert_eq!(classify(br#"{"jsonrpc":"1.0","id":1,"result":1}"#), Err(NotRpc::NotJsonRpc));
-        assert_eq!(classify(br#"{"jsonrpc":"2.0","id":1}"#), Err(NotRpc::NotJsonRpc));
-        assert_eq!(classify(br#"{"jsonrpc":"2.0","id":1,"method":7}"#), Err(NotRpc::NotJsonRpc));
+        assert_eq!(classify(b"hello from console.log").unwrap_err(), NotRpc::NotJson);
+        assert_eq!(classify(b"{\"jsonrpc\":\"2.0\"").unwrap_err(), NotRpc::NotJson);
+        assert_eq!(classify(b"[1,2]").unwrap_err(), NotRpc::NotJsonRpc);
+        assert_eq!(classify(br#"{"jsonrpc":"1.0","id":1,"result":1}"#).unwrap_err(), NotRpc::NotJsonRpc);
+        assert_eq!(classify(br#"{"jsonrpc":"2.0","id":1}"#).unwrap_err(), NotRpc::NotJsonRpc);
+        assert_eq!(classify(br#"{"jsonrpc":"2.0","id":1,"method":7}"#).unwrap_err(), NotRpc::NotJsonRpc);
     }
 
     #[test]
