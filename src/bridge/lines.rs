@@ -56,7 +56,8 @@ fn take(buffer: &mut Vec<u8>) -> Vec<u8> {
 pub struct Rate {
     max_lines: u32,
     max_bytes: u64,
-    window: Instant,
+    /// When the current window started (at the first line counted).
+    window: Option<Instant>,
     lines: u32,
     bytes: u64,
 }
@@ -81,13 +82,13 @@ const WINDOW: Duration = Duration::from_secs(1);
 
 impl Rate {
     pub fn new(max_lines: u32, max_bytes: u64) -> Rate {
-        Rate { max_lines, max_bytes, window: Instant::now(), lines: 0, bytes: 0 }
+        Rate { max_lines, max_bytes, window: None, lines: 0, bytes: 0 }
     }
 
     /// Counts one line of `len` bytes, read at `now`.
     pub fn count(&mut self, len: usize, now: Instant) -> Result<(), Flood> {
-        if now.duration_since(self.window) >= WINDOW {
-            (self.window, self.lines, self.bytes) = (now, 0, 0);
+        if self.window.is_none_or(|start| now.duration_since(start) >= WINDOW) {
+            (self.window, self.lines, self.bytes) = (Some(now), 0, 0);
         }
         self.lines += 1;
         self.bytes += len as u64 + 1;

@@ -110,7 +110,7 @@ pub async fn load(dir: &Path, node: &Path, budgets: &Budgets) -> Result<Package,
 pub fn manifest_path(dir: &Path) -> Result<PathBuf, PackageError> {
     let pj_path = dir.join("package.json");
     let text = std::fs::read(&pj_path).map_err(|source| PackageError::Read { path: display(&pj_path), source })?;
-    let package: Value =
+    let package: Map<String, Value> =
         serde_json::from_slice(&text).map_err(|_| PackageError::PackageJson { path: display(&pj_path) })?;
     let declared = package.get("paperclipPlugin").and_then(|p| p.get("manifest")).and_then(Value::as_str);
     if let Some(relative) = declared {
