@@ -117,14 +117,15 @@ async fn an_sdk_worker_behind_the_bridge_verifies_exactly_its_supported_methods(
     let setups = bridge.lines_with("setup ran in pid");
     assert_eq!(setups.len(), 1, "{:?}", bridge.log());
     bridge.wait_for("the host refused state.get: code -32601", Duration::from_secs(1));
-    let pid: u32 = setups[0].rsplit(' ').next().unwrap().trim().parse().unwrap();
+    let after = setups[0].split("setup ran in pid ").nth(1).unwrap();
+    let pid: u32 = after.chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap();
 
     // sandcap resolve probes it too, and grants from it.
     let provider = crate::harness::provider("sandcap.bridge-test", "0.3.1", &bridge.url, json!(drivers));
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), serde_json::to_vec(&provider).unwrap()).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_sandcap"))
-        .args(["resolve", "--allow-worker-urls", "--provider"])
+        .args(["resolve", "--allow-worker-urls", "--worker-url-allowed-cidrs", "127.0.0.0/8", "--provider"])
         .arg(file.path())
         .args(["--worker-url", &bridge.url, "-o", "json"])
         .output()
