@@ -9,7 +9,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 #[derive(Debug, PartialEq, Eq)]
 pub enum Line {
     /// One line, without its `\n` (and a `\r` before it).
-    Line(Vec<u8>),
+    Text(Vec<u8>),
     /// A line longer than the cap; what was read of it is dropped.
     TooLong,
     /// The stream ended (a last line without `\n` is still returned first).
@@ -23,7 +23,7 @@ pub async fn next_line<R: AsyncBufRead + Unpin>(reader: &mut R, buffer: &mut Vec
     loop {
         let available = reader.fill_buf().await?;
         if available.is_empty() {
-            return Ok(if buffer.is_empty() { Line::End } else { Line::Line(take(buffer)) });
+            return Ok(if buffer.is_empty() { Line::End } else { Line::Text(take(buffer)) });
         }
         let (chunk, found) = match available.iter().position(|&b| b == b'\n') {
             Some(at) => (&available[..at], Some(at + 1)),
@@ -37,7 +37,7 @@ pub async fn next_line<R: AsyncBufRead + Unpin>(reader: &mut R, buffer: &mut Vec
         let used = found.unwrap_or(available.len());
         reader.consume(used);
         if found.is_some() {
-            return Ok(Line::Line(take(buffer)));
+            return Ok(Line::Text(take(buffer)));
         }
     }
 }
@@ -123,7 +123,7 @@ mod tests {
     async fn lines_are_split_at_newlines_whatever_the_reads() {
         for capacity in [1, 3, 64] {
             let found = lines(b"{\"a\":1}\r\n\n{\"b\":2}\nlast", capacity, 16).await;
-            let expected = [&b"{\"a\":1}"[..], b"", b"{\"b\":2}", b"last"].map(|l| Line::Line(l.to_vec()));
+            let expected = [&b"{\"a\":1}"[..], b"", b"{\"b\":2}", b"last"].map(|l| Line::Text(l.to_vec()));
             assert_eq!(found[..4], expected, "capacity {capacity}");
             assert_eq!(found[4], Line::End);
         }
@@ -136,9 +136,9 @@ mod tests {
             input.extend(std::iter::repeat_n(b'x', 100));
             input.push(b'\n');
             let found = lines(&input, capacity, 32).await;
-            assert_eq!(found, [Line::Line(b"short".to_vec()), Line::TooLong], "capacity {capacity}");
+            assert_eq!(found, [Line::Text(b"short".to_vec()), Line::TooLong], "capacity {capacity}");
         }
-        assert_eq!(lines(&[b'y'; 32], 8, 32).await, [Line::Line(vec![b'y'; 32]), Line::End], "at the cap");
+        assert_eq!(lines(&[b'y'; 32], 8, 32).await, [Line::Text(vec![b'y'; 32]), Line::End], "at the cap");
     }
 
     #[test]

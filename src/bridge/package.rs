@@ -174,7 +174,7 @@ fn from_loaded(dir: &Path, manifest_path: &Path, loaded: Value) -> Result<Packag
         return Err(problem("does not export an object"));
     };
     for field in ["id", "version"] {
-        if !manifest.get(field).and_then(Value::as_str).is_some_and(|s| !s.is_empty()) {
+        if manifest.get(field).and_then(Value::as_str).is_none_or(str::is_empty) {
             return Err(problem(&format!("has no {field} string")));
         }
     }

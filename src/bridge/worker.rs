@@ -158,7 +158,7 @@ async fn log_stderr<R: AsyncBufRead + Unpin>(mut stderr: R, budgets: Budgets) {
     let mut dropped = 0u64;
     loop {
         let line = match next_line(&mut stderr, &mut buffer, budgets.max_line).await {
-            Ok(Line::Line(line)) => line,
+            Ok(Line::Text(line)) => line,
             Ok(Line::TooLong) => b"(a stderr line longer than the line cap)".to_vec(),
             Ok(Line::End) | Err(_) => return,
         };
@@ -214,7 +214,7 @@ impl<F: FnOnce(Box<RawValue>)> Session<'_, F> {
                 }
             };
             let line = match line {
-                Ok(Line::Line(line)) => line,
+                Ok(Line::Text(line)) => line,
                 Ok(Line::TooLong) => return Ended::LineTooLong(budgets.max_line),
                 // The process is ending: its exit status is the better reason.
                 Ok(Line::End) | Err(_) => std::future::pending().await,
