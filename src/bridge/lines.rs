@@ -18,7 +18,11 @@ pub enum Line {
 
 /// Reads lines of at most `max` bytes from `reader`, into `buffer` (kept between calls, so a
 /// line's allocation is reused).
-pub async fn next_line<R: AsyncBufRead + Unpin>(reader: &mut R, buffer: &mut Vec<u8>, max: usize) -> std::io::Result<Line> {
+pub async fn next_line<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    buffer: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<Line> {
     buffer.clear();
     loop {
         let available = reader.fill_buf().await?;

@@ -157,7 +157,9 @@ pub async fn run(args: BridgeArgs) -> Result<(), BridgeError> {
         "plugin package loaded"
     );
     if !package.validated {
-        tracing::warn!("@paperclipai/shared is not installed in the package: the manifest is sent as it exports it, not as the host's validator parses it");
+        tracing::warn!(
+            "@paperclipai/shared is not installed in the package: the manifest is sent as it exports it, not as the host's validator parses it"
+        );
     }
     let listener = bind(args.listen).await?;
     let mut signals = crate::run::Signals::install().map_err(BridgeError::Signals)?;

@@ -149,7 +149,9 @@ async fn run_loader(dir: &Path, manifest: &Path, node: &Path, budgets: &Budgets)
     let (out, err) = match tokio::time::timeout(budgets.initialize_timeout, reading).await {
         Ok(Ok(read)) => read,
         Ok(Err(e)) => return Err(failed(format!("reading node's output: {e}"))),
-        Err(_) => return Err(failed(format!("no answer within {}", humantime::format_duration(budgets.initialize_timeout)))),
+        Err(_) => {
+            return Err(failed(format!("no answer within {}", humantime::format_duration(budgets.initialize_timeout))));
+        }
     };
     let _ = child.start_kill();
     let _ = child.wait().await;
@@ -183,8 +185,9 @@ fn from_loaded(dir: &Path, manifest_path: &Path, loaded: Value) -> Result<Packag
     }
     let worker = manifest.get("entrypoints").and_then(|e| e.get("worker")).and_then(Value::as_str);
     let worker = worker.filter(|w| !w.is_empty()).ok_or_else(|| problem("has no entrypoints.worker"))?;
-    let worker = worker_entrypoint(dir, worker).ok_or_else(|| {
-        PackageError::Manifest { path: display(manifest_path), problem: format!("names a worker {worker} that is not a file inside {}", display(dir)) }
+    let worker = worker_entrypoint(dir, worker).ok_or_else(|| PackageError::Manifest {
+        path: display(manifest_path),
+        problem: format!("names a worker {worker} that is not a file inside {}", display(dir)),
     })?;
     Ok(Package { dir: dir.to_path_buf(), manifest_path: manifest_path.to_path_buf(), manifest, validated, worker })
 }
@@ -261,7 +264,8 @@ mod tests {
     #[test]
     fn the_identity_is_the_manifests() {
         let dir = package(&[("dist/worker.js", "")]);
-        let drivers = json!([{"driverKey": "k", "kind": "sandbox_provider", "sandboxCapabilities": {"nativeSyncIn": true}}]);
+        let drivers =
+            json!([{"driverKey": "k", "kind": "sandbox_provider", "sandboxCapabilities": {"nativeSyncIn": true}}]);
         let manifest = json!({"id": "acme.k", "version": "1.2.3", "apiVersion": 1,
             "entrypoints": {"worker": "./dist/worker.js"}, "environmentDrivers": drivers});
         let found = from_loaded(dir.path(), &dir.path().join("m.js"), json!({"validated": true, "manifest": manifest}));
@@ -276,12 +280,18 @@ mod tests {
     #[test]
     fn a_manifest_without_what_the_bridge_needs_is_refused() {
         let dir = package(&[("dist/worker.js", "")]);
-        let judge = |manifest: Value| from_loaded(dir.path(), Path::new("m.js"), json!({"manifest": manifest})).unwrap_err().to_string();
+        let judge = |manifest: Value| {
+            from_loaded(dir.path(), Path::new("m.js"), json!({"manifest": manifest})).unwrap_err().to_string()
+        };
         assert!(judge(json!({"version": "1", "entrypoints": {"worker": "dist/worker.js"}})).contains("has no id"));
         assert!(judge(json!({"id": "a", "entrypoints": {"worker": "dist/worker.js"}})).contains("has no version"));
         assert!(judge(json!({"id": "a", "version": "1"})).contains("entrypoints.worker"));
-        assert!(judge(json!({"id": "a", "version": "1", "entrypoints": {"worker": "../x.js"}})).contains("not a file inside"));
-        let drivers = json!({"id": "a", "version": "1", "entrypoints": {"worker": "dist/worker.js"}, "environmentDrivers": {}});
+        assert!(
+            judge(json!({"id": "a", "version": "1", "entrypoints": {"worker": "../x.js"}}))
+                .contains("not a file inside")
+        );
+        let drivers =
+            json!({"id": "a", "version": "1", "entrypoints": {"worker": "dist/worker.js"}, "environmentDrivers": {}});
         assert!(judge(drivers).contains("not a list"));
         assert!(judge(json!([])).contains("does not export an object"));
     }

@@ -171,7 +171,8 @@ mod tests {
         let response = classify(br#"{"jsonrpc":"2.0","id":1,"result":{"ok":true}}"#).unwrap();
         let Incoming::Response { id: Some(1), outcome: Ok(result) } = response else { panic!("{response:?}") };
         assert_eq!(result.get(), r#"{"ok":true}"#);
-        let error = classify(br#"{"jsonrpc":"2.0","id":2,"error":{"code":-32002,"message":"Worker already initialized"}}"#);
+        let error =
+            classify(br#"{"jsonrpc":"2.0","id":2,"error":{"code":-32002,"message":"Worker already initialized"}}"#);
         assert!(matches!(error, Ok(Incoming::Response { id: Some(2), outcome: Err(Some(-32002)) })));
         let call = classify(br#"{"jsonrpc":"2.0","id":7,"method":"state.get","params":{}}"#).unwrap();
         assert!(matches!(call, Incoming::Request { ref method, .. } if method == "state.get"));
@@ -221,9 +222,14 @@ mod tests {
     #[test]
     fn the_probes_result_is_the_workers_with_the_identity() {
         let identity = json!({"id": "acme", "version": "1.0.0", "environmentDrivers": []});
-        let result = probe_result(&raw(r#"{"ok":true,"supportedMethods":["health"],"plugin":"forged"}"#), &identity, 1024);
+        let result =
+            probe_result(&raw(r#"{"ok":true,"supportedMethods":["health"],"plugin":"forged"}"#), &identity, 1024);
         let result: Value = serde_json::from_str(result.unwrap().get()).unwrap();
-        assert_eq!(result, json!({"ok": true, "supportedMethods": ["health"], "plugin": identity}), "the manifest's wins");
+        assert_eq!(
+            result,
+            json!({"ok": true, "supportedMethods": ["health"], "plugin": identity}),
+            "the manifest's wins"
+        );
         assert_eq!(probe_result(&raw(r#"{"ok":false}"#), &identity, 1024).unwrap_err(), Refused::NotOk);
         assert_eq!(probe_result(&raw("[]"), &identity, 1024).unwrap_err(), Refused::NotAnObject);
         assert_eq!(probe_result(&raw(r#"{"ok":true}"#), &identity, 4).unwrap_err(), Refused::TooLarge(4));

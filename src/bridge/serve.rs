@@ -87,9 +87,10 @@ fn unavailable(id: Option<&RawValue>, state: &State) -> Response {
 fn not_ready(state: &State) -> (String, Duration) {
     let restarts = state.restarts();
     match state {
-        State::Starting { .. } => {
-            (format!("the worker is starting and has not answered initialize (restarts: {restarts})"), Duration::from_secs(1))
-        }
+        State::Starting { .. } => (
+            format!("the worker is starting and has not answered initialize (restarts: {restarts})"),
+            Duration::from_secs(1),
+        ),
         State::Down { reason, next_start, .. } => {
             let wait = next_start.saturating_duration_since(Instant::now());
             let secs = wait.as_secs_f64().ceil();
@@ -102,7 +103,9 @@ fn not_ready(state: &State) -> (String, Duration) {
 async fn healthz(Extract(state): Extract<watch::Receiver<State>>) -> Response {
     let current = state.borrow().clone();
     match current {
-        State::Ready { restarts, .. } => format!("ok: the worker is initialized (restarts: {restarts})\n").into_response(),
+        State::Ready { restarts, .. } => {
+            format!("ok: the worker is initialized (restarts: {restarts})\n").into_response()
+        }
         other => (StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", not_ready(&other).0)).into_response(),
     }
 }
@@ -140,7 +143,10 @@ mod tests {
     async fn every_probe_gets_the_cached_answer_under_its_own_id() {
         let (status, _, answer) = ask(ready(), INITIALIZE).await;
         assert_eq!(status, StatusCode::OK);
-        assert_eq!(answer, json!({"jsonrpc": "2.0", "id": 42, "result": {"ok": true, "supportedMethods": ["health"], "plugin": {"id": "a"}}}));
+        assert_eq!(
+            answer,
+            json!({"jsonrpc": "2.0", "id": 42, "result": {"ok": true, "supportedMethods": ["health"], "plugin": {"id": "a"}}})
+        );
         let (_, _, again) = ask(ready(), &INITIALIZE.replace("42", "\"x\"")).await;
         assert_eq!(again["id"], "x");
     }
@@ -150,17 +156,29 @@ mod tests {
         let (status, retry, answer) = ask(State::Starting { restarts: 0 }, INITIALIZE).await;
         assert_eq!((status, retry.as_deref()), (StatusCode::SERVICE_UNAVAILABLE, Some("1")));
         assert_eq!((answer["id"].clone(), answer["error"]["code"].clone()), (json!(42), json!(WORKER_UNAVAILABLE)));
-        let down = State::Down { reason: "the worker exited".into(), next_start: Instant::now() + Duration::from_secs(8), restarts: 3 };
+        let down = State::Down {
+            reason: "the worker exited".into(),
+            next_start: Instant::now() + Duration::from_secs(8),
+            restarts: 3,
+        };
         let (status, retry, answer) = ask(down, INITIALIZE).await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert!(retry.unwrap().parse::<u64>().unwrap() >= 7);
-        assert!(answer["error"]["message"].as_str().unwrap().starts_with("the worker exited; the next worker starts in 8 s"));
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("the worker exited; the next worker starts in 8 s")
+        );
     }
 
     #[tokio::test]
     async fn other_requests_are_refused_with_json_rpc_errors() {
         assert_eq!(ask(ready(), "not json").await.2["error"]["code"], PARSE_ERROR);
-        assert_eq!(ask(ready(), r#"{"jsonrpc":"2.0","method":"initialize"}"#).await.2["error"]["code"], INVALID_REQUEST);
+        assert_eq!(
+            ask(ready(), r#"{"jsonrpc":"2.0","method":"initialize"}"#).await.2["error"]["code"],
+            INVALID_REQUEST
+        );
         let health = ask(ready(), r#"{"jsonrpc":"2.0","id":1,"method":"health"}"#).await;
         assert_eq!((health.0, health.2["error"]["code"].clone()), (StatusCode::OK, json!(METHOD_NOT_FOUND)));
     }

@@ -37,10 +37,8 @@ pub struct Spawn {
 /// `NODE_PATH`, `NODE_ENV` and `TZ`, the plugin's id, and the variables named by `--pass-env`.
 pub fn worker_env(plugin_id: Option<&str>, pass: &[String]) -> Vec<(OsString, OsString)> {
     let var = |name: &str| std::env::var_os(name);
-    let mut env: Vec<(OsString, OsString)> = vec![
-        ("PAPERCLIP_DEPLOYMENT_MODE".into(), "".into()),
-        ("PAPERCLIP_DEPLOYMENT_EXPOSURE".into(), "".into()),
-    ];
+    let mut env: Vec<(OsString, OsString)> =
+        vec![("PAPERCLIP_DEPLOYMENT_MODE".into(), "".into()), ("PAPERCLIP_DEPLOYMENT_EXPOSURE".into(), "".into())];
     env.extend(pass.iter().filter_map(|name| var(name).map(|value| (name.into(), value))));
     env.push(("PATH".into(), var("PATH").unwrap_or_default()));
     env.push(("NODE_PATH".into(), var("NODE_PATH").unwrap_or_default()));
@@ -81,7 +79,12 @@ pub enum Ended {
 const INITIALIZE_ID: u64 = 1;
 
 /// Runs one worker process until it ends; `ready` is called once, with the probe's `result`.
-pub async fn run(spawn: &Spawn, budgets: &Budgets, stop: &CancellationToken, ready: impl FnOnce(Box<RawValue>)) -> Ended {
+pub async fn run(
+    spawn: &Spawn,
+    budgets: &Budgets,
+    stop: &CancellationToken,
+    ready: impl FnOnce(Box<RawValue>),
+) -> Ended {
     let mut command = Command::new(&spawn.node);
     command
         .arg(&spawn.entrypoint)
@@ -192,7 +195,8 @@ impl<F: FnOnce(Box<RawValue>)> Session<'_, F> {
             return ended;
         }
         self.pending = Some((INITIALIZE_ID, "initialize", Instant::now() + budgets.initialize_timeout));
-        let (mut buffer, mut rate, mut garbage) = (Vec::new(), Rate::new(budgets.lines_per_sec, budgets.bytes_per_sec), 0);
+        let (mut buffer, mut rate, mut garbage) =
+            (Vec::new(), Rate::new(budgets.lines_per_sec, budgets.bytes_per_sec), 0);
         let mut next_health = Instant::now() + budgets.health_interval;
         let mut next_id = INITIALIZE_ID;
         loop {
@@ -259,15 +263,17 @@ impl<F: FnOnce(Box<RawValue>)> Session<'_, F> {
                 }
                 self.pending = None;
                 match (method, outcome) {
-                    ("initialize", Ok(result)) => match rpc::probe_result(result, &self.spawn.identity, self.budgets.max_result) {
-                        Ok(answer) => {
-                            if let Some(ready) = self.ready.take() {
-                                ready(answer);
+                    ("initialize", Ok(result)) => {
+                        match rpc::probe_result(result, &self.spawn.identity, self.budgets.max_result) {
+                            Ok(answer) => {
+                                if let Some(ready) = self.ready.take() {
+                                    ready(answer);
+                                }
+                                None
                             }
-                            None
+                            Err(refused) => Some(Ended::Refused(refused)),
                         }
-                        Err(refused) => Some(Ended::Refused(refused)),
-                    },
+                    }
                     ("initialize", Err(code)) => Some(Ended::Declined(code)),
                     // A health answer, an error included, says the worker is alive.
                     _ => None,

@@ -50,7 +50,10 @@ fn workers_dir() -> PathBuf {
 pub fn misbehaving(script: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).expect("a package file");
-    write("package.json", r#"{"name": "misbehaving", "type": "module", "paperclipPlugin": {"manifest": "./manifest.js"}}"#);
+    write(
+        "package.json",
+        r#"{"name": "misbehaving", "type": "module", "paperclipPlugin": {"manifest": "./manifest.js"}}"#,
+    );
     write(
         "manifest.js",
         r#"export default { id: "sandcap.misbehaving", apiVersion: 1, version: "0.0.1",
@@ -96,7 +99,10 @@ impl Bridge {
             .expect("sandcap bridge starts");
         let log = Arc::new(Mutex::new(Vec::new()));
         let (found, listening) = mpsc::channel();
-        for stream in [Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>, Box::new(child.stderr.take().unwrap())] {
+        for stream in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
             let (log, found) = (log.clone(), found.clone());
             std::thread::spawn(move || {
                 for line in BufReader::new(stream).lines().map_while(Result::ok) {

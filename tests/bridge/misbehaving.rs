@@ -8,13 +8,21 @@ use std::time::Duration;
 use crate::harness::{Bridge, PROBE_TIMEOUT, RSS_BUDGET, misbehaving, node, probe_for, records, starts};
 
 /// Runs `script` behind a bridge with `args`, probing it for `duration`; checks the budgets.
-async fn behind_bridge(script: &str, args: &[&str], duration: Duration) -> Option<(tempfile::TempDir, Bridge, crate::harness::Probes)> {
+async fn behind_bridge(
+    script: &str,
+    args: &[&str],
+    duration: Duration,
+) -> Option<(tempfile::TempDir, Bridge, crate::harness::Probes)> {
     let node = node()?;
     let package = misbehaving(script);
     let bridge = Bridge::start(package.path(), &node, args);
     let probes = probe_for(&bridge.url, duration).await;
     let peak = bridge.peak_rss();
-    eprintln!("{script}: {probes:?}, peak RSS {:.1} MiB, {} worker starts", peak as f64 / 1048576.0, starts(package.path()).len());
+    eprintln!(
+        "{script}: {probes:?}, peak RSS {:.1} MiB, {} worker starts",
+        peak as f64 / 1048576.0,
+        starts(package.path()).len()
+    );
     assert!(peak <= RSS_BUDGET, "{script}: peak RSS {peak} bytes, over the budget of {RSS_BUDGET}");
     assert!(probes.slowest < PROBE_TIMEOUT, "{script}: a probe took {:?}", probes.slowest);
     assert!(probes.other.is_empty(), "{script}: probes failed otherwise than unreachable: {:?}", probes.other);
@@ -90,7 +98,11 @@ async fn a_worker_that_calls_the_host_in_a_loop_is_refused_every_call_and_kept()
     let last = records(package.path(), "calls.log").pop().expect("the worker recorded its calls");
     let calls: serde_json::Value = serde_json::from_str(&last).unwrap();
     assert!(calls["answered"].as_u64().unwrap() > 200, "{calls}");
-    assert_eq!(calls["codes"].as_object().unwrap().keys().collect::<Vec<_>>(), ["-32601"], "method not found, every one");
+    assert_eq!(
+        calls["codes"].as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["-32601"],
+        "method not found, every one"
+    );
     assert_eq!(starts(package.path()).len(), 1, "never restarted:\n{}", bridge.log().join("\n"));
     assert!(bridge.lines_with("restarting").is_empty());
     bridge.stop();

@@ -102,12 +102,21 @@ async fn an_sdk_worker_behind_the_bridge_verifies_exactly_its_supported_methods(
         .await
         .unwrap();
     let result = &answer["result"];
-    assert_eq!((result["ok"].clone(), result["supportedMethods"].clone()), (json!(true), sdk["supportedMethods"].clone()));
+    assert_eq!(
+        (result["ok"].clone(), result["supportedMethods"].clone()),
+        (json!(true), sdk["supportedMethods"].clone())
+    );
     let plugin_member = &result["plugin"];
-    assert_eq!((plugin_member["id"].as_str(), plugin_member["version"].as_str()), (Some("sandcap.bridge-test"), Some("0.3.1")));
+    assert_eq!(
+        (plugin_member["id"].as_str(), plugin_member["version"].as_str()),
+        (Some("sandcap.bridge-test"), Some("0.3.1"))
+    );
     let drivers = plugin_member["environmentDrivers"].as_array().unwrap();
     assert_eq!((drivers.len(), drivers[0]["driverKey"].as_str()), (1, Some("bridge-test")));
-    assert_eq!(drivers[0]["sandboxCapabilities"], json!({"nativeSyncIn": true, "nativeSyncOut": true, "persistentProcessSessions": false}));
+    assert_eq!(
+        drivers[0]["sandboxCapabilities"],
+        json!({"nativeSyncIn": true, "nativeSyncOut": true, "persistentProcessSessions": false})
+    );
 
     // One initialize per worker process, however many probes.
     for _ in 0..20 {
