@@ -46,6 +46,7 @@ fn main() {
     let cli = cli::parse();
     let code = match cli.command {
         Command::Run(args) => serve(*args),
+        Command::Bridge(args) => bridge(*args),
         Command::Tool(command) => match cli::run(command, &mut std::io::stdout().lock()) {
             Ok(code) => code,
             Err(e) => {
@@ -78,6 +79,27 @@ fn serve(args: RunArgs) -> i32 {
 }
 
 /// To stderr, without eprintln!'s panic when stderr is a closed pipe.
+/// `sandcap bridge` on one thread: the bridge is small, and the worker it starts is killed when
+/// the thread that started it ends (Linux's parent-death signal), which must be the main thread.
+fn bridge(args: sandcap::bridge::BridgeArgs) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            report(&format!("cannot start the async runtime: {e}"));
+            return 1;
+        }
+    };
+    let code = match runtime.block_on(sandcap::bridge::run(args)) {
+        Ok(()) => 0,
+        Err(e) => {
+            report(&e);
+            1
+        }
+    };
+    runtime.shutdown_background();
+    code
+}
+
 fn report(error: &dyn std::fmt::Display) {
     let _ = writeln!(std::io::stderr(), "sandcap: {error}");
 }

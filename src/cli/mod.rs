@@ -1,5 +1,6 @@
 //! The command line (docs/contract.md, "Command line"). `run` starts the servers
-//! ([`crate::run::run`], under the tokio runtime `main` builds); the offline commands
+//! ([`crate::run::run`], under the tokio runtime `main` builds), `bridge` an SDK worker's probe
+//! endpoint ([`crate::bridge::run`]); the offline commands
 //! `validate`, `resolve` and `crds` read manifests from files and call the same pure functions the
 //! webhook and the controllers call; `explain` and `check` read the live cluster ([`cluster`]), and
 //! `plan` reads either.
@@ -53,6 +54,10 @@ pub enum Command {
     /// metrics. Stops gracefully on SIGTERM (answering through --shutdown-drain-window first) or
     /// SIGINT.
     Run(Box<crate::run::RunArgs>),
+    /// Run a plugin package's SDK worker (node, stdio JSON-RPC) and serve sandcap's probe for it
+    /// over HTTP: the worker's own initialize answer with the manifest's plugin id, version and
+    /// environment drivers. Restarts the worker with backoff; stops on SIGTERM or SIGINT.
+    Bridge(Box<crate::bridge::BridgeArgs>),
     #[command(flatten)]
     Tool(Tool),
 }

@@ -22,12 +22,13 @@ words! {
     /// those stay in sandcap's log ([`ProbeFailure::detail`]).
     pub enum FailureClass (as_str, parse) {
         /// No HTTP answer: the name does not resolve, no connection, no TLS session, no answer
-        /// within the timeout, the exchange broken off.
+        /// within the timeout, the exchange broken off; or HTTP 503, what a proxy (or `sandcap
+        /// bridge`) answers while nothing serves behind it.
         Unreachable = "the worker is unreachable",
         /// Every address of the worker's host is one the address policy refuses.
         RefusedAddress = "the worker's address is refused by the address policy",
-        /// An HTTP answer that is not a JSON-RPC answer to `initialize`: an HTTP error or
-        /// redirect, a body too large, not JSON, of the wrong shape or for another request.
+        /// An HTTP answer that is not a JSON-RPC answer to `initialize`: an HTTP error (but 503)
+        /// or redirect, a body too large, not JSON, of the wrong shape or for another request.
         NotTheProtocol = "the worker answered something that is not the worker protocol",
         /// A JSON-RPC error, or `ok: false`.
         Declined = "the worker declined initialize",
@@ -126,6 +127,9 @@ impl ProbeError {
             | ProbeError::Connect(_)
             | ProbeError::Tls
             | ProbeError::Transport(_) => FailureClass::Unreachable,
+            ProbeError::HttpStatus(status) if *status == http::StatusCode::SERVICE_UNAVAILABLE => {
+                FailureClass::Unreachable
+            }
             ProbeError::HttpStatus(_)
             | ProbeError::TooLarge
             | ProbeError::NotJson { .. }

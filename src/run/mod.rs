@@ -28,7 +28,7 @@ pub use client::client_config;
 pub use flags::secret_scope;
 use flags::within;
 pub use rules::{RulesArgs, WorkerPolicyArgs, contract_version};
-use signals::Signals;
+pub use signals::Signals;
 
 // Defaults that `explain` and `check` share with `sandcap run`, so they find what it uses.
 pub const LEADER_ELECTION_NAME: &str = "sandcap-controller";

@@ -281,7 +281,11 @@ async fn the_request_is_json_rpc_initialize_with_the_manifest() {
 #[tokio::test]
 async fn http_errors_fail_and_redirects_are_not_followed() {
     let (url, _) = serve_once(http("503 Service Unavailable", "", "busy")).await;
-    assert!(failure(probe(&url).await).ends_with("the worker answered HTTP 503 Service Unavailable"));
+    let unavailable = probe(&url).await;
+    assert_eq!(failed_with(&unavailable).class(), Some(FailureClass::Unreachable), "nothing serves behind it");
+    assert!(failure(unavailable).ends_with("the worker answered HTTP 503 Service Unavailable"));
+    let (url, _) = serve_once(http("500 Internal Server Error", "", "oops")).await;
+    assert_eq!(failed_with(&probe(&url).await).class(), Some(FailureClass::NotTheProtocol));
 
     let worker = Worker::with_methods(&V1.worker_methods());
     let (url, _) = serve_once(http("307 Temporary Redirect", &format!("location: {}\r\n", worker.url), "")).await;

@@ -1,0 +1,298 @@
+//! The plugin package, found as the host finds it: `package.json`'s `paperclipPlugin.manifest`
+//! (or the conventional `dist/manifest.js`, then `manifest.js`), a built ES module whose default
+//! export is the manifest; the worker is the manifest's `entrypoints.worker`, inside the package.
+//!
+//! The manifest is JavaScript, so node evaluates it ([`LOAD_MANIFEST`]): imported as the host
+//! imports it, passed through the host's own validator (`pluginManifestV1Schema` of the package's
+//! `@paperclipai/shared`, the SDK's dependency) when the package has it, and written back as JSON,
+//! bounded in size and time.
+
+use std::path::{Component, Path, PathBuf};
+use std::process::Stdio;
+
+use serde_json::{Map, Value};
+use tokio::io::AsyncReadExt;
+
+use super::Budgets;
+use super::worker::worker_env;
+
+/// Why the package cannot be run: the bridge stops at once (nothing would answer).
+#[derive(Debug, thiserror::Error)]
+pub enum PackageError {
+    #[error("{path}: cannot read: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path}: not a JSON object")]
+    PackageJson { path: String },
+    #[error("{dir}: no manifest (paperclipPlugin.manifest in package.json, dist/manifest.js or manifest.js)")]
+    NoManifest { dir: String },
+    #[error("cannot run {node} to load the manifest: {source}")]
+    Node { node: String, source: std::io::Error },
+    #[error("the manifest {path} did not load: {detail}")]
+    Load { path: String, detail: String },
+    #[error("the manifest {path} {problem}")]
+    Manifest { path: String, problem: String },
+}
+
+/// The package, its manifest as the worker is given it, and what the probe's answer names.
+#[derive(Clone, Debug)]
+pub struct Package {
+    pub dir: PathBuf,
+    pub manifest_path: PathBuf,
+    /// The manifest as the host's validator parsed it (or, without the validator, as exported).
+    pub manifest: Map<String, Value>,
+    /// Whether the host's validator judged it.
+    pub validated: bool,
+    pub worker: PathBuf,
+}
+
+impl Package {
+    pub fn id(&self) -> &str {
+        self.manifest.get("id").and_then(Value::as_str).unwrap_or_default()
+    }
+
+    pub fn version(&self) -> &str {
+        self.manifest.get("version").and_then(Value::as_str).unwrap_or_default()
+    }
+
+    /// The identity the probe's answer carries: `id`, `version` and the manifest's
+    /// `environmentDrivers` as the manifest has them (none: an empty list).
+    pub fn identity(&self) -> Value {
+        let drivers = self.manifest.get("environmentDrivers").cloned().unwrap_or_else(|| Value::Array(vec![]));
+        serde_json::json!({"id": self.id(), "version": self.version(), "environmentDrivers": drivers})
+    }
+}
+
+/// Imports the manifest module given as a file URL (`argv[1]`), validates it with the host's schema
+/// when `@paperclipai/shared` is installed in the package (`argv[2]`), and writes
+/// `{"validated": bool, "manifest": ...}` or `{"error": "..."}` on stdout.
+const LOAD_MANIFEST: &str = r#"
+import { readFileSync, existsSync } from "node:fs";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+const [manifestUrl, packageDir] = process.argv.slice(1);
+let out;
+try {
+  const mod = await import(manifestUrl);
+  const raw = mod["default"] ?? mod;
+  const shared = path.join(packageDir, "node_modules", "@paperclipai", "shared");
+  let validated = false, manifest = raw;
+  if (existsSync(path.join(shared, "package.json"))) {
+    const pj = JSON.parse(readFileSync(path.join(shared, "package.json"), "utf8"));
+    const entry = pj.exports?.["."]?.import ?? pj.exports?.["."]?.default ?? pj.main ?? "index.js";
+    const { pluginManifestV1Schema } = await import(pathToFileURL(path.join(shared, entry)).href);
+    if (pluginManifestV1Schema) {
+      const parsed = pluginManifestV1Schema.safeParse(raw);
+      if (!parsed.success) {
+        const issues = parsed.error.issues.map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`);
+        throw new Error(`the host's validator refuses it: ${issues.join("; ")}`);
+      }
+      manifest = parsed.data;
+      validated = true;
+    }
+  }
+  out = { validated, manifest };
+} catch (err) {
+  out = { error: err instanceof Error ? err.message : String(err) };
+}
+// The callback: a manifest module that leaves timers behind must not keep node from exiting.
+process.stdout.write(JSON.stringify(out), () => process.exit(0));
+"#;
+
+/// Finds the package in `dir` and loads its manifest with `node`.
+pub async fn load(dir: &Path, node: &Path, budgets: &Budgets) -> Result<Package, PackageError> {
+    let dir = absolute(dir);
+    let manifest_path = manifest_path(&dir)?;
+    let loaded = run_loader(&dir, &manifest_path, node, budgets).await?;
+    from_loaded(&dir, &manifest_path, loaded)
+}
+
+/// Where the manifest module is, in the host's order.
+pub fn manifest_path(dir: &Path) -> Result<PathBuf, PackageError> {
+    let pj_path = dir.join("package.json");
+    let text = std::fs::read(&pj_path).map_err(|source| PackageError::Read { path: display(&pj_path), source })?;
+    let package: Map<String, Value> =
+        serde_json::from_slice(&text).map_err(|_| PackageError::PackageJson { path: display(&pj_path) })?;
+    let declared = package.get("paperclipPlugin").and_then(|p| p.get("manifest")).and_then(Value::as_str);
+    if let Some(relative) = declared {
+        // The host resolves it whether or not it exists, and fails loading it when it does not.
+        return Ok(normalize(&dir.join(relative)));
+    }
+    [dir.join("dist").join("manifest.js"), dir.join("manifest.js")]
+        .into_iter()
+        .find(|p| p.exists())
+        .ok_or_else(|| PackageError::NoManifest { dir: display(dir) })
+}
+
+async fn run_loader(dir: &Path, manifest: &Path, node: &Path, budgets: &Budgets) -> Result<Value, PackageError> {
+    let url = url::Url::from_file_path(manifest)
+        .map_err(|()| PackageError::Load { path: display(manifest), detail: "not an absolute path".into() })?;
+    let mut command = tokio::process::Command::new(node);
+    command
+        .args(["--input-type=module", "-e", LOAD_MANIFEST, url.as_str()])
+        .arg(dir)
+        .env_clear()
+        .envs(worker_env(None, &[]))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command.spawn().map_err(|source| PackageError::Node { node: display(node), source })?;
+    let (mut stdout, mut stderr) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+    let limit = budgets.max_manifest as u64 + 1024;
+    let reading = async {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let (mut stdout, mut stderr) = ((&mut stdout).take(limit + 1), (&mut stderr).take(4096));
+        let (a, b) = tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err));
+        a.and(b).map(|_| (out, err))
+    };
+    let failed = |detail: String| PackageError::Load { path: display(manifest), detail };
+    let (out, err) = match tokio::time::timeout(budgets.initialize_timeout, reading).await {
+        Ok(Ok(read)) => read,
+        Ok(Err(e)) => return Err(failed(format!("reading node's output: {e}"))),
+        Err(_) => {
+            return Err(failed(format!("no answer within {}", humantime::format_duration(budgets.initialize_timeout))));
+        }
+    };
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    if out.len() as u64 > limit {
+        return Err(failed(format!("the manifest is larger than {} bytes", budgets.max_manifest)));
+    }
+    let answer: Value = serde_json::from_slice(&out).map_err(|_| {
+        let stderr = String::from_utf8_lossy(&err);
+        failed(format!("node wrote no manifest ({})", stderr.lines().next().unwrap_or("no error text")))
+    })?;
+    if let Some(error) = answer.get("error") {
+        let text = error.as_str().unwrap_or("an error").chars().take(2000).collect::<String>();
+        return Err(failed(text));
+    }
+    Ok(answer)
+}
+
+fn from_loaded(dir: &Path, manifest_path: &Path, loaded: Value) -> Result<Package, PackageError> {
+    let problem = |problem: &str| PackageError::Manifest { path: display(manifest_path), problem: problem.into() };
+    let validated = loaded.get("validated").and_then(Value::as_bool).unwrap_or(false);
+    let Some(Value::Object(manifest)) = loaded.get("manifest").cloned() else {
+        return Err(problem("does not export an object"));
+    };
+    for field in ["id", "version"] {
+        if manifest.get(field).and_then(Value::as_str).is_none_or(str::is_empty) {
+            return Err(problem(&format!("has no {field} string")));
+        }
+    }
+    if manifest.get("environmentDrivers").is_some_and(|d| !d.is_array()) {
+        return Err(problem("has environmentDrivers that is not a list"));
+    }
+    let worker = manifest.get("entrypoints").and_then(|e| e.get("worker")).and_then(Value::as_str);
+    let worker = worker.filter(|w| !w.is_empty()).ok_or_else(|| problem("has no entrypoints.worker"))?;
+    let worker = worker_entrypoint(dir, worker).ok_or_else(|| PackageError::Manifest {
+        path: display(manifest_path),
+        problem: format!("names a worker {worker} that is not a file inside {}", display(dir)),
+    })?;
+    Ok(Package { dir: dir.to_path_buf(), manifest_path: manifest_path.to_path_buf(), manifest, validated, worker })
+}
+
+/// The worker entrypoint, as the host resolves it for a package at a path: relative to the
+/// package, and only inside it.
+pub fn worker_entrypoint(dir: &Path, relative: &str) -> Option<PathBuf> {
+    let path = normalize(&dir.join(relative));
+    (path.starts_with(dir) && path.is_file()).then_some(path)
+}
+
+fn absolute(dir: &Path) -> PathBuf {
+    normalize(&std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()))
+}
+
+/// `path` with `.` and `..` taken out, as node's `path.resolve` does (without reading links).
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+fn display(path: &Path) -> String {
+    path.display().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn package(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            let path = dir.path().join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn the_manifest_is_found_in_the_hosts_order() {
+        let declared = package(&[("package.json", r#"{"paperclipPlugin": {"manifest": "./out/m.js"}}"#)]);
+        assert_eq!(manifest_path(declared.path()).unwrap(), declared.path().join("out/m.js"));
+        let conventional = package(&[("package.json", "{}"), ("dist/manifest.js", ""), ("manifest.js", "")]);
+        assert_eq!(manifest_path(conventional.path()).unwrap(), conventional.path().join("dist/manifest.js"));
+        let root = package(&[("package.json", "{}"), ("manifest.js", "")]);
+        assert_eq!(manifest_path(root.path()).unwrap(), root.path().join("manifest.js"));
+        let none = package(&[("package.json", "{}")]);
+        assert!(matches!(manifest_path(none.path()), Err(PackageError::NoManifest { .. })));
+        let broken = package(&[("package.json", "[1]")]);
+        assert!(matches!(manifest_path(broken.path()), Err(PackageError::PackageJson { .. })));
+    }
+
+    #[test]
+    fn the_worker_is_inside_the_package() {
+        let dir = package(&[("dist/worker.js", ""), ("../outside.js", "")]);
+        assert_eq!(worker_entrypoint(dir.path(), "./dist/worker.js"), Some(dir.path().join("dist/worker.js")));
+        assert_eq!(worker_entrypoint(dir.path(), "dist/../dist/worker.js"), Some(dir.path().join("dist/worker.js")));
+        assert_eq!(worker_entrypoint(dir.path(), "../outside.js"), None, "a path out of the package");
+        assert_eq!(worker_entrypoint(dir.path(), "dist/missing.js"), None);
+        assert_eq!(worker_entrypoint(dir.path(), "dist"), None, "a directory");
+    }
+
+    #[test]
+    fn the_identity_is_the_manifests() {
+        let dir = package(&[("dist/worker.js", "")]);
+        let drivers =
+            json!([{"driverKey": "k", "kind": "sandbox_provider", "sandboxCapabilities": {"nativeSyncIn": true}}]);
+        let manifest = json!({"id": "acme.k", "version": "1.2.3", "apiVersion": 1,
+            "entrypoints": {"worker": "./dist/worker.js"}, "environmentDrivers": drivers});
+        let found = from_loaded(dir.path(), &dir.path().join("m.js"), json!({"validated": true, "manifest": manifest}));
+        let found = found.unwrap();
+        assert!(found.validated);
+        assert_eq!(found.identity(), json!({"id": "acme.k", "version": "1.2.3", "environmentDrivers": drivers}));
+        let bare = json!({"id": "a", "version": "1.0.0", "entrypoints": {"worker": "dist/worker.js"}});
+        let found = from_loaded(dir.path(), Path::new("m.js"), json!({"manifest": bare})).unwrap();
+        assert_eq!(found.identity()["environmentDrivers"], json!([]), "no drivers: an empty list");
+    }
+
+    #[test]
+    fn a_manifest_without_what_the_bridge_needs_is_refused() {
+        let dir = package(&[("dist/worker.js", "")]);
+        let judge = |manifest: Value| {
+            from_loaded(dir.path(), Path::new("m.js"), json!({"manifest": manifest})).unwrap_err().to_string()
+        };
+        assert!(judge(json!({"version": "1", "entrypoints": {"worker": "dist/worker.js"}})).contains("has no id"));
+        assert!(judge(json!({"id": "a", "entrypoints": {"worker": "dist/worker.js"}})).contains("has no version"));
+        assert!(judge(json!({"id": "a", "version": "1"})).contains("entrypoints.worker"));
+        assert!(
+            judge(json!({"id": "a", "version": "1", "entrypoints": {"worker": "../x.js"}}))
+                .contains("not a file inside")
+        );
+        let drivers =
+            json!({"id": "a", "version": "1", "entrypoints": {"worker": "dist/worker.js"}, "environmentDrivers": {}});
+        assert!(judge(drivers).contains("not a list"));
+        assert!(judge(json!([])).contains("does not export an object"));
+    }
+}

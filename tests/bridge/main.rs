@@ -1,0 +1,7 @@
+//! `sandcap bridge` as a real process: an SDK plugin behind it probed by the real sandcap
+//! (`sdk.rs`), and workers that misbehave every way its budgets cover (`misbehaving.rs`, scripts
+//! in `workers/`). Needs node and npm (docs/testing.md, "The bridge's tests").
+
+mod harness;
+mod misbehaving;
+mod sdk;
