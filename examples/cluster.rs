@@ -112,7 +112,11 @@ fn main() {
 
     // The example providers, with their worker at the reference worker (no cluster DNS here).
     for (example, service, local) in [
-        ("provider-full.yaml", "{namespace: sandbox-system, name: acme-worker, port: 8080, path: /rpc}", "provider-local.yaml"),
+        (
+            "provider-full.yaml",
+            "{namespace: sandbox-system, name: acme-worker, port: 8080, path: /rpc}",
+            "provider-local.yaml",
+        ),
         (
             "provider-paperclip-kubernetes.yaml",
             "{namespace: sandbox-system, name: paperclip-kubernetes-worker, port: 8080, path: /rpc}",

@@ -169,7 +169,8 @@ impl From<Wire> for CachedLease {
         let pinned = lease.status.and_then(|s| s.pinned);
         let Meta { name, namespace, uid, generation, resource_version, labels, owner_references } = lease.metadata;
         let observed = labels.0.map(|from| {
-            let owners = owner_references.into_iter().map(|o| Owner { api_version: o.api_version, kind: o.kind, uid: o.uid });
+            let owners =
+                owner_references.into_iter().map(|o| Owner { api_version: o.api_version, kind: o.kind, uid: o.uid });
             Box::new(Observed { from: from.into_boxed_str(), owners: owners.collect() })
         });
         let mut spec = lease.spec;

@@ -8,7 +8,6 @@ use kube::{Client, Resource, ResourceExt};
 use prometheus_client::metrics::gauge::Gauge;
 use serde::Serialize;
 
-use super::observe::Served;
 use super::audit::{Audits, Finding, judged};
 use super::cache::{Caches, ProviderTable};
 use super::cached::CachedLease;
@@ -16,6 +15,7 @@ use super::engine::{Next, ReconcileFuture};
 use super::error::Error;
 use super::known::Known;
 use super::leader::Fence;
+use super::observe::Served;
 use super::recorder::Events;
 use super::status::kind_label;
 use crate::metrics::{FailureLabels, KindLabels, Metrics};

@@ -47,8 +47,8 @@ pub(crate) use audit::stored;
 pub use cache::{Caches, SecretScope};
 use context::{Context, Stateful, Writes, reconciler, retry_delay};
 pub use error::Error;
-pub use observe::ObserverOptions;
 use lease::reconcile_lease;
+pub use observe::ObserverOptions;
 use provider::reconcile_provider;
 /// The statuses the controllers write, for the tests of what reads them (`sandcap explain`).
 #[cfg(test)]

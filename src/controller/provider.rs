@@ -267,6 +267,6 @@ pub(super) const MAX_CONDITION_MESSAGE: usize = 4096;
 
 mod endpoints;
 mod manifest;
-mod workloads;
 #[cfg(test)]
 mod tests;
+mod workloads;

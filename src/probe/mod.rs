@@ -64,7 +64,9 @@ impl ProbeOutcome {
     pub fn plugin(&self) -> Option<&WorkerPlugin> {
         match self {
             ProbeOutcome::Succeeded { plugin, .. } => plugin.as_ref(),
-            ProbeOutcome::Failed(ProbeFailure { error: ProbeError::OtherPlugin { reported, .. }, .. }) => Some(reported),
+            ProbeOutcome::Failed(ProbeFailure { error: ProbeError::OtherPlugin { reported, .. }, .. }) => {
+                Some(reported)
+            }
             ProbeOutcome::Failed(_) => None,
         }
     }

@@ -37,7 +37,8 @@ pub(super) fn parse_plugin(raw: Option<&RawValue>) -> Result<Option<WorkerPlugin
     let Some(raw) = raw.filter(|r| r.get() != "null") else { return Ok(None) };
     let plugin: RawPlugin = serde_json::from_str(raw.get()).map_err(|_| malformed(" is not an object"))?;
     let id = plugin.id.filter(|id| is_plugin_key(id)).ok_or_else(|| malformed(".id is not a plugin key"))?;
-    let version = plugin.version.filter(|v| is_version_text(v)).ok_or_else(|| malformed(".version is not a version"))?;
+    let version =
+        plugin.version.filter(|v| is_version_text(v)).ok_or_else(|| malformed(".version is not a version"))?;
     let environment_drivers = match plugin.environment_drivers.map(RawValue::get) {
         None | Some("null") => None,
         Some(list) => Some(serde_json::from_str::<Drivers>(list).map_err(|e| Drivers::error(&e))?.0),
@@ -56,11 +57,16 @@ impl Drivers {
         let what = if text.starts_with(TOO_MANY) {
             format!("lists more than {MAX_MANIFEST_DRIVERS} drivers")
         } else if let Some(index) = text.strip_prefix("item ").and_then(|t| t.split(' ').next()) {
-            format!("[{index}] is not a driver (a driverKey, a kind, boolean capabilities, at most {MAX_MANIFEST_CAPABILITIES})")
+            format!(
+                "[{index}] is not a driver (a driverKey, a kind, boolean capabilities, at most {MAX_MANIFEST_CAPABILITIES})"
+            )
         } else {
             "is not a list".into()
         };
-        ProbeError::Malformed(format!("the answer's result.plugin.environmentDrivers{}{what}", if what.starts_with('[') { "" } else { " " }))
+        ProbeError::Malformed(format!(
+            "the answer's result.plugin.environmentDrivers{}{what}",
+            if what.starts_with('[') { "" } else { " " }
+        ))
     }
 }
 
@@ -173,8 +179,14 @@ mod tests {
         assert_eq!((plugin.id.as_str(), plugin.version.as_str()), ("acme.k8s", "1.4.0"));
         let drivers = plugin.environment_drivers.unwrap();
         assert_eq!(drivers.len(), 1);
-        assert_eq!((drivers[0].kind, drivers[0].supports_reusable_leases), (Some(DriverKind::SandboxProvider), Some(true)));
-        assert_eq!(drivers[0].sandbox_capabilities, BTreeMap::from([("nativeSyncIn".into(), true), ("nativeSyncOut".into(), false)]));
+        assert_eq!(
+            (drivers[0].kind, drivers[0].supports_reusable_leases),
+            (Some(DriverKind::SandboxProvider), Some(true))
+        );
+        assert_eq!(
+            drivers[0].sandbox_capabilities,
+            BTreeMap::from([("nativeSyncIn".into(), true), ("nativeSyncOut".into(), false)])
+        );
         assert_eq!(parse("null").unwrap(), None);
         assert_eq!(parse(r#"{"id":"a","version":"1.0.0"}"#).unwrap().unwrap().environment_drivers, None);
     }
@@ -182,9 +194,18 @@ mod tests {
     #[test]
     fn what_is_not_a_plugin_is_malformed_in_sandcaps_words() {
         assert_eq!(malformed("[1]"), "the answer's result.plugin is not an object");
-        assert_eq!(malformed(r#"{"id":"Evil Corp\n","version":"1.0.0"}"#), "the answer's result.plugin.id is not a plugin key");
-        assert_eq!(malformed(r#"{"id":"a","version":"<script>"}"#), "the answer's result.plugin.version is not a version");
-        assert_eq!(malformed(r#"{"id":"a","version":"1.0.0","environmentDrivers":{}}"#), "the answer's result.plugin.environmentDrivers is not a list");
+        assert_eq!(
+            malformed(r#"{"id":"Evil Corp\n","version":"1.0.0"}"#),
+            "the answer's result.plugin.id is not a plugin key"
+        );
+        assert_eq!(
+            malformed(r#"{"id":"a","version":"<script>"}"#),
+            "the answer's result.plugin.version is not a version"
+        );
+        assert_eq!(
+            malformed(r#"{"id":"a","version":"1.0.0","environmentDrivers":{}}"#),
+            "the answer's result.plugin.environmentDrivers is not a list"
+        );
         let bad_value = r#"{"id":"a","version":"1.0.0","environmentDrivers":[{"driverKey":"k","sandboxCapabilities":{"nativeSyncIn":"secret"}}]}"#;
         let message = malformed(bad_value);
         assert!(message.starts_with("the answer's result.plugin.environmentDrivers[0] is not a driver"), "{message}");
@@ -202,7 +223,10 @@ mod tests {
         let text = format!(r#"{{"id":"a","version":"1.0.0","environmentDrivers":[{}]}}"#, many.join(","));
         assert_eq!(malformed(&text), "the answer's result.plugin.environmentDrivers lists more than 64 drivers");
         let caps: Vec<String> = (0..17).map(|i| format!("\"k{i}\":true")).collect();
-        let text = format!(r#"{{"id":"a","version":"1.0.0","environmentDrivers":[{{"driverKey":"d","sandboxCapabilities":{{{}}}}}]}}"#, caps.join(","));
+        let text = format!(
+            r#"{{"id":"a","version":"1.0.0","environmentDrivers":[{{"driverKey":"d","sandboxCapabilities":{{{}}}}}]}}"#,
+            caps.join(",")
+        );
         assert!(malformed(&text).contains("[0] is not a driver"));
     }
 }

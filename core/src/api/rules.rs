@@ -48,8 +48,7 @@ pub fn is_dns_subdomain(s: &str) -> bool {
 }
 /// A label key: an optional DNS-subdomain prefix and `/`, then a name of at most 63 characters
 /// (Kubernetes' qualified name).
-pub(super) const LABEL_KEY_PATTERN: &str =
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+pub(super) const LABEL_KEY_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
 pub(super) const LABEL_KEY_MAX: u32 = 317;
 /// A label value: at most 63 characters, empty allowed.
 pub(super) const LABEL_VALUE_PATTERN: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";

@@ -11,7 +11,6 @@ use serde_json::Value;
 
 use crate::vocabulary::{LeasePolicy, WorkloadKind};
 
-
 use super::rules::*;
 
 /// Most bindings one provider declares, and requirements one selector holds.

@@ -3,8 +3,8 @@
 //! is against the one its provider names.
 
 use crate::api::{
-    DriverDeclaration, MAX_PLUGIN_ID, MAX_PLUGIN_VERSION, Pinned, ResolvableLease, SandboxProvider, SandboxProviderSpec,
-    WorkerPlugin, is_plugin_key, is_version_text,
+    DriverDeclaration, MAX_PLUGIN_ID, MAX_PLUGIN_VERSION, Pinned, ResolvableLease, SandboxProvider,
+    SandboxProviderSpec, WorkerPlugin, is_plugin_key, is_version_text,
 };
 use crate::text;
 use crate::vocabulary::ConditionReason;

@@ -42,16 +42,28 @@ pub fn differences(declared: &[DriverDeclaration], manifest: &[ManifestDriver]) 
             found.push(Difference::Kind { driver: name(), declared: driver.kind, manifest: theirs.kind });
         }
         if driver.supports_reusable_leases != theirs.supports_reusable_leases {
-            let (field, declared) = ("supportsReusableLeases".to_string(), driver.supports_reusable_leases.map(Value::Bool));
-            found.push(Difference::Field { driver: name(), field, declared, manifest: theirs.supports_reusable_leases });
+            let (field, declared) =
+                ("supportsReusableLeases".to_string(), driver.supports_reusable_leases.map(Value::Bool));
+            found.push(Difference::Field {
+                driver: name(),
+                field,
+                declared,
+                manifest: theirs.supports_reusable_leases,
+            });
         }
         let ours = driver.sandbox_capabilities.as_ref().map(|c| &c.0);
-        let keys: BTreeSet<&String> = ours.into_iter().flat_map(|c| c.keys()).chain(theirs.sandbox_capabilities.keys()).collect();
+        let keys: BTreeSet<&String> =
+            ours.into_iter().flat_map(|c| c.keys()).chain(theirs.sandbox_capabilities.keys()).collect();
         for key in keys {
             let (declared, manifest) = (ours.and_then(|c| c.get(key)), theirs.sandbox_capabilities.get(key));
             if declared.map(Value::as_bool) != manifest.map(|m| Some(*m)) {
                 let field = format!("sandboxCapabilities.{key}");
-                found.push(Difference::Field { driver: name(), field, declared: declared.cloned(), manifest: manifest.copied() });
+                found.push(Difference::Field {
+                    driver: name(),
+                    field,
+                    declared: declared.cloned(),
+                    manifest: manifest.copied(),
+                });
             }
         }
     }
@@ -112,7 +124,9 @@ mod tests {
     fn the_same_declarations_differ_in_nothing() {
         let ours = [declared(json!({"driverKey": "k8s", "kind": "sandbox_provider", "displayName": "K",
             "sandboxCapabilities": {"nativeSyncIn": true}}))];
-        let theirs = [manifest(json!({"driverKey": "k8s", "kind": "sandbox_provider", "sandboxCapabilities": {"nativeSyncIn": true}}))];
+        let theirs = [manifest(
+            json!({"driverKey": "k8s", "kind": "sandbox_provider", "sandboxCapabilities": {"nativeSyncIn": true}}),
+        )];
         assert_eq!(differences(&ours, &theirs), vec![]);
     }
 
@@ -124,25 +138,34 @@ mod tests {
             declared(json!({"driverKey": "typo"})),
         ];
         let theirs = [
-            manifest(json!({"driverKey": "k8s", "kind": "environment_driver", "sandboxCapabilities": {"nativeSyncIn": false, "reusableLeases": true}})),
+            manifest(
+                json!({"driverKey": "k8s", "kind": "environment_driver", "sandboxCapabilities": {"nativeSyncIn": false, "reusableLeases": true}}),
+            ),
             manifest(json!({"driverKey": "gpu"})),
         ];
         let found: Vec<String> = differences(&ours, &theirs).iter().map(ToString::to_string).collect();
-        assert_eq!(found, [
-            "driver k8s: kind declared sandbox_provider, the manifest environment_driver",
-            "driver k8s: supportsReusableLeases declared true, the manifest (not set)",
-            "driver k8s: sandboxCapabilities.nativeSyncIn declared true, the manifest false",
-            "driver k8s: sandboxCapabilities.nativeSyncOut declared null, the manifest (not set)",
-            "driver k8s: sandboxCapabilities.reusableLeases declared (not set), the manifest true",
-            "driver typo: declared, not in the manifest",
-            "driver gpu: in the manifest, not declared",
-        ]);
+        assert_eq!(
+            found,
+            [
+                "driver k8s: kind declared sandbox_provider, the manifest environment_driver",
+                "driver k8s: supportsReusableLeases declared true, the manifest (not set)",
+                "driver k8s: sandboxCapabilities.nativeSyncIn declared true, the manifest false",
+                "driver k8s: sandboxCapabilities.nativeSyncOut declared null, the manifest (not set)",
+                "driver k8s: sandboxCapabilities.reusableLeases declared (not set), the manifest true",
+                "driver typo: declared, not in the manifest",
+                "driver gpu: in the manifest, not declared",
+            ]
+        );
     }
 
     #[test]
     fn the_message_lists_sixteen_and_counts_the_rest_within_its_bound() {
         let theirs: Vec<ManifestDriver> = (0..40)
-            .map(|i| ManifestDriver { driver_key: format!("d{i}"), sandbox_capabilities: BTreeMap::new(), ..Default::default() })
+            .map(|i| ManifestDriver {
+                driver_key: format!("d{i}"),
+                sandbox_capabilities: BTreeMap::new(),
+                ..Default::default()
+            })
             .collect();
         let found = differences(&[], &theirs);
         let message = differences_message(&found, 4096);

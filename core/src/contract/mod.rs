@@ -25,8 +25,8 @@ pub use config::{ConfigFailure, FailedConfig, SecretLookup, resolve_config};
 pub use endpoints::{Agreement, EndpointAnswer, EndpointProbe, agree};
 pub use gates::{GateVerdict, Removal, gates};
 pub use identity::{IdentityFailure, OtherPlugin, check_identity, check_worker_plugin, driver_kind_failure, pin_for};
-pub use manifest::{Difference, MAX_LISTED_DIFFERENCES, differences, differences_message};
 pub use lease::{JobBackend, LeaseResolution, job_backend, resolve_lease};
+pub use manifest::{Difference, MAX_LISTED_DIFFERENCES, differences, differences_message};
 pub use resolution::{
     Declared, MAX_REFUSAL_IN_EXPLANATION, Narrowing, Refusals, Resolution, effective_policy, resolve, resolve_driver,
 };

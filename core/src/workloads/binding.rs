@@ -152,7 +152,13 @@ fn lease_of(provider: &str, binding: &WorkloadBinding, workload: &Workload) -> D
         controller: Some(false),
         block_owner_deletion: Some(false),
     };
-    Desired { kind: workload.kind, namespace: workload.namespace.to_string(), name: workload.name.to_string(), spec, owner }
+    Desired {
+        kind: workload.kind,
+        namespace: workload.namespace.to_string(),
+        name: workload.name.to_string(),
+        spec,
+        owner,
+    }
 }
 
 #[cfg(test)]

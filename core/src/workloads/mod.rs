@@ -72,7 +72,9 @@ impl WorkloadKind {
 /// [`NAMESPACE_LABEL`]`: enabled` and is neither one of [`NEVER_OBSERVED`] nor `own`, the
 /// operator's own namespace.
 pub fn namespace_observed(name: &str, labels: &BTreeMap<String, String>, own: &str) -> bool {
-    labels.get(NAMESPACE_LABEL).is_some_and(|v| v == NAMESPACE_ENABLED) && name != own && !NEVER_OBSERVED.contains(&name)
+    labels.get(NAMESPACE_LABEL).is_some_and(|v| v == NAMESPACE_ENABLED)
+        && name != own
+        && !NEVER_OBSERVED.contains(&name)
 }
 
 #[cfg(test)]

@@ -64,7 +64,13 @@ pub fn step(desired: Option<&Desired>, kept: Option<&KeptLease>) -> Step {
     match (desired, kept) {
         (None, None) => Step::Nothing,
         (Some(_), None) => Step::Create,
-        (None, Some(kept)) => if kept.observed().is_some() { Step::Delete } else { Step::Nothing },
+        (None, Some(kept)) => {
+            if kept.observed().is_some() {
+                Step::Delete
+            } else {
+                Step::Nothing
+            }
+        }
         (Some(desired), Some(kept)) => {
             let Some(kind) = kept.observed() else { return Step::Taken };
             if kind != desired.kind

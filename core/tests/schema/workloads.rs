@@ -26,13 +26,18 @@ fn a_binding_of_the_hosts_kubernetes_provider_passes() {
     assert_eq!(check(&job(json!({})), None, Server::default()), Ok(()));
     let reuse = job(json!({"policy": "ReuseByEnvironment", "environmentLabel": "paperclip.io/agent-id"}));
     assert_eq!(check(&reuse, None, Server::default()), Ok(()));
-    let sandbox = job(json!({"kind": "Sandbox", "selector": {"matchExpressions": [{"key": "paperclip.io/run-id", "operator": "Exists"}]}}));
+    let sandbox = job(
+        json!({"kind": "Sandbox", "selector": {"matchExpressions": [{"key": "paperclip.io/run-id", "operator": "Exists"}]}}),
+    );
     assert_eq!(check(&sandbox, None, Server::default()), Ok(()));
 }
 
 #[test]
 fn the_driver_must_be_one_of_the_providers_sandbox_provider_drivers() {
-    denied_with(&job(json!({"driverKey": "docker"})), "every workloads[].driverKey must name one of environmentDrivers");
+    denied_with(
+        &job(json!({"driverKey": "docker"})),
+        "every workloads[].driverKey must name one of environmentDrivers",
+    );
     let mut other_kind = job(json!({}));
     other_kind["spec"]["environmentDrivers"][0]["kind"] = json!("environment_driver");
     denied_with(&other_kind, "with kind sandbox_provider");
@@ -53,7 +58,10 @@ fn a_selector_selects_by_at_least_one_label_with_well_formed_requirements() {
 
 #[test]
 fn a_reusing_policy_needs_the_label_that_gives_the_environment() {
-    denied_with(&job(json!({"policy": "ReuseByEnvironment"})), "environmentLabel is required when policy is ReuseByEnvironment");
+    denied_with(
+        &job(json!({"policy": "ReuseByEnvironment"})),
+        "environmentLabel is required when policy is ReuseByEnvironment",
+    );
 }
 
 #[test]

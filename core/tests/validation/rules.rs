@@ -35,7 +35,10 @@ fn unknown_fields_the_schema_keeps_are_rejected_at_every_level() {
             set(with_binding(), "/spec/workloads/0/namespace", json!("x")),
             "spec.workloads[0].namespace: unknown field (allowed fields: kind, selector, driverKey, policy, environmentLabel)",
         ),
-        (set(with_binding(), "/spec/workloads/0/selector/labels", json!({})), "spec.workloads[0].selector.labels: unknown field"),
+        (
+            set(with_binding(), "/spec/workloads/0/selector/labels", json!({})),
+            "spec.workloads[0].selector.labels: unknown field",
+        ),
         (
             set(with_binding(), "/spec/workloads/0/selector/matchExpressions/0/value", json!("x")),
             "spec.workloads[0].selector.matchExpressions[0].value: unknown field",

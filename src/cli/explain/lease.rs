@@ -6,12 +6,12 @@ use super::gates::{self, Gates};
 use super::report::{CapabilityReport, DeclarationReport, ProviderLink, capability, status_notes};
 use super::secret::SecretReport;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::ResourceExt;
 use sandcap_core::api::{DriverDeclaration, Pinned, SandboxLease, SandboxProvider, WorkerStatus};
 use sandcap_core::contract::{
     self, Contract, Declared, FailedConfig, IdentityFailure, Narrowing, Refusals, Resolution, Verified,
 };
 use sandcap_core::vocabulary::{ConditionStatus, ConditionType, Kind, LeasePolicy};
-use kube::ResourceExt;
 use sandcap_core::workloads::OBSERVED_FROM_LABEL;
 use serde::Serialize;
 

@@ -23,10 +23,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::context::Context;
 use crate::metrics::KindLabels;
+use sandcap_core::workloads::{Binder, Bound, Desired, Step, Workload, WorkloadKind, step};
 pub use served::{Kinds, Served, discover};
 use watches::{Namespaces, Workloads};
 use writes::Reported;
-use sandcap_core::workloads::{Binder, Bound, Desired, Step, Workload, WorkloadKind, step};
 
 /// A burst of changes within this long is one pass.
 const COALESCE: Duration = Duration::from_millis(200);
@@ -158,7 +158,8 @@ impl Observer {
         let Observer { watches, reported, ctx, .. } = self;
         for watch in watches.values().filter(|w| known.contains(&w.kind)) {
             watch.each(|namespace, name, item| {
-                let (kind, api_version, uid, labels) = (watch.kind, watch.api_version.as_str(), &item.uid, &item.labels);
+                let (kind, api_version, uid, labels) =
+                    (watch.kind, watch.api_version.as_str(), &item.uid, &item.labels);
                 let workload = Workload { kind, api_version, namespace, name, uid, labels };
                 match binder.bind(&workload) {
                     Bound::Unbound => {}
@@ -193,7 +194,11 @@ impl Observer {
 
     /// The steps from the lease table to `desired`: every desired name, and every observed lease
     /// of a known kind that no name desires any more.
-    fn steps(&mut self, desired: &HashMap<(String, String), Desired>, known: &BTreeSet<WorkloadKind>) -> Vec<writes::Write> {
+    fn steps(
+        &mut self,
+        desired: &HashMap<(String, String), Desired>,
+        known: &BTreeSet<WorkloadKind>,
+    ) -> Vec<writes::Write> {
         let leases = &self.ctx.caches.leases;
         let mut steps = Vec::new();
         for ((namespace, name), lease) in desired {
@@ -201,7 +206,13 @@ impl Observer {
             match step(Some(lease), kept.as_ref()) {
                 Step::Nothing => {}
                 Step::Taken => self.reported.taken(&self.ctx, lease),
-                step => steps.push(writes::Write { step, namespace: namespace.clone(), name: name.clone(), desired: Some(lease.clone()), kept }),
+                step => steps.push(writes::Write {
+                    step,
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    desired: Some(lease.clone()),
+                    kept,
+                }),
             }
         }
         for key in leases.observed() {

@@ -84,7 +84,8 @@ pub async fn discover(client: &Client) -> Kinds {
 /// Whether `group_version` serves the kind's resource, listable and watchable.
 async fn serves(client: &Client, group_version: &str, row: &KindRow) -> Result<bool, kube::Error> {
     let resources = client.list_api_group_resources(group_version).await?;
-    Ok(resources.resources.iter().any(|r| {
-        r.name == row.plural && ["list", "watch"].iter().all(|verb| r.verbs.iter().any(|v| v == verb))
-    }))
+    Ok(resources
+        .resources
+        .iter()
+        .any(|r| r.name == row.plural && ["list", "watch"].iter().all(|verb| r.verbs.iter().any(|v| v == verb))))
 }

@@ -183,7 +183,8 @@ impl Table {
         let keep = |meta: &PartialObjectMeta<DynamicObject>| {
             let namespace = meta.metadata.namespace.clone().filter(|ns| namespaces.contains(ns))?;
             let name = meta.metadata.name.clone()?;
-            let item = Item { uid: meta.metadata.uid.clone()?, labels: meta.metadata.labels.clone().unwrap_or_default() };
+            let item =
+                Item { uid: meta.metadata.uid.clone()?, labels: meta.metadata.labels.clone().unwrap_or_default() };
             Some(((namespace, name), item))
         };
         match event {

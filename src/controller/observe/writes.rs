@@ -140,5 +140,11 @@ impl Reported {
 }
 
 fn warning(reason: &str, note: String) -> Event {
-    Event { type_: EventType::Warning, reason: reason.into(), note: Some(note), action: "Observe".into(), secondary: None }
+    Event {
+        type_: EventType::Warning,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Observe".into(),
+        secondary: None,
+    }
 }

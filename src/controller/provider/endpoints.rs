@@ -173,15 +173,17 @@ pub async fn probe_endpoints(
         .min()
         .unwrap_or(interval)
         .max(Duration::from_millis(100));
+    // The plugin the endpoints say they are: one that is another plugin's, else the first that said.
+    let other =
+        kept.iter().find(|p| matches!(&p.outcome, ProbeOutcome::Failed(f) if f.error.reason() == "other_plugin"));
+    let plugin = other.or_else(|| kept.iter().find(|p| p.outcome.plugin().is_some())).and_then(|p| p.outcome.plugin());
+    let plugin = plugin.cloned();
     ctx.provider_table.with(&uid, |known, _| known.endpoints = kept);
 
     let (probe, supported_methods) = match agreement.methods {
         Some(methods) => (ProbeResult::Succeeded, methods),
         None => (ProbeResult::Failed, Vec::new()),
     };
-    // The plugin the endpoints say they are: one that is another plugin's, else the first that said.
-    let other = kept.iter().find(|p| matches!(&p.outcome, ProbeOutcome::Failed(f) if f.error.reason() == "other_plugin"));
-    let plugin = other.or_else(|| kept.iter().find(|p| p.outcome.plugin().is_some())).and_then(|p| p.outcome.plugin());
     let mut worker = WorkerStatus {
         supported_methods,
         probe,
@@ -189,7 +191,7 @@ pub async fn probe_endpoints(
         address: provider.spec.worker.address(),
         message: agreement.message,
         endpoints: Some(agreement.status),
-        plugin: plugin.cloned(),
+        plugin,
     };
     // A probe that found what status says moves lastProbeTime once per interval at most, so a
     // rollout's reconciles, or a new leader probing every endpoint once, write only what changed.

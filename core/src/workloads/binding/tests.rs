@@ -105,8 +105,14 @@ fn each_distinct_selector_of_a_kind_is_one_watch_and_an_empty_one_none() {
         extra: BTreeMap::new(),
     }];
     let providers = [
-        provider("a", vec![binding(WorkloadKind::Job, &[MANAGED], "k"), binding(WorkloadKind::Sandbox, &[MANAGED], "k")]),
-        provider("b", vec![binding(WorkloadKind::Job, &[MANAGED], "k"), requirement, binding(WorkloadKind::Job, &[], "k")]),
+        provider(
+            "a",
+            vec![binding(WorkloadKind::Job, &[MANAGED], "k"), binding(WorkloadKind::Sandbox, &[MANAGED], "k")],
+        ),
+        provider(
+            "b",
+            vec![binding(WorkloadKind::Job, &[MANAGED], "k"), requirement, binding(WorkloadKind::Job, &[], "k")],
+        ),
     ];
     let watches: Vec<_> = Binder::new(&providers).watches().into_iter().collect();
     let managed = "paperclip.io/managed-by=paperclip-k8s-plugin".to_string();

@@ -11,10 +11,12 @@ fn desired(uid: &str, driver: &str) -> Desired {
     let labels = BTreeMap::from([("app".to_string(), "run".to_string())]);
     let mut provider = crate::api::SandboxProvider::new("k8s", Default::default());
     provider.metadata.name = Some("k8s".into());
-    provider.spec.workloads = vec![serde_json::from_value(json!({
-        "kind": "Job", "selector": {"matchLabels": {"app": "run"}}, "driverKey": driver
-    }))
-    .unwrap()];
+    provider.spec.workloads = vec![
+        serde_json::from_value(json!({
+            "kind": "Job", "selector": {"matchLabels": {"app": "run"}}, "driverKey": driver
+        }))
+        .unwrap(),
+    ];
     let workload = Workload {
         kind: WorkloadKind::Job,
         api_version: "batch/v1",
@@ -114,6 +116,10 @@ proptest! {
 fn the_provider_ref_is_compared_whole() {
     let d = desired("u-1", "kubernetes");
     let mut kept = kept_of(&d);
-    kept.spec.provider_ref = ProviderRef { name: "k8s".into(), driver_key: "kubernetes".into(), extra: BTreeMap::from([("x".into(), json!(1))]) };
+    kept.spec.provider_ref = ProviderRef {
+        name: "k8s".into(),
+        driver_key: "kubernetes".into(),
+        extra: BTreeMap::from([("x".into(), json!(1))]),
+    };
     assert_eq!(step(Some(&d), Some(&kept)), Step::Replace);
 }
