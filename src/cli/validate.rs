@@ -169,3 +169,19 @@ pub(super) fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, 
     }
     Ok(i32::from(denied))
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn kubectl_apply_sends_no_null_member_and_each_is_named() {
+        let file = json!({"spec": {"a": null, "list": [{"b": null, "c": 1}], "d": {"e": null}}});
+        let mut dropped = Vec::new();
+        let sent = without_nulls(&file, "", &mut dropped);
+        assert_eq!(sent, json!({"spec": {"list": [{"c": 1}], "d": {}}}));
+        assert_eq!(dropped, [".spec.a", ".spec.list[0].b", ".spec.d.e"]);
+    }
+}
