@@ -219,6 +219,7 @@ words! {
         Ready = "Ready",
         ConfigSchemasCompiled = "ConfigSchemasCompiled",
         WorkloadsObserved = "WorkloadsObserved",
+        DeclarationsMatchManifest = "DeclarationsMatchManifest",
         // Both kinds: the stored object against today's rules (the CRD's and the webhook's)
         Valid = "Valid",
     }
@@ -256,6 +257,7 @@ words! {
         ProbeSucceeded = "ProbeSucceeded",
         ProbeFailed = "ProbeFailed",
         NoMethodsAdvertised = "NoMethodsAdvertised",
+        PluginIdentityMismatch = "PluginIdentityMismatch",
         CapabilitiesResolved = "CapabilitiesResolved",
         WorkerNotVerified = "WorkerNotVerified",
         // SandboxProvider `ConfigSchemasCompiled` (the last two also on a lease's `ConfigResolved`)
@@ -267,6 +269,9 @@ words! {
         KindNotServed = "KindNotServed",
         Discovering = "Discovering",
         ObserverOff = "ObserverOff",
+        // SandboxProvider `DeclarationsMatchManifest`
+        MatchesManifest = "MatchesManifest",
+        DiffersFromManifest = "DiffersFromManifest",
         // Events on a SandboxProvider
         CapabilitiesGranted = "CapabilitiesGranted",
         CapabilitiesRevoked = "CapabilitiesRevoked",

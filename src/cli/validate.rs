@@ -4,6 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use serde::Serialize;
+use serde_json::Value;
 
 use super::error::CliError;
 use super::manifests::{Loaded, Manifests};
@@ -35,7 +36,48 @@ pub struct ValidateArgs {
     /// the newest minor tested (they write the same forms).
     #[arg(long, default_value = "1.37", value_parser = parse_server)]
     pub kubernetes_version: schema::Server,
+    /// Whose request to judge: `apply` (kubectl apply, client-side: a null in the file is dropped
+    /// before the apiserver sees it) or `create` (kubectl create and replace, and any client
+    /// that sends the file as it is).
+    #[arg(long, value_enum, default_value_t)]
+    pub client: Client,
 }
+
+/// The client whose request `validate` judges (docs/contract.md, "Command line").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Client {
+    /// `kubectl apply` (client-side): what it sends has no null member.
+    #[default]
+    Apply,
+    /// `kubectl create`, `kubectl replace`: the file as it is, nulls included.
+    Create,
+}
+
+/// `value` without its null members, at any depth, and where they were (at most
+/// [`MAX_NULL_PATHS`] named): what a client-side `kubectl apply` sends of a file.
+fn without_nulls(value: &Value, path: &str, dropped: &mut Vec<String>) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter_map(|(k, v)| {
+                    let at = format!("{path}.{k}");
+                    if v.is_null() {
+                        dropped.push(at);
+                        return None;
+                    }
+                    Some((k.clone(), without_nulls(v, &at, dropped)))
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(
+            items.iter().enumerate().map(|(i, v)| without_nulls(v, &format!("{path}[{i}]"), dropped)).collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// The most null members a note names; the rest are counted.
+const MAX_NULL_PATHS: usize = 4;
 
 /// A `--kubernetes-version` whose message forms sandcap does not know.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +99,10 @@ struct ValidateRecord {
     allowed: bool,
     message: String,
     warnings: Vec<String>,
+    /// Where the other client's verdict differs: a null `kubectl apply` drops and `kubectl
+    /// create` sends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    notes: Vec<String>,
 }
 
 pub(super) fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, CliError> {
@@ -78,9 +124,35 @@ pub(super) fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, 
                     message: "unknown kind: sandcap validates SandboxProvider and SandboxLease".into(),
                 });
             }
-            let judgment = judge(&object, &options, args.kubernetes_version);
+            let mut dropped = Vec::new();
+            let applied = without_nulls(&object, "", &mut dropped);
+            let (sent, other) = match args.client {
+                Client::Apply => (&applied, &object),
+                Client::Create => (&object, &applied),
+            };
+            let judgment = judge(sent, &options, args.kubernetes_version);
             let (allowed, message, warnings) = (judgment.allowed(), judgment.message(), judgment.warnings().to_vec());
-            records.push(ValidateRecord { kind, name, allowed, message, warnings });
+            let mut notes = Vec::new();
+            if !dropped.is_empty() {
+                let theirs = judge(other, &options, args.kubernetes_version);
+                let more = dropped.len().saturating_sub(MAX_NULL_PATHS);
+                let mut paths: Vec<String> = dropped.iter().take(MAX_NULL_PATHS).map(|p| p[1..].to_string()).collect();
+                if more > 0 {
+                    paths.push(format!("and {more} more"));
+                }
+                let verdict =
+                    if theirs.allowed() { "allowed".to_string() } else { format!("denied: {}", theirs.message()) };
+                let (this, that) = match args.client {
+                    Client::Apply => ("kubectl apply", "kubectl create"),
+                    Client::Create => ("kubectl create", "kubectl apply"),
+                };
+                notes.push(format!(
+                    "the file has a null at {}: kubectl apply drops it before the cluster sees it, kubectl create \
+                     sends it; this verdict is {this}'s, under {that} (--client) the object is {verdict}",
+                    paths.join(", ")
+                ));
+            }
+            records.push(ValidateRecord { kind, name, allowed, message, warnings, notes });
         }
     }
     let denied = records.iter().any(|r| !r.allowed);
@@ -92,7 +164,24 @@ pub(super) fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, 
                 writeln!(out, "DENIED {}/{}: {}", r.kind, r.name, r.message)?;
             }
             r.warnings.iter().try_for_each(|w| writeln!(out, "WARNING {}/{}: {w}", r.kind, r.name))?;
+            r.notes.iter().try_for_each(|n| writeln!(out, "NOTE {}/{}: {n}", r.kind, r.name))?;
         }
     }
     Ok(i32::from(denied))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn kubectl_apply_sends_no_null_member_and_each_is_named() {
+        let file = json!({"spec": {"a": null, "list": [{"b": null, "c": 1}], "d": {"e": null}}});
+        let mut dropped = Vec::new();
+        let sent = without_nulls(&file, "", &mut dropped);
+        assert_eq!(sent, json!({"spec": {"list": [{"c": 1}], "d": {}}}));
+        assert_eq!(dropped, [".spec.a", ".spec.d.e", ".spec.list[0].b"], "in the keys' order");
+    }
 }

@@ -21,7 +21,7 @@ use crate::metrics::ProbeLabels;
 use crate::probe::{ProbeOutcome, Prober};
 use sandcap_core::api::{DriverStatus, ProbeResult, SandboxProvider, SandboxProviderStatus, WorkerStatus};
 use sandcap_core::config_schema::{self, Deadline, SchemaError};
-use sandcap_core::contract::{self, Contract, Declared};
+use sandcap_core::contract::{self, Contract, Declared, Verified};
 use sandcap_core::text;
 use sandcap_core::vocabulary::{ConditionReason as Why, ConditionType as Type};
 
@@ -152,15 +152,17 @@ fn share_of(uid: &str, endpoint: &str) -> u64 {
 }
 
 fn worker_status(provider: &SandboxProvider, outcome: ProbeOutcome, now: &Time) -> WorkerStatus {
+    let plugin = outcome.plugin().cloned();
     let (probe, supported_methods, message) = match outcome {
-        ProbeOutcome::Succeeded { methods } => {
+        ProbeOutcome::Succeeded { methods, .. } => {
             let message = format!("initialize answered ok: true with {} supportedMethods", methods.len());
             (ProbeResult::Succeeded, methods, message)
         }
         ProbeOutcome::Failed(failure) => (ProbeResult::Failed, Vec::new(), failure.to_string()),
     };
     let address = provider.spec.worker.address();
-    WorkerStatus { supported_methods, probe, last_probe_time: Some(now.clone()), address, message, endpoints: None }
+    let last_probe_time = Some(now.clone());
+    WorkerStatus { supported_methods, probe, last_probe_time, address, message, endpoints: None, plugin }
 }
 
 /// The status the provider should have with this worker status and, when today's rules refuse
@@ -174,7 +176,10 @@ pub fn provider_status(
 ) -> SandboxProviderStatus {
     let generation = provider.metadata.generation;
     let previous = provider.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-    let verified = contract::verified_from_worker(Some(&worker));
+    // A worker that says it is another plugin verifies nothing, whatever it listed.
+    let other_plugin = worker.plugin.as_ref().and_then(|p| contract::check_worker_plugin(&provider.spec, p).err());
+    let verified =
+        if other_plugin.is_some() { Verified::nothing() } else { contract::verified_from_worker(Some(&worker)) };
     let drivers: Vec<DriverStatus> = provider
         .spec
         .environment_drivers
@@ -190,12 +195,13 @@ pub fn provider_status(
             }
         })
         .collect();
-    let (verified_ok, reason, message) = match worker.probe {
-        ProbeResult::Failed => (false, Why::ProbeFailed, worker.message.clone()),
-        ProbeResult::Succeeded if verified.is_nothing() => {
+    let (verified_ok, reason, message) = match (&other_plugin, worker.probe) {
+        (Some(other), _) => (false, Why::PluginIdentityMismatch, format!("{other}, so nothing is verified")),
+        (None, ProbeResult::Failed) => (false, Why::ProbeFailed, worker.message.clone()),
+        (None, ProbeResult::Succeeded) if verified.is_nothing() => {
             (false, Why::NoMethodsAdvertised, "the worker answered ok: true but listed no supportedMethods".into())
         }
-        ProbeResult::Succeeded => (true, Why::ProbeSucceeded, worker.message.clone()),
+        (None, ProbeResult::Succeeded) => (true, Why::ProbeSucceeded, worker.message.clone()),
     };
     let conditions = Conditions { generation, previous, now };
     let worker_verified = conditions.set(Type::WorkerVerified, verified_ok, reason, message);
@@ -221,9 +227,11 @@ pub fn provider_status(
         let message = "the worker is not verified, so every capability is off".to_string();
         conditions.set(Type::Ready, false, Why::WorkerNotVerified, message)
     };
+    let mut all = vec![worker_verified, ready, schemas];
+    all.extend(manifest::declarations_condition(provider, &worker, other_plugin.is_some(), &conditions));
     SandboxProviderStatus {
         observed_generation: generation,
-        conditions: vec![worker_verified, ready, schemas],
+        conditions: all,
         worker: Some(worker),
         contract: Some(contract.version),
         drivers,
@@ -255,9 +263,10 @@ fn config_schemas_condition(provider: &SandboxProvider, conditions: &Conditions)
 }
 
 /// The longest condition message sandcap writes (the apiserver allows 32,768 bytes).
-const MAX_CONDITION_MESSAGE: usize = 4096;
+pub(super) const MAX_CONDITION_MESSAGE: usize = 4096;
 
 mod endpoints;
+mod manifest;
 #[cfg(test)]
 mod tests;
 mod workloads;

@@ -8,9 +8,10 @@ use serde::de::{self, Deserializer, Error as _, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use sandcap_core::api::SandboxProviderSpec;
+use sandcap_core::api::{SandboxProviderSpec, WorkerPlugin};
 
 use super::error::ProbeError;
+use super::plugin::parse_plugin;
 
 /// Bounds on what a worker may write into `status.worker.supportedMethods`.
 pub(super) const MAX_METHODS: usize = 256;
@@ -60,12 +61,23 @@ struct InitializeResult<'a> {
     ok: Option<bool>,
     #[serde(borrow)]
     supported_methods: Option<&'a RawValue>,
+    #[serde(borrow)]
+    plugin: Option<&'a RawValue>,
+}
+
+/// What an answer that said `ok: true` holds.
+#[derive(Debug)]
+pub(super) struct Answered {
+    /// `supportedMethods`, sorted and deduplicated.
+    pub methods: Vec<String>,
+    /// `plugin`, the plugin the worker says it is, if it said.
+    pub plugin: Option<WorkerPlugin>,
 }
 
 /// Judges the answer body. Errors describe the answer's shape, never quote its values (a JSON-RPC
 /// error's message included), so a misbehaving worker can neither fill the status nor tell the
 /// provider's author what answered at its address.
-pub(super) fn parse_answer(body: &[u8], expected_id: u64) -> Result<Vec<String>, ProbeError> {
+pub(super) fn parse_answer(body: &[u8], expected_id: u64) -> Result<Answered, ProbeError> {
     let malformed = |message: &str| ProbeError::Malformed(message.into());
     let answer: Answer =
         serde_json::from_slice(body).map_err(|e| ProbeError::NotJson { line: e.line(), column: e.column() })?;
@@ -92,7 +104,7 @@ pub(super) fn parse_answer(body: &[u8], expected_id: u64) -> Result<Vec<String>,
         None | Some("null") => Vec::new(),
         Some(list) => serde_json::from_str::<Methods>(list).map_err(|e| Methods::error(&e))?.0,
     };
-    Ok(methods)
+    Ok(Answered { methods, plugin: parse_plugin(result.plugin)? })
 }
 
 /// `supportedMethods`, sorted and deduplicated, read one item at a time: past [`MAX_METHODS`]

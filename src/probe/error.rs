@@ -5,6 +5,8 @@ use std::io;
 use std::time::Duration;
 
 use sandcap_core::addresses::AddressClass;
+use sandcap_core::api::WorkerPlugin;
+use sandcap_core::contract::OtherPlugin;
 use sandcap_core::vocabulary::words;
 
 /// The prober could not be built (see [`crate::probe::Prober::new`]).
@@ -32,6 +34,9 @@ words! {
         NotTheProtocol = "the worker answered something that is not the worker protocol",
         /// A JSON-RPC error, or `ok: false`.
         Declined = "the worker declined initialize",
+        /// A worker that says (`result.plugin`) it is another plugin, or another version of it,
+        /// than the provider names.
+        OtherPlugin = "the worker is another plugin or version than the provider names",
     }
 }
 
@@ -63,8 +68,15 @@ impl From<ProbeError> for ProbeFailure {
 }
 
 impl fmt::Display for ProbeFailure {
-    /// What status says: the spec's own problem, or the failure's [`FailureClass`].
+    /// What status says: the spec's own problem, or the failure's [`FailureClass`]; for a worker
+    /// of another plugin, both identities (docs/contract.md, "The plugin is the one named").
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let ProbeError::OtherPlugin { other, .. } = &self.error {
+            return match &self.endpoint {
+                Some(endpoint) => write!(f, "probe of {endpoint}: {other}, so nothing is verified"),
+                None => write!(f, "{other}, so nothing is verified"),
+            };
+        }
         let Some(class) = self.error.class() else { return self.error.fmt(f) };
         match &self.endpoint {
             Some(endpoint) => write!(f, "probe of {endpoint} failed: {class}; sandcap's log has the detail"),
@@ -112,6 +124,10 @@ pub enum ProbeError {
     /// The answer is JSON of the wrong shape; the text describes the shape, never a value.
     #[error("{0}")]
     Malformed(String),
+    /// The worker answered `ok: true` as another plugin (`result.plugin`): both identities, each
+    /// a plugin key and version characters ([`sandcap_core::api::is_plugin_key`]).
+    #[error("{other}")]
+    OtherPlugin { other: Box<OtherPlugin>, reported: Box<WorkerPlugin> },
 }
 
 impl ProbeError {
@@ -135,6 +151,7 @@ impl ProbeError {
             | ProbeError::NotJson { .. }
             | ProbeError::Malformed(_) => FailureClass::NotTheProtocol,
             ProbeError::RpcError(_) | ProbeError::NotOk => FailureClass::Declined,
+            ProbeError::OtherPlugin { .. } => FailureClass::OtherPlugin,
         })
     }
 
@@ -155,6 +172,7 @@ impl ProbeError {
             ProbeError::RpcError(_) => "rpc_error",
             ProbeError::NotOk => "not_ok",
             ProbeError::Malformed(_) => "malformed",
+            ProbeError::OtherPlugin { .. } => "other_plugin",
         }
     }
 }

@@ -17,6 +17,7 @@
 mod answer;
 mod endpoint;
 mod error;
+mod plugin;
 mod resolver;
 #[cfg(test)]
 mod tests;
@@ -29,10 +30,10 @@ use std::time::Duration;
 
 use reqwest::Url;
 
-use sandcap_core::api::{MAX_CA_BUNDLE_BYTES, SandboxProvider, SandboxProviderSpec, WorkerRef};
-use sandcap_core::contract::Verified;
+use sandcap_core::api::{MAX_CA_BUNDLE_BYTES, SandboxProvider, SandboxProviderSpec, WorkerPlugin, WorkerRef};
+use sandcap_core::contract::{Verified, check_worker_plugin};
 
-use answer::{initialize_request, parse_answer};
+use answer::{Answered, initialize_request, parse_answer};
 pub use endpoint::{WorkerUrlError, endpoint, parse_worker_url, redacted};
 pub use error::{FailureClass, MAX_ANSWER_BYTES, ProbeError, ProbeFailure, SetupError};
 use resolver::{GuardedResolver, Lookup, ResolveError, system_lookup};
@@ -44,8 +45,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// What one probe found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ProbeOutcome {
-    /// The worker answered `ok: true`; `methods` is its `supportedMethods`, sorted, without duplicates.
-    Succeeded { methods: Vec<String> },
+    /// The worker answered `ok: true`; `methods` is its `supportedMethods`, sorted, without
+    /// duplicates; `plugin` the plugin it says it is, when it said (and it is the one named).
+    Succeeded { methods: Vec<String>, plugin: Option<WorkerPlugin> },
     /// Nothing is verified; the failure's message is safe to publish.
     Failed(ProbeFailure),
 }
@@ -53,8 +55,32 @@ pub enum ProbeOutcome {
 impl ProbeOutcome {
     pub fn verified(&self) -> Verified {
         match self {
-            ProbeOutcome::Succeeded { methods } => Verified::methods(methods.iter().cloned()),
+            ProbeOutcome::Succeeded { methods, .. } => Verified::methods(methods.iter().cloned()),
             ProbeOutcome::Failed(_) => Verified::nothing(),
+        }
+    }
+
+    /// The plugin the worker said it is: the one named, or ([`ProbeError::OtherPlugin`]) another.
+    pub fn plugin(&self) -> Option<&WorkerPlugin> {
+        match self {
+            ProbeOutcome::Succeeded { plugin, .. } => plugin.as_ref(),
+            ProbeOutcome::Failed(ProbeFailure { error: ProbeError::OtherPlugin { reported, .. }, .. }) => {
+                Some(reported)
+            }
+            ProbeOutcome::Failed(_) => None,
+        }
+    }
+
+    /// Whether this outcome was judged against the identity `spec` names now: one that depends
+    /// on the plugin identity (a worker that said which plugin it is) judged against another
+    /// `pluginKey` or `version` must be probed again.
+    pub fn judged_for(&self, spec: &SandboxProviderSpec) -> bool {
+        match self {
+            ProbeOutcome::Succeeded { plugin: Some(plugin), .. } => check_worker_plugin(spec, plugin).is_ok(),
+            ProbeOutcome::Failed(ProbeFailure { error: ProbeError::OtherPlugin { other, .. }, .. }) => {
+                other.named_id == spec.plugin_key && other.named_version == spec.version
+            }
+            _ => true,
         }
     }
 
@@ -168,8 +194,18 @@ impl Prober {
                 Err(error) => Err(error.into()),
             },
         };
+        let result = result.and_then(|Answered { methods, plugin }| {
+            // A worker that says it is another plugin, or another version, verifies nothing.
+            match plugin.as_ref().map(|reported| check_worker_plugin(spec, reported)) {
+                Some(Err(other)) => {
+                    let reported = Box::new(plugin.unwrap_or_default());
+                    Err(ProbeError::OtherPlugin { other: Box::new(other), reported }.into())
+                }
+                _ => Ok(ProbeOutcome::Succeeded { methods, plugin }),
+            }
+        });
         match result {
-            Ok(methods) => ProbeOutcome::Succeeded { methods },
+            Ok(outcome) => outcome,
             Err(failure) => ProbeOutcome::Failed(ProbeFailure { endpoint: Some(redacted(target.url)), ..failure }),
         }
     }
@@ -197,7 +233,7 @@ impl Prober {
         http: &reqwest::Client,
         url: &Url,
         spec: &SandboxProviderSpec,
-    ) -> Result<Vec<String>, ProbeFailure> {
+    ) -> Result<Answered, ProbeFailure> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let request = initialize_request(id, spec, &self.instance_id);
         let response = http

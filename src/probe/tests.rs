@@ -23,7 +23,7 @@ use sandcap_core::addresses::{AddressClass, AllowedCidrs};
 use sandcap_core::api::ServiceRef;
 
 fn answer(v: Value) -> Result<Vec<String>, ProbeError> {
-    parse_answer(v.to_string().as_bytes(), 7)
+    parse_answer(v.to_string().as_bytes(), 7).map(|a| a.methods)
 }
 
 #[test]

@@ -77,7 +77,7 @@ async fn success_verifies_the_advertised_methods() {
     let worker = Worker::start(&["--methods", "environmentSyncOut,environmentExecute,environmentSyncIn"]);
     let outcome = probe(&worker.url).await;
     let expected = ["environmentExecute", "environmentSyncIn", "environmentSyncOut"].map(String::from).to_vec();
-    assert_eq!(outcome, ProbeOutcome::Succeeded { methods: expected });
+    assert_eq!(outcome, ProbeOutcome::Succeeded { methods: expected, plugin: None });
     assert!(outcome.verified().has("environmentSyncIn"));
 }
 
@@ -85,7 +85,7 @@ async fn success_verifies_the_advertised_methods() {
 async fn a_worker_listing_nothing_verifies_nothing() {
     let worker = Worker::start(&[]);
     let outcome = probe(&worker.url).await;
-    assert_eq!(outcome, ProbeOutcome::Succeeded { methods: vec![] });
+    assert_eq!(outcome, ProbeOutcome::Succeeded { methods: vec![], plugin: None });
     assert!(outcome.verified().is_nothing());
 }
 

@@ -103,7 +103,7 @@ async fn an_https_endpoint_is_verified_for_the_services_name_with_the_providers_
     let (service, other) = (at("acme.workers.svc"), at("other.workers.svc"));
 
     let ok = prober.probe_at(Target { url: &service, address, ca: Some(pem) }, &spec).await;
-    assert!(matches!(&ok, ProbeOutcome::Succeeded { methods } if !methods.is_empty()), "{ok:?}");
+    assert!(matches!(&ok, ProbeOutcome::Succeeded { methods, .. } if !methods.is_empty()), "{ok:?}");
     let unknown_ca = prober.probe_at(Target { url: &service, address, ca: None }, &spec).await;
     assert_eq!(failed_with(&unknown_ca), &ProbeError::Tls, "the system store does not know the CA");
     let another = TestCa::new("another CA");

@@ -11,6 +11,7 @@
 mod capabilities;
 mod crd;
 mod lease;
+mod manifest;
 mod provider;
 mod rules;
 mod status_patch;
@@ -20,6 +21,7 @@ pub use crate::vocabulary::LeasePolicy;
 pub use capabilities::{Capabilities, DeclaredCapabilities};
 pub use crd::{crd, crd_schema};
 pub use lease::*;
+pub use manifest::*;
 pub use provider::*;
 pub use rules::{CONFIG_TOO_LARGE, MAX_CONFIG_BYTES, exceeds_config_bound, is_dns_label, is_dns_subdomain};
 pub use status_patch::StatusPatch;

@@ -12,6 +12,7 @@ use crate::vocabulary::DriverKind;
 
 use super::capabilities::{Capabilities, DeclaredCapabilities, declared_placeholder};
 use super::lease::Explanation;
+use super::manifest::WorkerPlugin;
 use super::rules::*;
 use super::workloads::{MAX_BINDINGS, WorkloadBinding};
 use crate::versions::ContractVersion;
@@ -285,6 +286,12 @@ pub struct WorkerStatus {
     /// `supportedMethods` is what every one of them advertises.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoints: Option<EndpointsStatus>,
+    /// The plugin the worker says it is (`result.plugin` of its answer: the manifest's `id`,
+    /// `version` and drivers), when it said: a worker of another `id` or `version` than
+    /// `spec.pluginKey` and `spec.version` verifies nothing. For a Service worker, an endpoint's
+    /// that is another plugin, else the first endpoint's that said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<WorkerPlugin>,
 }
 
 /// The most endpoints a status names in `EndpointsStatus.differing`.

@@ -1,7 +1,12 @@
 //! A lease's exact-plugin identity: the pin it takes, and why it fails against the provider as it
-//! is now (or a driver that is no sandbox provider at all).
+//! is now (or a driver that is no sandbox provider at all); and a worker's, the plugin it says it
+//! is against the one its provider names.
 
-use crate::api::{DriverDeclaration, Pinned, ResolvableLease, SandboxProvider};
+use crate::api::{
+    DriverDeclaration, MAX_PLUGIN_ID, MAX_PLUGIN_VERSION, Pinned, ResolvableLease, SandboxProvider,
+    SandboxProviderSpec, WorkerPlugin, is_plugin_key, is_version_text,
+};
+use crate::text;
 use crate::vocabulary::ConditionReason;
 
 /// Why a driver's capabilities are never read, if they are not: it is not `kind: sandbox_provider`.
@@ -90,4 +95,36 @@ pub fn check_identity<'p>(
         return Err(IdentityFailure::DriverNotDeclared { name: name(), driver: wanted.driver_key.clone() });
     };
     driver_kind_failure(driver).map_or(Ok(driver), Err)
+}
+
+/// A worker that says it is another plugin, or another version of it, than the provider names.
+/// Both sides are plugin keys and version characters (the probe keeps nothing else of what a
+/// worker reports), each bounded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the worker is plugin {id} version {version}, the provider names {named_id} version {named_version}")]
+pub struct OtherPlugin {
+    pub id: String,
+    pub version: String,
+    pub named_id: String,
+    pub named_version: String,
+}
+
+/// Whether the plugin a worker reported is the one `spec` names: the same `id` as
+/// `spec.pluginKey` and the same `version` as `spec.version`, exactly.
+pub fn check_worker_plugin(spec: &SandboxProviderSpec, plugin: &WorkerPlugin) -> Result<(), OtherPlugin> {
+    if plugin.id == spec.plugin_key && plugin.version == spec.version {
+        return Ok(());
+    }
+    Err(OtherPlugin {
+        id: plugin.id.clone(),
+        version: plugin.version.clone(),
+        named_id: shown(&spec.plugin_key, is_plugin_key(&spec.plugin_key), MAX_PLUGIN_ID),
+        named_version: shown(&spec.version, is_version_text(&spec.version), MAX_PLUGIN_VERSION),
+    })
+}
+
+/// A spec's own value as a message shows it: as it is when it reads as what it should be (the CRD
+/// holds both fields to that), else JSON-quoted, each cut to `max`.
+fn shown(value: &str, plain: bool, max: usize) -> String {
+    if plain { value.to_string() } else { serde_json::to_string(&text::clip(value, max)).unwrap_or_default() }
 }

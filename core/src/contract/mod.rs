@@ -6,13 +6,16 @@
 //! verified (`verified.rs`) and, for a Service worker, what its endpoints agree on
 //! (`endpoints.rs`), the gates in their order (`gates.rs`, which `explain` walks too), the
 //! resolution by the first gate that removes a key (`resolution.rs`), a lease's plugin identity
-//! (`identity.rs`) and config (`config.rs`), and one lease resolved from all of them (`lease.rs`).
+//! (`identity.rs`, also a worker's: the plugin it says it is) and config (`config.rs`), one lease
+//! resolved from all of them (`lease.rs`), and how a provider's declarations differ from the
+//! plugin's manifest (`manifest.rs`).
 
 mod config;
 mod endpoints;
 mod gates;
 mod identity;
 mod lease;
+mod manifest;
 mod resolution;
 mod verified;
 
@@ -21,8 +24,9 @@ pub use crate::vocabulary::{Capability, LeasePolicy, Reason, WorkerMethod};
 pub use config::{ConfigFailure, FailedConfig, SecretLookup, resolve_config};
 pub use endpoints::{Agreement, EndpointAnswer, EndpointProbe, agree};
 pub use gates::{GateVerdict, Removal, gates};
-pub use identity::{IdentityFailure, check_identity, driver_kind_failure, pin_for};
+pub use identity::{IdentityFailure, OtherPlugin, check_identity, check_worker_plugin, driver_kind_failure, pin_for};
 pub use lease::{JobBackend, LeaseResolution, job_backend, resolve_lease};
+pub use manifest::{Difference, MAX_LISTED_DIFFERENCES, differences, differences_message};
 pub use resolution::{
     Declared, MAX_REFUSAL_IN_EXPLANATION, Narrowing, Refusals, Resolution, effective_policy, resolve, resolve_driver,
 };

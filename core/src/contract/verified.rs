@@ -26,6 +26,9 @@ pub enum Unverified {
         .now.as_deref().unwrap_or("(no address)")
     )]
     OtherWorker { probed: Option<String>, now: Option<String> },
+    /// The worker says it is another plugin, or another version, than the provider names.
+    #[error("{0}; nothing is verified")]
+    OtherPlugin(super::identity::OtherPlugin),
 }
 
 impl Default for Verified {
@@ -67,7 +70,7 @@ impl Verified {
 /// controller and `explain` use when they do not probe themselves): nothing unless the probe
 /// succeeded and asked the worker that `spec.worker` names now. A status from before the
 /// worker's address was recorded counts while it was written for the provider's current
-/// generation.
+/// generation. A worker that said it is another plugin (or version) verifies nothing.
 pub fn verified_from_status(provider: &SandboxProvider) -> Verified {
     let status = provider.status.as_ref();
     let Some(worker) = status.and_then(|s| s.worker.as_ref()) else {
@@ -80,6 +83,9 @@ pub fn verified_from_status(provider: &SandboxProvider) -> Verified {
     };
     if !same_worker {
         return Verified(Err(Unverified::OtherWorker { probed: worker.address.clone(), now: named_now }));
+    }
+    if let Some(Err(other)) = worker.plugin.as_ref().map(|p| super::identity::check_worker_plugin(&provider.spec, p)) {
+        return Verified(Err(Unverified::OtherPlugin(other)));
     }
     verified_from_worker(Some(worker))
 }

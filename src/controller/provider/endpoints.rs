@@ -102,7 +102,11 @@ pub async fn probe_endpoints(
     let mut due = Vec::new();
     for member in members {
         match previous.remove(&member) {
-            Some(p) if started.duration_since(p.at) < due_after(&p, interval, share_of(&uid, &member.address())) => {
+            // An answer judged against another plugin identity than the spec's now is due.
+            Some(p)
+                if started.duration_since(p.at) < due_after(&p, interval, share_of(&uid, &member.address()))
+                    && p.outcome.judged_for(&provider.spec) =>
+            {
                 kept.push(p)
             }
             last => due.push((member, last.and_then(|p| p.failing_since))),
@@ -154,7 +158,7 @@ pub async fn probe_endpoints(
             address,
             pod: p.member.pod.as_deref(),
             answer: match &p.outcome {
-                ProbeOutcome::Succeeded { methods } => EndpointAnswer::Methods(methods),
+                ProbeOutcome::Succeeded { methods, .. } => EndpointAnswer::Methods(methods),
                 ProbeOutcome::Failed(_) => EndpointAnswer::Failed(class),
             },
         })
@@ -169,6 +173,11 @@ pub async fn probe_endpoints(
         .min()
         .unwrap_or(interval)
         .max(Duration::from_millis(100));
+    // The plugin the endpoints say they are: one that is another plugin's, else the first that said.
+    let other =
+        kept.iter().find(|p| matches!(&p.outcome, ProbeOutcome::Failed(f) if f.error.reason() == "other_plugin"));
+    let plugin = other.or_else(|| kept.iter().find(|p| p.outcome.plugin().is_some())).and_then(|p| p.outcome.plugin());
+    let plugin = plugin.cloned();
     ctx.provider_table.with(&uid, |known, _| known.endpoints = kept);
 
     let (probe, supported_methods) = match agreement.methods {
@@ -182,6 +191,7 @@ pub async fn probe_endpoints(
         address: provider.spec.worker.address(),
         message: agreement.message,
         endpoints: Some(agreement.status),
+        plugin,
     };
     // A probe that found what status says moves lastProbeTime once per interval at most, so a
     // rollout's reconciles, or a new leader probing every endpoint once, write only what changed.
@@ -254,7 +264,7 @@ mod tests {
         let member = Member { ip: "10.0.0.1".parse().unwrap(), port: 80, pod: None };
         let outcome = match failing_since {
             Some(_) => ProbeOutcome::Failed(crate::probe::ProbeError::NotOk.into()),
-            None => ProbeOutcome::Succeeded { methods: vec![] },
+            None => ProbeOutcome::Succeeded { methods: vec![], plugin: None },
         };
         Probed { member, outcome, at, failing_since }
     }

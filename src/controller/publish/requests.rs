@@ -228,7 +228,7 @@ async fn a_provider_whose_service_is_missing_gets_one_status_patch_at_its_versio
         }],
         "observedGeneration": 1,
         "worker": {"address": "http://acme.sandbox-system.svc:8080/", "endpoints": null, "lastProbeTime": "<now>",
-                   "message": missing, "probe": "Failed", "supportedMethods": []}
+                   "message": missing, "plugin": null, "probe": "Failed", "supportedMethods": []}
     });
     let path = "/apis/sandcap.dev/v1alpha1/sandboxproviders/p/status?&fieldManager=sandcap";
     assert_eq!(
