@@ -199,10 +199,15 @@ pub fn provider(plugin: &str, version: &str, url: &str, drivers: serde_json::Val
 
 /// One probe by sandcap's probe module, as the controller makes it, and how long it took.
 pub async fn probe(url: &str) -> (ProbeOutcome, Duration) {
+    probe_as(url, "sandcap.misbehaving", "0.0.1").await
+}
+
+/// Probes `url` for a provider naming plugin `key` at `version`: the bridge's answer must be it.
+pub async fn probe_as(url: &str, key: &str, version: &str) -> (ProbeOutcome, Duration) {
     let loopback = AllowedCidrs::new(["127.0.0.0/8".parse().unwrap()]);
     let prober = Prober::new(PROBE_TIMEOUT, WorkerPolicy { allow_urls: true, allowed_cidrs: loopback }, "bridge-test")
         .expect("a prober");
-    let spec = provider("sandcap.misbehaving", "0.0.1", url, serde_json::json!([])).spec;
+    let spec = provider(key, version, url, serde_json::json!([])).spec;
     let started = Instant::now();
     let outcome = prober.probe_url(&parse_worker_url(url).unwrap(), &spec).await;
     (outcome, started.elapsed())

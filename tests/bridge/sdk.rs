@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use sandcap::probe::ProbeOutcome;
 use serde_json::{Value, json};
 
-use crate::harness::{Bridge, PROBE_TIMEOUT, RSS_BUDGET, node, probe, which};
+use crate::harness::{Bridge, PROBE_TIMEOUT, RSS_BUDGET, node, probe_as, which};
 
 /// The plugin package, copied under the target directory and installed there with `npm ci`
 /// (again only when its lockfile changed).
@@ -67,11 +67,22 @@ fn sdk_answer(node: &Path, plugin: &Path) -> Value {
     answer["result"].clone()
 }
 
+/// The plugin the package's manifest names.
+const PLUGIN: (&str, &str) = ("sandcap.bridge-test", "0.3.1");
+
+async fn probe(url: &str) -> (ProbeOutcome, Duration) {
+    probe_as(url, PLUGIN.0, PLUGIN.1).await
+}
+
 async fn until_ready(url: &str) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         match probe(url).await {
-            (ProbeOutcome::Succeeded { methods }, _) => return methods,
+            (ProbeOutcome::Succeeded { methods, plugin }, _) => {
+                let plugin = plugin.expect("the bridge says which plugin it runs");
+                assert_eq!((plugin.id.as_str(), plugin.version.as_str()), PLUGIN);
+                return methods;
+            }
             (failed, _) if Instant::now() > deadline => panic!("the SDK worker never became ready: {failed:?}"),
             _ => tokio::time::sleep(Duration::from_millis(200)).await,
         }
@@ -123,6 +134,11 @@ async fn an_sdk_worker_behind_the_bridge_verifies_exactly_its_supported_methods(
         let (outcome, took) = probe(&bridge.url).await;
         assert!(matches!(outcome, ProbeOutcome::Succeeded { .. }) && took < PROBE_TIMEOUT);
     }
+    // Its answer names the plugin: a provider naming another version verifies nothing from it.
+    let (other, _) = probe_as(&bridge.url, PLUGIN.0, "0.3.2").await;
+    let ProbeOutcome::Failed(failure) = other else { panic!("a provider of 0.3.2 verified 0.3.1's worker") };
+    let detail = failure.detail();
+    assert!(detail.contains("0.3.1") && detail.contains("0.3.2"), "names both versions: {detail}");
     let setups = bridge.lines_with("setup ran in pid");
     assert_eq!(setups.len(), 1, "{:?}", bridge.log());
     bridge.wait_for("the host refused state.get: code -32601", Duration::from_secs(1));
