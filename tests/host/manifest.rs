@@ -1,9 +1,10 @@
 //! Generated driver declarations through the host's manifest validator (pluginManifestV1Schema,
-//! one driver in an otherwise valid manifest) and `sandcap validate` (a SandboxProvider wrapping
-//! the driver), under `v1` and `v2`. Each driver is a valid one changed in one to three ways;
-//! the table says what each side does with each change, and where the two disagree the change
-//! responsible is the class of the disagreement (docs/contract.md, "Differences from the
-//! host's published resolver").
+//! one driver in an otherwise valid manifest) and `sandcap validate --client create` (a
+//! SandboxProvider wrapping the driver, sent as written, nulls included: client-side `kubectl
+//! apply` would drop them first), under `v1` and `v2`. Each driver is a valid one changed in one
+//! to three ways; the table says what each side does with each change, and where the two disagree
+//! the change responsible is the class of the disagreement (docs/contract.md, "Differences from
+//! the host's published resolver").
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -142,7 +143,16 @@ fn sandcap_validate_against_the_hosts_manifest_validator() {
     }
     let mut disagreements = BTreeMap::<String, usize>::new();
     for contract in ["v1", "v2"] {
-        let o = sandcap(&["validate", &dir.path().display().to_string(), "--contract", contract, "-o", "json"]);
+        let o = sandcap(&[
+            "validate",
+            &dir.path().display().to_string(),
+            "--client",
+            "create",
+            "--contract",
+            contract,
+            "-o",
+            "json",
+        ]);
         let mut records: Vec<Value> = serde_json::from_slice(&o.stdout).expect("validate -o json");
         // The compile budget's 1 s is wall-clock time: on a loaded machine, judge such a one again.
         for (i, record) in records.iter_mut().enumerate() {
@@ -151,7 +161,7 @@ fn sandcap_validate_against_the_hosts_manifest_validator() {
                     break;
                 }
                 let file = dir.path().join(format!("d{i:04}.json")).display().to_string();
-                let o = sandcap(&["validate", &file, "--contract", contract, "-o", "json"]);
+                let o = sandcap(&["validate", &file, "--client", "create", "--contract", contract, "-o", "json"]);
                 *record = serde_json::from_slice::<Vec<Value>>(&o.stdout).unwrap().remove(0);
             }
         }

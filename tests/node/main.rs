@@ -12,6 +12,7 @@
 //! It needs root (namespaces, mounts, cgroups), Debian's runc and CNI plugins, and buildah; see
 //! docs/testing.md, "The node".
 
+mod bridge;
 mod node;
 mod observed;
 mod release;

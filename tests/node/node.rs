@@ -16,6 +16,8 @@ pub fn repo_root() -> PathBuf {
 /// The running node; [`Node::down`] stops it.
 pub struct Node {
     pub worker_image: String,
+    /// The SDK plugin of tests/bridge/plugin behind `sandcap bridge` (examples/bridge/Dockerfile).
+    pub bridge_image: String,
     /// The node's own OCI registry, `HOST:PORT` inside its network namespace.
     pub registry: String,
     pub state: PathBuf,
@@ -38,6 +40,7 @@ impl Node {
         println!("node: up in {:.0?}", started.elapsed());
         Node {
             worker_image: line("worker-image:"),
+            bridge_image: line("bridge-image:"),
             registry: line("registry:"),
             state: repo_root().join("target/node"),
         }

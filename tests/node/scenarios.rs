@@ -1,6 +1,6 @@
 //! The node suite's scenarios, in the order an admin meets them: install, a provider with a real
 //! worker, rollouts under load, switching the contract version (versions.rs), faults, a finished
-//! Job's observed lease (observed.rs), uninstall.
+//! Job's observed lease (observed.rs), an SDK plugin's worker behind the bridge (bridge.rs), uninstall.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,7 +36,11 @@ pub fn all() -> Vec<(&'static str, Scenario)> {
             "7_a_finished_job_takes_its_observed_lease_with_it",
             crate::observed::a_finished_job_takes_its_observed_lease_with_it,
         ),
-        ("8_uninstall_keeps_the_crds_and_objects", uninstall_keeps_everything),
+        (
+            "8_an_sdk_worker_behind_the_bridge_is_ready_and_a_lease_resolves",
+            crate::bridge::an_sdk_worker_behind_the_bridge_is_ready_and_a_lease_resolves,
+        ),
+        ("9_uninstall_keeps_the_crds_and_objects", uninstall_keeps_everything),
     ]
 }
 
