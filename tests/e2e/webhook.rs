@@ -79,6 +79,7 @@ pub async fn denials_warnings_and_dry_run_through_the_apiserver(c: Arc<Cluster>)
         assert!(!listed.contains(name), "a dry run created {name}: {listed}");
     }
     assert!(warned >= 2, "the corpus has {warned} allowed objects with warnings");
+    a_null_is_judged_per_client(&c, &objects(&corpus)[0]);
 
     // A removed key is refused whatever the field validation mode: never pruned silently.
     let removed = root.join("examples/provider-removed-key.yaml");
@@ -123,4 +124,30 @@ pub async fn denials_warnings_and_dry_run_through_the_apiserver(c: Arc<Cluster>)
     assert!(offline["message"].as_str().unwrap().contains("--allow-worker-urls"), "{offline}");
     let server = apiserver_verdict(&admin, &objects(&corpus)[0]).await;
     assert_eq!(server, Some(as_the_apiserver_says(offline["message"].as_str().unwrap())));
+}
+
+/// A null member, per client, as `sandcap validate --client` says: `kubectl create` sends it and
+/// the webhook refuses it; client-side `kubectl apply` drops it first, and admits.
+fn a_null_is_judged_per_client(c: &Cluster, provider: &serde_json::Value) {
+    let mut provider = provider.clone();
+    provider["metadata"]["name"] = json!("e2e-null-capability");
+    provider["spec"]["environmentDrivers"][0]["sandboxCapabilities"]["nativeSyncIn"] = serde_json::Value::Null;
+    let file = tempfile::Builder::new().suffix(".yaml").tempfile().expect("a file");
+    std::fs::write(file.path(), serde_json::to_string(&provider).expect("JSON")).expect("written");
+    let urls = ["--allow-worker-urls", "--worker-url-allowed-cidrs", "127.0.0.0/8"];
+    for (client, verb) in [("create", "create"), ("apply", "apply")] {
+        let verdict = validate_with(c, file.path(), &[&["--client", client][..], &urls].concat()).remove(0);
+        let notes = verdict["notes"].as_array().cloned().unwrap_or_default();
+        assert!(notes.iter().any(|n| n.as_str().is_some_and(|n| n.contains("nativeSyncIn"))), "{verdict}");
+        let sent = c.kubectl(&[verb, "--dry-run=server", "-f", install::path_str(file.path())]);
+        let stderr = String::from_utf8_lossy(&sent.stderr);
+        if verdict["allowed"] == true {
+            assert!(sent.status.success(), "validate --client {client} admits, kubectl {verb} refuses: {stderr}");
+        } else {
+            let message = as_the_apiserver_says(verdict["message"].as_str().expect("a message"));
+            assert!(message.contains("null declares nothing"), "{verdict}");
+            assert!(!sent.status.success() && stderr.contains(&message), "kubectl {verb}: {stderr}\nvalidate: {message}");
+        }
+        assert_eq!(verdict["allowed"], client == "apply", "{client}: {verdict}");
+    }
 }

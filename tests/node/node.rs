@@ -107,7 +107,6 @@ impl Node {
         })
     }
 
-    /// A client of the node's apiserver as its admin; only usable on a thread [`Node::inside`].
     /// The pod template of a Deployment of the reference worker's image: pods labelled `labels`,
     /// serving `methods` on port 8080.
     pub fn worker_template(&self, labels: &Value, methods: &[&str]) -> Value {
@@ -128,6 +127,7 @@ impl Node {
         })
     }
 
+    /// A client of the node's apiserver as its admin; only usable on a thread [`Node::inside`].
     pub async fn client(&self) -> kube::Client {
         let kubeconfig = kube::config::Kubeconfig::read_from(self.state.join("admin.kubeconfig")).expect("kubeconfig");
         let options = kube::config::KubeConfigOptions::default();

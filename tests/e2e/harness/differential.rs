@@ -18,10 +18,20 @@ const WEBHOOK: &str = "validate.sandcap.dev";
 pub const CORPUS_NAMESPACE: &str = "e2e-corpus";
 
 /// What `sandcap validate -o json` says of every object in `file` under `contract` with the
-/// settings of [`crate::harness::binary::Sandcap::start`] (worker URLs on loopback allowed), for the cluster's minor (the
-/// apiserver's message forms may differ between minors: `sandcap_core::schema::Server`).
+/// settings of [`crate::harness::binary::Sandcap::start`] (worker URLs on loopback allowed), for
+/// the cluster's minor (the apiserver's message forms may differ between minors:
+/// `sandcap_core::schema::Server`), of the request [`apiserver_verdict`] sends: the object as
+/// written, nulls included (`--client create`).
 pub fn validate(c: &Cluster, file: &std::path::Path, contract: ContractVersion) -> Vec<Value> {
-    let flags = ["--contract", contract.as_str(), "--allow-worker-urls", "--worker-url-allowed-cidrs", "127.0.0.0/8"];
+    let flags = [
+        "--contract",
+        contract.as_str(),
+        "--client",
+        "create",
+        "--allow-worker-urls",
+        "--worker-url-allowed-cidrs",
+        "127.0.0.0/8",
+    ];
     validate_with(c, file, &flags)
 }
 
