@@ -146,7 +146,10 @@ fn a_null_is_judged_per_client(c: &Cluster, provider: &serde_json::Value) {
         } else {
             let message = as_the_apiserver_says(verdict["message"].as_str().expect("a message"));
             assert!(message.contains("null declares nothing"), "{verdict}");
-            assert!(!sent.status.success() && stderr.contains(&message), "kubectl {verb}: {stderr}\nvalidate: {message}");
+            assert!(
+                !sent.status.success() && stderr.contains(&message),
+                "kubectl {verb}: {stderr}\nvalidate: {message}"
+            );
         }
         assert_eq!(verdict["allowed"], client == "apply", "{client}: {verdict}");
     }
