@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use crate::node::{Node, repo_root};
-use crate::scenarios::{condition, worker};
+use crate::node::{Node, eventually, repo_root};
+use crate::scenarios::{WAIT, condition, worker};
 use crate::support::lease;
 
 /// The image reference examples/bridge/plugin.yaml names, replaced by the node's.
@@ -29,16 +29,17 @@ pub fn an_sdk_worker_behind_the_bridge_is_ready_and_a_lease_resolves(node: &Node
 
     let ready = condition(node, &["sbp", PROVIDER], "Ready", "True");
     println!("bridge: provider Ready {:.1?} after apply: {}", started.elapsed(), ready["message"]);
-    let provider = node.kubectl_json(&["get", "sbp", PROVIDER]);
+    // Each replica is probed at its own address once its endpoint serves.
+    let provider = eventually("both replicas verified", WAIT, || {
+        let provider = node.kubectl_json(&["get", "sbp", PROVIDER]);
+        let endpoints = &provider["status"]["worker"]["endpoints"];
+        (endpoints["serving"] == 2 && endpoints["answered"] == 2 && endpoints["agreeing"] == 2).then_some(provider)
+    });
+    println!("bridge: both replicas verified {:.1?} after apply", started.elapsed());
     let worker = &provider["status"]["worker"];
     assert_eq!(
         (&worker["plugin"]["id"], &worker["plugin"]["version"]),
         (&json!("sandcap.bridge-test"), &json!("0.3.1"))
-    );
-    assert_eq!(
-        (&worker["endpoints"]["serving"], &worker["endpoints"]["answered"]),
-        (&json!(2), &json!(2)),
-        "{worker:#}"
     );
     let methods: Vec<&str> =
         worker["supportedMethods"].as_array().expect("methods").iter().flat_map(Value::as_str).collect();
