@@ -59,14 +59,28 @@ fn main() {
 }
 
 fn serve(args: RunArgs) -> i32 {
-    let runtime = match tokio::runtime::Runtime::new() {
+    run_on(tokio::runtime::Runtime::new(), sandcap::run::run(args))
+}
+
+/// `sandcap bridge` on one thread: the bridge is small, and the worker it starts is killed when
+/// the thread that started it ends (Linux's parent-death signal), which must be the main thread.
+fn bridge(args: sandcap::bridge::BridgeArgs) -> i32 {
+    run_on(tokio::runtime::Builder::new_current_thread().enable_all().build(), sandcap::bridge::run(args))
+}
+
+/// Runs `task` to its end on `runtime`: exit 0, or 1 with its error on stderr.
+fn run_on<E: std::fmt::Display>(
+    runtime: std::io::Result<tokio::runtime::Runtime>,
+    task: impl std::future::Future<Output = Result<(), E>>,
+) -> i32 {
+    let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(e) => {
             report(&format!("cannot start the async runtime: {e}"));
             return 1;
         }
     };
-    let code = match runtime.block_on(sandcap::run::run(args)) {
+    let code = match runtime.block_on(task) {
         Ok(()) => 0,
         Err(e) => {
             report(&e);
@@ -79,27 +93,6 @@ fn serve(args: RunArgs) -> i32 {
 }
 
 /// To stderr, without eprintln!'s panic when stderr is a closed pipe.
-/// `sandcap bridge` on one thread: the bridge is small, and the worker it starts is killed when
-/// the thread that started it ends (Linux's parent-death signal), which must be the main thread.
-fn bridge(args: sandcap::bridge::BridgeArgs) -> i32 {
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            report(&format!("cannot start the async runtime: {e}"));
-            return 1;
-        }
-    };
-    let code = match runtime.block_on(sandcap::bridge::run(args)) {
-        Ok(()) => 0,
-        Err(e) => {
-            report(&e);
-            1
-        }
-    };
-    runtime.shutdown_background();
-    code
-}
-
 fn report(error: &dyn std::fmt::Display) {
     let _ = writeln!(std::io::stderr(), "sandcap: {error}");
 }

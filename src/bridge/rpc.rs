@@ -51,14 +51,15 @@ fn line(value: &Value) -> Vec<u8> {
     bytes
 }
 
+/// A JSON-RPC message's members, borrowed from its text: a worker's line, or a probe's request.
 #[derive(Deserialize)]
-struct Envelope<'a> {
+pub(super) struct Envelope<'a> {
     #[serde(borrow)]
-    jsonrpc: Option<Cow<'a, str>>,
+    pub jsonrpc: Option<Cow<'a, str>>,
     #[serde(borrow)]
-    id: Option<&'a RawValue>,
+    pub id: Option<&'a RawValue>,
     #[serde(borrow)]
-    method: Option<Cow<'a, str>>,
+    pub method: Option<Cow<'a, str>>,
     #[serde(borrow)]
     result: Option<&'a RawValue>,
     #[serde(borrow)]

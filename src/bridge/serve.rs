@@ -4,7 +4,6 @@
 //! otherwise, which sandcap's probe classes as unreachable. `GET /healthz` says the same for a
 //! readiness probe. Connections go through the webhook's listener, under [`limits`].
 
-use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -13,12 +12,11 @@ use axum::extract::State as Extract;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use super::rpc::{INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, WORKER_UNAVAILABLE};
+use super::rpc::{Envelope, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, WORKER_UNAVAILABLE};
 use super::supervisor::State;
 use crate::listener::Limits;
 
@@ -40,18 +38,8 @@ pub fn router(path: &str, state: watch::Receiver<State>) -> Router {
     Router::new().route(path, post(initialize)).route("/healthz", get(healthz)).with_state(state)
 }
 
-#[derive(Deserialize)]
-struct Request<'a> {
-    #[serde(borrow)]
-    jsonrpc: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    id: Option<&'a RawValue>,
-    #[serde(borrow)]
-    method: Option<Cow<'a, str>>,
-}
-
 async fn initialize(Extract(state): Extract<watch::Receiver<State>>, body: Bytes) -> Response {
-    let Ok(request) = serde_json::from_slice::<Request>(&body) else {
+    let Ok(request) = serde_json::from_slice::<Envelope>(&body) else {
         return rpc_error(StatusCode::OK, None, PARSE_ERROR, "the request is not a JSON-RPC object".into());
     };
     let id = request.id.filter(|id| id.get() != "null");
