@@ -71,7 +71,7 @@ async fn until_ready(url: &str) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         match probe(url).await {
-            (ProbeOutcome::Succeeded { methods }, _) => return methods,
+            (ProbeOutcome::Succeeded { methods, .. }, _) => return methods,
             (failed, _) if Instant::now() > deadline => panic!("the SDK worker never became ready: {failed:?}"),
             _ => tokio::time::sleep(Duration::from_millis(200)).await,
         }
