@@ -55,7 +55,7 @@ pub enum Client {
 
 /// `value` without its null members, at any depth, and where they were (at most
 /// [`MAX_NULL_PATHS`] named): what a client-side `kubectl apply` sends of a file.
-fn without_nulls(value: &Value, path: &str, dropped: &mut Vec<String>) -> Value {
+pub(super) fn without_nulls(value: &Value, path: &str, dropped: &mut Vec<String>) -> Value {
     match value {
         Value::Object(map) => Value::Object(
             map.iter()
