@@ -145,8 +145,12 @@ fn boolean(value: &Value, path: &str, out: &mut Problems) {
 
 fn string(value: &Value, path: &str, min: usize, max: usize, out: &mut Problems) {
     match value {
-        Value::String(s) if js_len(s) < min => out.add(path, &format!("Too small: expected string to have >={min} characters")),
-        Value::String(s) if js_len(s) > max => out.add(path, &format!("Too big: expected string to have <={max} characters")),
+        Value::String(s) if js_len(s) < min => {
+            out.add(path, &format!("Too small: expected string to have >={min} characters"))
+        }
+        Value::String(s) if js_len(s) > max => {
+            out.add(path, &format!("Too big: expected string to have <={max} characters"))
+        }
         Value::String(_) => {}
         other => out.expected(path, "string", Some(other)),
     }
@@ -403,7 +407,9 @@ mod tests {
         let twice = judge(json!({"id": "a", "version": "1.0.0", "capabilities": ["environment.drivers.register"],
                                  "environmentDrivers": [d, d, d]}));
         assert_eq!(twice, ["environmentDrivers: Duplicate environment driver keys: k"]);
-        assert!(judge(json!({"id": "a", "version": "1.0.0", "environmentDrivers": null}))[0].contains("expected array"));
+        assert!(
+            judge(json!({"id": "a", "version": "1.0.0", "environmentDrivers": null}))[0].contains("expected array")
+        );
         assert_eq!(js_len("é😀"), 3, "UTF-16 code units, as JavaScript counts");
     }
 }

@@ -91,8 +91,8 @@ pub(super) fn import(args: &ImportArgs, out: &mut dyn Write) -> Result<i32, CliE
             if !problems.is_empty() {
                 return Ok(refused(err, &problems)?);
             }
-        notes.add(format!(
-            "{shown} was checked by sandcap's copy of the host's manifest rules for id, version and \
+            notes.add(format!(
+                "{shown} was checked by sandcap's copy of the host's manifest rules for id, version and \
              environmentDrivers (no @paperclipai/shared in the package to validate it with)"
             ));
             manifest
@@ -307,7 +307,9 @@ mod tests {
         assert_eq!(v1, [json!({"driverKey": "k", "sandboxCapabilities": {"duplexCommandStream": true}})]);
         assert_eq!(notes.0.len(), 2, "{:?}", notes.0);
         assert!(notes.0[0].starts_with("driver k: supportsLoginPty (true) is left out"));
-        assert!(notes.0[1].starts_with("driver k: sandboxCapabilities.duplexCommandStream is not a key of contract v1"));
+        assert!(
+            notes.0[1].starts_with("driver k: sandboxCapabilities.duplexCommandStream is not a key of contract v1")
+        );
         let mut notes = Notes(Vec::new());
         drivers(manifest.as_object().unwrap(), &args(&["--contract", "v2"]), &mut notes);
         assert_eq!(notes.0.len(), 1, "v2 has the key: {:?}", notes.0);
