@@ -4,7 +4,7 @@
 
 use std::cell::Cell;
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 
@@ -55,15 +55,27 @@ impl<R: Read> Read for Limited<R> {
 }
 
 /// Extracts `path` into a new private directory: the package's directory (`package/`) inside
-/// it. The directory goes when the returned [`tempfile::TempDir`] is dropped.
+/// it. The directory goes when the returned [`tempfile::TempDir`] is dropped. The tarball is
+/// read through once without writing anything, so that one over a budget or with an entry
+/// refused leaves nothing behind (and costs no file system work), then again to extract it, under
+/// the same checks (the file may have changed in between).
 pub fn extract(path: &Path) -> Result<(tempfile::TempDir, PathBuf), TarballError> {
     let file = File::open(path)?;
-    if file.metadata()?.len() > MAX_COMPRESSED {
-        return Err(TarballError::Compressed);
-    }
+    walk(&file, None)?;
+    (&file).seek(SeekFrom::Start(0))?;
     let dir = tempfile::Builder::new().prefix("sandcap-import-").tempdir()?;
     let root = dir.path().join(ROOT);
     std::fs::create_dir(&root)?;
+    walk(&file, Some(&root))?;
+    Ok((dir, root))
+}
+
+/// Reads the tarball from the start, checking every budget and entry, and writes its files
+/// under `root` when there is one.
+fn walk(file: &File, root: Option<&Path>) -> Result<(), TarballError> {
+    if file.metadata()?.len() > MAX_COMPRESSED {
+        return Err(TarballError::Compressed);
+    }
     let (compressed, uncompressed) = (Rc::new(Cell::new(false)), Rc::new(Cell::new(false)));
     // The file may grow after the check above: the read is bounded, not the check.
     let file = Limited { inner: file, left: MAX_COMPRESSED, exceeded: compressed.clone() };
@@ -95,13 +107,19 @@ pub fn extract(path: &Path) -> Result<(tempfile::TempDir, PathBuf), TarballError
         let Some(relative) = inside(&entry.path().map_err(over)?) else {
             return Err(refuse("is not a relative path under package/ without '..'"));
         };
-        let target = root.join(&relative);
+        let target = root.map(|r| r.join(&relative));
         if kind.is_dir() {
-            std::fs::create_dir_all(&target)?;
+            if let Some(target) = target {
+                std::fs::create_dir_all(&target)?;
+            }
         } else if kind.is_file() {
             if entry.size() > MAX_UNCOMPRESSED {
                 return Err(TarballError::Uncompressed);
             }
+            let Some(target) = target else {
+                io::copy(&mut entry, &mut io::sink()).map_err(over)?;
+                continue;
+            };
             if let Some(parent) = target.parent() {
                 std::fs::create_dir_all(parent)?;
             }
@@ -115,7 +133,7 @@ pub fn extract(path: &Path) -> Result<(tempfile::TempDir, PathBuf), TarballError
             return Err(refuse("is not a regular file or a directory"));
         }
     }
-    Ok((dir, root))
+    Ok(())
 }
 
 /// The entry's path below `package/`, when it is a plain relative path there.
