@@ -11,9 +11,12 @@ use serde_json::{Value, json};
 
 use crate::harness::{Bridge, PROBE_TIMEOUT, RSS_BUDGET, node, probe, which};
 
+/// The plugin tests/bridge/plugin is, as its manifest names it.
+const PLUGIN: (&str, &str) = ("sandcap.bridge-test", "0.3.1");
+
 /// The plugin package, copied under the target directory and installed there with `npm ci`
 /// (again only when its lockfile changed).
-fn installed_plugin() -> PathBuf {
+pub fn installed_plugin() -> PathBuf {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bridge/plugin");
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bridge-plugin");
     let lock = std::fs::read(source.join("package-lock.json")).expect("the committed lockfile");
@@ -70,7 +73,7 @@ fn sdk_answer(node: &Path, plugin: &Path) -> Value {
 async fn until_ready(url: &str) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        match probe(url).await {
+        match probe(url, PLUGIN).await {
             (ProbeOutcome::Succeeded { methods, .. }, _) => return methods,
             (failed, _) if Instant::now() > deadline => panic!("the SDK worker never became ready: {failed:?}"),
             _ => tokio::time::sleep(Duration::from_millis(200)).await,
@@ -112,6 +115,21 @@ async fn an_sdk_worker_behind_the_bridge_verifies_exactly_its_supported_methods(
         (Some("sandcap.bridge-test"), Some("0.3.1"))
     );
     let drivers = plugin_member["environmentDrivers"].as_array().unwrap();
+    // `sandcap import` of the package declares the drivers exactly as the bridge reports them,
+    // so the provider it writes matches the manifest (condition DeclarationsMatchManifest).
+    let imported = Command::new(env!("CARGO_BIN_EXE_sandcap"))
+        .arg("import")
+        .arg(&plugin)
+        .arg("--node")
+        .arg(&node)
+        .args(["--worker-service", "sandbox-system/bridge-test:9000"])
+        .output()
+        .unwrap();
+    let imported: Value = serde_saphyr::from_str(&String::from_utf8_lossy(&imported.stdout)).unwrap();
+    assert_eq!(
+        &imported["spec"]["environmentDrivers"],
+        plugin_member["environmentDrivers"].as_array().map(|_| &plugin_member["environmentDrivers"]).unwrap()
+    );
     assert_eq!((drivers.len(), drivers[0]["driverKey"].as_str()), (1, Some("bridge-test")));
     assert_eq!(
         drivers[0]["sandboxCapabilities"],
@@ -120,7 +138,7 @@ async fn an_sdk_worker_behind_the_bridge_verifies_exactly_its_supported_methods(
 
     // One initialize per worker process, however many probes.
     for _ in 0..20 {
-        let (outcome, took) = probe(&bridge.url).await;
+        let (outcome, took) = probe(&bridge.url, PLUGIN).await;
         assert!(matches!(outcome, ProbeOutcome::Succeeded { .. }) && took < PROBE_TIMEOUT);
     }
     let setups = bridge.lines_with("setup ran in pid");
