@@ -4,21 +4,15 @@
 //! the host's own validator is not at hand (a manifest JSON file, a package without
 //! `@paperclipai/shared` installed); tests/host holds the two to the same verdicts.
 
+use sandcap_core::vocabulary::Capability;
 use serde_json::{Map, Value};
 
-/// The capability keys of the host's `sandboxProviderCapabilitiesSchema`: every contract
-/// version's, which is why `v2`'s keys pass here and a `v1` cluster adds its own refusal.
-const CAPABILITY_KEYS: [&str; 9] = [
-    "reusableLeases",
-    "nativeSyncIn",
-    "nativeSyncOut",
-    "persistentProcessSessions",
-    "independentControlCommands",
-    "incrementalSessionOutput",
-    "concurrentSyncOperations",
-    "duplexCommandStream",
-    "runnerWebSocketIngress",
-];
+/// Whether the host's `sandboxProviderCapabilitiesSchema` has `key`: it has every key of
+/// sandcap's vocabulary (`v2`'s nine, the host's current contract), which is why `v2`'s keys
+/// pass here and a `v1` cluster adds its own refusal.
+fn is_capability_key(key: &str) -> bool {
+    Capability::ALL.iter().any(|c| c.key() == key)
+}
 
 /// The driver fields of the host's schema that sandcap does not model: login, interactive setup
 /// and templates, which the host runs and no capability depends on.
@@ -179,8 +173,13 @@ fn object<'a>(value: &'a Value, path: &str, out: &mut Problems) -> Option<&'a Ma
     map
 }
 
-fn unknown_keys<'a>(keys: impl Iterator<Item = &'a String>, known: &[&str], path: &str, out: &mut Problems) {
-    let unknown: Vec<String> = keys.filter(|k| !known.contains(&k.as_str())).map(|k| format!("\"{k}\"")).collect();
+fn unknown_keys<'a>(
+    keys: impl Iterator<Item = &'a String>,
+    known: impl Fn(&str) -> bool,
+    path: &str,
+    out: &mut Problems,
+) {
+    let unknown: Vec<String> = keys.filter(|k| !known(k)).map(|k| format!("\"{k}\"")).collect();
     if !unknown.is_empty() {
         let s = if unknown.len() > 1 { "s" } else { "" };
         out.add(path, &format!("Unrecognized key{s}: {}", unknown.join(", ")));
@@ -218,8 +217,8 @@ fn driver(value: &Value, path: &str, out: &mut Problems) {
     if let Some(caps) = d.get("sandboxCapabilities")
         && let Some(caps) = object(caps, &at("sandboxCapabilities"), out)
     {
-        unknown_keys(caps.keys(), &CAPABILITY_KEYS, &at("sandboxCapabilities"), out);
-        for (k, v) in caps.iter().filter(|(k, _)| CAPABILITY_KEYS.contains(&k.as_str())) {
+        unknown_keys(caps.keys(), is_capability_key, &at("sandboxCapabilities"), out);
+        for (k, v) in caps.iter().filter(|(k, _)| is_capability_key(k)) {
             boolean(v, &format!("{path}.sandboxCapabilities.{k}"), out);
         }
     }
@@ -260,7 +259,8 @@ fn driver(value: &Value, path: &str, out: &mut Problems) {
     }
     let known = ["driverKey", "kind", "displayName", "description", "sandboxCapabilities", "configSchema"];
     let flags = ["supportsReusableLeases"];
-    unknown_keys(d.keys(), &[&known[..], &flags, &HOST_ONLY_FIELDS].concat(), path, out);
+    let known = [&known[..], &flags, &HOST_ONLY_FIELDS].concat();
+    unknown_keys(d.keys(), |k| known.contains(&k), path, out);
 }
 
 /// `pluginEnvironmentTemplateConfigBindingSchema`: `{field, unsetFields?}`, strict, each a
@@ -308,7 +308,7 @@ fn template_binding(value: &Value, path: &str, out: &mut Problems) {
             other => out.expected(&format!("{path}.unsetFields"), "array", Some(other)),
         }
     }
-    unknown_keys(binding.keys(), &["field", "unsetFields"], path, out);
+    unknown_keys(binding.keys(), |k| ["field", "unsetFields"].contains(&k), path, out);
 }
 
 #[cfg(test)]
@@ -336,7 +336,7 @@ mod tests {
     #[test]
     fn a_valid_driver_passes_with_every_field_of_the_hosts() {
         assert_eq!(judge(valid()), Vec::<String>::new());
-        let caps: Map<String, Value> = CAPABILITY_KEYS.iter().map(|k| (k.to_string(), json!(true))).collect();
+        let caps: Map<String, Value> = Capability::ALL.iter().map(|c| (c.key().to_string(), json!(true))).collect();
         let mut full = with("sandboxCapabilities", Value::Object(caps));
         for (k, v) in [
             ("description", json!("d")),
