@@ -5,7 +5,8 @@
 //! The manifest is JavaScript, so node evaluates it ([`LOAD_MANIFEST`]): imported as the host
 //! imports it, passed through the host's own validator (`pluginManifestV1Schema` of the package's
 //! `@paperclipai/shared`, the SDK's dependency) when the package has it, and written back as JSON,
-//! bounded in size and time.
+//! bounded in size and time. `sandcap import` loads manifests with it too ([`load_manifest`]), so
+//! the provider it writes declares what the bridge reports.
 
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;

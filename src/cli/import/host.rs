@@ -52,14 +52,11 @@ pub fn problems(manifest: &Map<String, Value>) -> Vec<String> {
                     "Capability 'environment.drivers.register' is required when environmentDrivers are declared",
                 );
             }
-            let keys: Vec<&Value> = drivers.iter().filter_map(|d| d.get("driverKey")).collect();
-            let mut duplicates: Vec<String> = Vec::new();
-            for (i, k) in keys.iter().enumerate() {
-                let text = k.as_str().map_or_else(|| k.to_string(), str::to_string);
-                if keys[..i].contains(k) && !duplicates.contains(&text) {
-                    duplicates.push(text);
-                }
-            }
+            let keys: Vec<&str> = drivers.iter().filter_map(|d| d.get("driverKey")?.as_str()).collect();
+            let mut duplicates: Vec<&str> =
+                keys.iter().enumerate().filter(|(i, k)| keys[..*i].contains(k)).map(|(_, k)| *k).collect();
+            duplicates.sort_unstable();
+            duplicates.dedup();
             if !duplicates.is_empty() {
                 out.add("environmentDrivers", &format!("Duplicate environment driver keys: {}", duplicates.join(", ")));
             }
@@ -88,11 +85,6 @@ impl Problems {
         };
         self.add(path, &format!("Invalid input: expected {what}, received {got}"));
     }
-}
-
-/// A string's length as JavaScript counts it (UTF-16 code units), which the host's limits are in.
-fn js_len(s: &str) -> usize {
-    s.encode_utf16().count()
 }
 
 fn is_key(s: &str) -> bool {
@@ -137,12 +129,14 @@ fn boolean(value: &Value, path: &str, out: &mut Problems) {
     }
 }
 
+/// The host's limits count a string's length as JavaScript does, in UTF-16 code units.
 fn string(value: &Value, path: &str, min: usize, max: usize, out: &mut Problems) {
+    let len = |s: &str| s.encode_utf16().count();
     match value {
-        Value::String(s) if js_len(s) < min => {
+        Value::String(s) if len(s) < min => {
             out.add(path, &format!("Too small: expected string to have >={min} characters"))
         }
-        Value::String(s) if js_len(s) > max => {
+        Value::String(s) if len(s) > max => {
             out.add(path, &format!("Too big: expected string to have <={max} characters"))
         }
         Value::String(_) => {}
@@ -338,21 +332,11 @@ mod tests {
         assert_eq!(judge(valid()), Vec::<String>::new());
         let caps: Map<String, Value> = Capability::ALL.iter().map(|c| (c.key().to_string(), json!(true))).collect();
         let mut full = with("sandboxCapabilities", Value::Object(caps));
-        for (k, v) in [
-            ("description", json!("d")),
-            ("supportsReusableLeases", json!(false)),
-            ("supportsInteractiveSetup", json!(true)),
-            ("interactiveSetupConnectionTypes", json!(["browser"])),
-            ("supportsTemplateCapture", json!(true)),
-            ("templateRefKind", json!("snapshot")),
-            ("templateConfigBinding", json!({"field": "template", "unsetFields": ["image"]})),
-            ("templateIdentityPaths", json!(["a.b"])),
-            ("supportsTemplateDelete", json!(true)),
-            ("supportsLoginPty", json!(true)),
-            ("supportsSetupTokenLogin", json!(true)),
-        ] {
-            full[k] = v;
-        }
+        let every = json!({"description": "d", "supportsReusableLeases": false, "supportsInteractiveSetup": true,
+            "interactiveSetupConnectionTypes": ["browser"], "supportsTemplateCapture": true, "templateRefKind": "t",
+            "templateConfigBinding": {"field": "template", "unsetFields": ["image"]}, "templateIdentityPaths": ["a"],
+            "supportsTemplateDelete": true, "supportsLoginPty": true, "supportsSetupTokenLogin": true});
+        full.as_object_mut().unwrap().extend(every.as_object().unwrap().clone());
         assert_eq!(judge(full), Vec::<String>::new());
         assert_eq!(judge(with("configSchema", json!({}))), Vec::<String>::new(), "an empty schema passes");
         assert_eq!(judge(with("configSchema", json!({"$ref": null}))), Vec::<String>::new(), "null is defined");
@@ -375,6 +359,7 @@ mod tests {
         refused(with("configSchema", json!([])), "expected record, received array");
         refused(with("displayName", json!("K".repeat(101))), "<=100");
         refused(with("displayName", json!("")), ">=1");
+        refused(with("displayName", json!("😀".repeat(51))), "<=100"); // 102 UTF-16 code units
         refused(with("description", json!("d".repeat(501))), "<=500");
         refused(with("driverKey", json!("Kube")), "Environment driver key must start");
         refused(with("kind", json!("plugin")), "Invalid option");
@@ -410,6 +395,5 @@ mod tests {
         assert!(
             judge(json!({"id": "a", "version": "1.0.0", "environmentDrivers": null}))[0].contains("expected array")
         );
-        assert_eq!(js_len("é😀"), 3, "UTF-16 code units, as JavaScript counts");
     }
 }
