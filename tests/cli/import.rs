@@ -104,6 +104,15 @@ fn import_refuses_what_the_host_refuses_and_says_what_the_cluster_adds() {
 }
 
 #[test]
+fn import_says_where_the_object_has_a_null() {
+    let nulls = manifest(json!([driver(json!({"configSchema": {"type": "object", "default": null}}))]));
+    let o = import_stdin(&nulls.to_string(), &SERVICE);
+    let note = "NOTE: the object has a null at spec.environmentDrivers[0].configSchema.default: kubectl apply drops it";
+    assert!(stderr(&o).contains(note), "{}", stderr(&o));
+    assert!(stdout(&o).contains("default: null"), "kept as the manifest has it: {}", stdout(&o));
+}
+
+#[test]
 fn import_needs_the_worker_address_and_readable_input() {
     let input = manifest(json!([driver(json!({}))])).to_string();
     let o = import_stdin(&input, &[]);

@@ -14,7 +14,7 @@ use kube::Resource;
 use serde_json::{Map, Value, json};
 
 use super::error::CliError;
-use super::validate::without_nulls;
+use super::validate::{null_paths, without_nulls};
 use crate::bridge::{Budgets, PackageError, load_manifest};
 use crate::run::RulesArgs;
 use sandcap_core::api::SandboxProvider;
@@ -93,7 +93,7 @@ pub(super) fn import(args: &ImportArgs, out: &mut dyn Write) -> Result<i32, CliE
             }
             notes.add(format!(
                 "{shown} was checked by sandcap's copy of the host's manifest rules for id, version and \
-             environmentDrivers (no @paperclipai/shared in the package to validate it with)"
+                 environmentDrivers (no @paperclipai/shared in the package to validate it with)"
             ));
             manifest
         }
@@ -118,7 +118,7 @@ pub(super) fn import(args: &ImportArgs, out: &mut dyn Write) -> Result<i32, CliE
         notes.add(format!(
             "the object has a null at {}: kubectl apply drops it before the cluster sees it, kubectl create sends it \
              as the manifest has it",
-            nulls.iter().map(|p| &p[1..]).collect::<Vec<_>>().join(", ")
+            null_paths(&nulls)
         ));
     }
     let judgment = judge(&object, &args.rules.options(), Server::V1_37);
