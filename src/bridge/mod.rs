@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::listener::{BindError, Stop, bind};
 use crate::telemetry::{LogFormat, init_tracing};
-pub use package::{Package, PackageError};
+pub use package::{Manifest, Package, PackageError, load_manifest};
 use supervisor::{State, supervise};
 use worker::Spawn;
 

@@ -5,7 +5,8 @@
 //! The manifest is JavaScript, so node evaluates it ([`LOAD_MANIFEST`]): imported as the host
 //! imports it, passed through the host's own validator (`pluginManifestV1Schema` of the package's
 //! `@paperclipai/shared`, the SDK's dependency) when the package has it, and written back as JSON,
-//! bounded in size and time.
+//! bounded in size and time. `sandcap import` loads manifests with it too ([`load_manifest`]), so
+//! the provider it writes declares what the bridge reports.
 
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
@@ -31,6 +32,8 @@ pub enum PackageError {
     Load { path: String, detail: String },
     #[error("the manifest {path} {problem}")]
     Manifest { path: String, problem: String },
+    #[error("the host's validator refuses the manifest {path}: {}", problems.join("; "))]
+    Refused { path: String, problems: Vec<String> },
 }
 
 /// The package, its manifest as the worker is given it, and what the probe's answer names.
@@ -64,7 +67,8 @@ impl Package {
 
 /// Imports the manifest module given as a file URL (`argv[1]`), validates it with the host's schema
 /// when `@paperclipai/shared` is installed in the package (`argv[2]`), and writes
-/// `{"validated": bool, "manifest": ...}` or `{"error": "..."}` on stdout.
+/// `{"validated": bool, "manifest": ...}`, `{"refused": ["path: message", ...]}` (the host's
+/// issues) or `{"error": "..."}` on stdout.
 const LOAD_MANIFEST: &str = r#"
 import { readFileSync, existsSync } from "node:fs";
 import path from "node:path";
@@ -83,14 +87,14 @@ try {
     if (pluginManifestV1Schema) {
       const parsed = pluginManifestV1Schema.safeParse(raw);
       if (!parsed.success) {
-        const issues = parsed.error.issues.map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`);
-        throw new Error(`the host's validator refuses it: ${issues.join("; ")}`);
+        out = { refused: parsed.error.issues.map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`) };
+      } else {
+        manifest = parsed.data;
+        validated = true;
       }
-      manifest = parsed.data;
-      validated = true;
     }
   }
-  out = { validated, manifest };
+  out ??= { validated, manifest };
 } catch (err) {
   out = { error: err instanceof Error ? err.message : String(err) };
 }
@@ -98,12 +102,29 @@ try {
 process.stdout.write(JSON.stringify(out), () => process.exit(0));
 "#;
 
+/// A package's manifest as node loaded it: what `sandcap import` reads and the bridge runs.
+#[derive(Clone, Debug)]
+pub struct Manifest {
+    pub dir: PathBuf,
+    pub path: PathBuf,
+    /// As the host's validator parsed it (or, without the validator, as exported).
+    pub manifest: Map<String, Value>,
+    /// Whether the host's validator judged it.
+    pub validated: bool,
+}
+
 /// Finds the package in `dir` and loads its manifest with `node`.
 pub async fn load(dir: &Path, node: &Path, budgets: &Budgets) -> Result<Package, PackageError> {
+    with_worker(load_manifest(dir, node, budgets).await?)
+}
+
+/// Finds the package's manifest in `dir` and loads it with `node`: an object with an `id`, a
+/// `version` and, if any, a list of `environmentDrivers`.
+pub async fn load_manifest(dir: &Path, node: &Path, budgets: &Budgets) -> Result<Manifest, PackageError> {
     let dir = absolute(dir);
     let manifest_path = manifest_path(&dir)?;
     let loaded = run_loader(&dir, &manifest_path, node, budgets).await?;
-    from_loaded(&dir, &manifest_path, loaded)
+    manifest_from(&dir, &manifest_path, loaded)
 }
 
 /// Where the manifest module is, in the host's order.
@@ -162,6 +183,10 @@ async fn run_loader(dir: &Path, manifest: &Path, node: &Path, budgets: &Budgets)
         let stderr = String::from_utf8_lossy(&err);
         failed(format!("node wrote no manifest ({})", stderr.lines().next().unwrap_or("no error text")))
     })?;
+    if let Some(Value::Array(issues)) = answer.get("refused") {
+        let problems = issues.iter().take(32).map(|i| i.as_str().unwrap_or("?").chars().take(500).collect()).collect();
+        return Err(PackageError::Refused { path: display(manifest), problems });
+    }
     if let Some(error) = answer.get("error") {
         let text = error.as_str().unwrap_or("an error").chars().take(2000).collect::<String>();
         return Err(failed(text));
@@ -169,7 +194,7 @@ async fn run_loader(dir: &Path, manifest: &Path, node: &Path, budgets: &Budgets)
     Ok(answer)
 }
 
-fn from_loaded(dir: &Path, manifest_path: &Path, loaded: Value) -> Result<Package, PackageError> {
+fn manifest_from(dir: &Path, manifest_path: &Path, loaded: Value) -> Result<Manifest, PackageError> {
     let problem = |problem: &str| PackageError::Manifest { path: display(manifest_path), problem: problem.into() };
     let validated = loaded.get("validated").and_then(Value::as_bool).unwrap_or(false);
     let Some(Value::Object(manifest)) = loaded.get("manifest").cloned() else {
@@ -183,13 +208,18 @@ fn from_loaded(dir: &Path, manifest_path: &Path, loaded: Value) -> Result<Packag
     if manifest.get("environmentDrivers").is_some_and(|d| !d.is_array()) {
         return Err(problem("has environmentDrivers that is not a list"));
     }
+    Ok(Manifest { dir: dir.to_path_buf(), path: manifest_path.to_path_buf(), manifest, validated })
+}
+
+fn with_worker(Manifest { dir, path: manifest_path, manifest, validated }: Manifest) -> Result<Package, PackageError> {
+    let problem = |problem: &str| PackageError::Manifest { path: display(&manifest_path), problem: problem.into() };
     let worker = manifest.get("entrypoints").and_then(|e| e.get("worker")).and_then(Value::as_str);
     let worker = worker.filter(|w| !w.is_empty()).ok_or_else(|| problem("has no entrypoints.worker"))?;
-    let worker = worker_entrypoint(dir, worker).ok_or_else(|| PackageError::Manifest {
-        path: display(manifest_path),
-        problem: format!("names a worker {worker} that is not a file inside {}", display(dir)),
+    let worker = worker_entrypoint(&dir, worker).ok_or_else(|| PackageError::Manifest {
+        path: display(&manifest_path),
+        problem: format!("names a worker {worker} that is not a file inside {}", display(&dir)),
     })?;
-    Ok(Package { dir: dir.to_path_buf(), manifest_path: manifest_path.to_path_buf(), manifest, validated, worker })
+    Ok(Package { dir, manifest_path, manifest, validated, worker })
 }
 
 /// The worker entrypoint, as the host resolves it for a package at a path: relative to the
@@ -226,6 +256,10 @@ fn display(path: &Path) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn from_loaded(dir: &Path, manifest_path: &Path, loaded: Value) -> Result<Package, PackageError> {
+        with_worker(manifest_from(dir, manifest_path, loaded)?)
+    }
 
     fn package(files: &[(&str, &str)]) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();

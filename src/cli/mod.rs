@@ -1,7 +1,7 @@
 //! The command line (docs/contract.md, "Command line"). `run` starts the servers
 //! ([`crate::run::run`], under the tokio runtime `main` builds), `bridge` an SDK worker's probe
 //! endpoint ([`crate::bridge::run`]); the offline commands
-//! `validate`, `resolve` and `crds` read manifests from files and call the same pure functions the
+//! `validate`, `resolve`, `import` and `crds` read manifests from files and call the same pure functions the
 //! webhook and the controllers call; `explain` and `check` read the live cluster ([`cluster`]), and
 //! `plan` reads either.
 //! Installed as `kubectl-sandcap`, the binary is a kubectl plugin: `kubectl sandcap ...`.
@@ -12,6 +12,7 @@ mod completion;
 mod crds;
 mod error;
 mod explain;
+mod import;
 mod manifests;
 mod output;
 mod plan;
@@ -31,6 +32,7 @@ pub use completion::{CompletionArgs, HELPER_NAME};
 pub use crds::{CrdsArgs, crd_dir, crd_values, crds, crds_yaml};
 pub use error::CliError;
 pub use explain::{ExplainArgs, Explained};
+pub use import::ImportArgs;
 pub use manifests::{MAX_ENTRIES, MAX_INPUT, MAX_TOTAL, load_objects};
 pub use output::Output;
 pub use plan::PlanArgs;
@@ -69,6 +71,10 @@ pub enum Tool {
     Validate(ValidateArgs),
     /// Print the capability resolution the controller would write.
     Resolve(ResolveArgs),
+    /// Print the SandboxProvider of a plugin package (directory or npm tarball) or its manifest
+    /// JSON: the drivers as the manifest declares them, refused where the host or the cluster
+    /// would refuse them.
+    Import(Box<ImportArgs>),
     /// Print the CustomResourceDefinitions of a contract version (the YAML that crds/ holds).
     Crds(CrdsArgs),
     /// Explain, from the live cluster, why each capability of a lease or provider is on or off,
@@ -118,6 +124,7 @@ pub fn run(command: Tool, out: &mut dyn Write) -> Result<i32, CliError> {
     let code = match command {
         Tool::Validate(args) => validate::validate(&args, out)?,
         Tool::Resolve(args) => resolve::resolve(&args, out)?,
+        Tool::Import(args) => import::import(&args, out)?,
         Tool::Crds(args) => {
             out.write_all(crds_yaml(args.contract).as_bytes())?;
             0

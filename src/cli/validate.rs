@@ -55,7 +55,7 @@ pub enum Client {
 
 /// `value` without its null members, at any depth, and where they were (at most
 /// [`MAX_NULL_PATHS`] named): what a client-side `kubectl apply` sends of a file.
-fn without_nulls(value: &Value, path: &str, dropped: &mut Vec<String>) -> Value {
+pub(super) fn without_nulls(value: &Value, path: &str, dropped: &mut Vec<String>) -> Value {
     match value {
         Value::Object(map) => Value::Object(
             map.iter()
@@ -78,6 +78,17 @@ fn without_nulls(value: &Value, path: &str, dropped: &mut Vec<String>) -> Value 
 
 /// The most null members a note names; the rest are counted.
 const MAX_NULL_PATHS: usize = 4;
+
+/// The null members [`without_nulls`] found, as a note names them.
+pub(super) fn null_paths(dropped: &[String]) -> String {
+    let mut paths: Vec<&str> = dropped.iter().take(MAX_NULL_PATHS).map(|p| &p[1..]).collect();
+    let more = dropped.len().saturating_sub(MAX_NULL_PATHS);
+    let counted = format!("and {more} more");
+    if more > 0 {
+        paths.push(&counted);
+    }
+    paths.join(", ")
+}
 
 /// A `--kubernetes-version` whose message forms sandcap does not know.
 #[derive(Debug, thiserror::Error)]
@@ -135,11 +146,6 @@ pub(super) fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, 
             let mut notes = Vec::new();
             if !dropped.is_empty() {
                 let theirs = judge(other, &options, args.kubernetes_version);
-                let more = dropped.len().saturating_sub(MAX_NULL_PATHS);
-                let mut paths: Vec<String> = dropped.iter().take(MAX_NULL_PATHS).map(|p| p[1..].to_string()).collect();
-                if more > 0 {
-                    paths.push(format!("and {more} more"));
-                }
                 let verdict =
                     if theirs.allowed() { "allowed".to_string() } else { format!("denied: {}", theirs.message()) };
                 let (this, that) = match args.client {
@@ -149,7 +155,7 @@ pub(super) fn validate(args: &ValidateArgs, out: &mut dyn Write) -> Result<i32, 
                 notes.push(format!(
                     "the file has a null at {}: kubectl apply drops it before the cluster sees it, kubectl create \
                      sends it; this verdict is {this}'s, under {that} (--client) the object is {verdict}",
-                    paths.join(", ")
+                    null_paths(&dropped)
                 ));
             }
             records.push(ValidateRecord { kind, name, allowed, message, warnings, notes });
@@ -183,5 +189,8 @@ mod tests {
         let sent = without_nulls(&file, "", &mut dropped);
         assert_eq!(sent, json!({"spec": {"list": [{"c": 1}], "d": {}}}));
         assert_eq!(dropped, [".spec.a", ".spec.d.e", ".spec.list[0].b"], "in the keys' order");
+        assert_eq!(null_paths(&dropped), "spec.a, spec.d.e, spec.list[0].b");
+        let many: Vec<String> = (0..6).map(|i| format!(".a{i}")).collect();
+        assert_eq!(null_paths(&many), "a0, a1, a2, a3, and 2 more");
     }
 }

@@ -45,6 +45,9 @@ fn workers_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bridge/workers")
 }
 
+/// The plugin [`misbehaving`] packages are.
+pub const MISBEHAVING: (&str, &str) = ("sandcap.misbehaving", "0.0.1");
+
 /// A plugin package whose worker is `tests/bridge/workers/<script>.js`, with a manifest of one
 /// `sandbox_provider` driver and no SDK (so its manifest is sent as it exports it).
 pub fn misbehaving(script: &str) -> tempfile::TempDir {
@@ -197,17 +200,13 @@ pub fn provider(plugin: &str, version: &str, url: &str, drivers: serde_json::Val
     .expect("a SandboxProvider")
 }
 
-/// One probe by sandcap's probe module, as the controller makes it, and how long it took.
-pub async fn probe(url: &str) -> (ProbeOutcome, Duration) {
-    probe_as(url, "sandcap.misbehaving", "0.0.1").await
-}
-
-/// Probes `url` for a provider naming plugin `key` at `version`: the bridge's answer must be it.
-pub async fn probe_as(url: &str, key: &str, version: &str) -> (ProbeOutcome, Duration) {
+/// One probe by sandcap's probe module, as the controller makes it for a provider of `plugin`
+/// at `version`, and how long it took.
+pub async fn probe(url: &str, (plugin, version): (&str, &str)) -> (ProbeOutcome, Duration) {
     let loopback = AllowedCidrs::new(["127.0.0.0/8".parse().unwrap()]);
     let prober = Prober::new(PROBE_TIMEOUT, WorkerPolicy { allow_urls: true, allowed_cidrs: loopback }, "bridge-test")
         .expect("a prober");
-    let spec = provider(key, version, url, serde_json::json!([])).spec;
+    let spec = provider(plugin, version, url, serde_json::json!([])).spec;
     let started = Instant::now();
     let outcome = prober.probe_url(&parse_worker_url(url).unwrap(), &spec).await;
     (outcome, started.elapsed())
@@ -223,11 +222,11 @@ pub struct Probes {
     pub slowest: Duration,
 }
 
-/// Probes `url` every 100 ms for `duration`.
+/// Probes `url` (a [`misbehaving`] package's bridge) every 100 ms for `duration`.
 pub async fn probe_for(url: &str, duration: Duration) -> Probes {
     let (mut found, deadline) = (Probes::default(), Instant::now() + duration);
     while Instant::now() < deadline {
-        let (outcome, took) = probe(url).await;
+        let (outcome, took) = probe(url, MISBEHAVING).await;
         found.slowest = found.slowest.max(took);
         match outcome {
             ProbeOutcome::Succeeded { .. } => found.succeeded += 1,

@@ -3,5 +3,6 @@
 //! in `workers/`). Needs node and npm (docs/testing.md, "The bridge's tests").
 
 mod harness;
+mod import;
 mod misbehaving;
 mod sdk;

@@ -9,11 +9,14 @@ use std::time::{Duration, Instant};
 use sandcap::probe::ProbeOutcome;
 use serde_json::{Value, json};
 
-use crate::harness::{Bridge, PROBE_TIMEOUT, RSS_BUDGET, node, probe_as, which};
+use crate::harness::{Bridge, PROBE_TIMEOUT, RSS_BUDGET, node, probe, which};
+
+/// The plugin tests/bridge/plugin is, as its manifest names it.
+const PLUGIN: (&str, &str) = ("sandcap.bridge-test", "0.3.1");
 
 /// The plugin package, copied under the target directory and installed there with `npm ci`
 /// (again only when its lockfile changed).
-fn installed_plugin() -> PathBuf {
+pub fn installed_plugin() -> PathBuf {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bridge/plugin");
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bridge-plugin");
     let lock = std::fs::read(source.join("package-lock.json")).expect("the committed lockfile");
@@ -67,17 +70,10 @@ fn sdk_answer(node: &Path, plugin: &Path) -> Value {
     answer["result"].clone()
 }
 
-/// The plugin the package's manifest names.
-const PLUGIN: (&str, &str) = ("sandcap.bridge-test", "0.3.1");
-
-async fn probe(url: &str) -> (ProbeOutcome, Duration) {
-    probe_as(url, PLUGIN.0, PLUGIN.1).await
-}
-
 async fn until_ready(url: &str) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        match probe(url).await {
+        match probe(url, PLUGIN).await {
             (ProbeOutcome::Succeeded { methods, plugin }, _) => {
                 let plugin = plugin.expect("the bridge says which plugin it runs");
                 assert_eq!((plugin.id.as_str(), plugin.version.as_str()), PLUGIN);
@@ -123,6 +119,21 @@ async fn an_sdk_worker_behind_the_bridge_verifies_exactly_its_supported_methods(
         (Some("sandcap.bridge-test"), Some("0.3.1"))
     );
     let drivers = plugin_member["environmentDrivers"].as_array().unwrap();
+    // `sandcap import` of the package declares the drivers exactly as the bridge reports them,
+    // so the provider it writes matches the manifest (condition DeclarationsMatchManifest).
+    let imported = Command::new(env!("CARGO_BIN_EXE_sandcap"))
+        .arg("import")
+        .arg(&plugin)
+        .arg("--node")
+        .arg(&node)
+        .args(["--worker-service", "sandbox-system/bridge-test:9000"])
+        .output()
+        .unwrap();
+    let imported: Value = serde_saphyr::from_str(&String::from_utf8_lossy(&imported.stdout)).unwrap();
+    assert_eq!(
+        &imported["spec"]["environmentDrivers"],
+        plugin_member["environmentDrivers"].as_array().map(|_| &plugin_member["environmentDrivers"]).unwrap()
+    );
     assert_eq!((drivers.len(), drivers[0]["driverKey"].as_str()), (1, Some("bridge-test")));
     assert_eq!(
         drivers[0]["sandboxCapabilities"],
@@ -131,11 +142,11 @@ async fn an_sdk_worker_behind_the_bridge_verifies_exactly_its_supported_methods(
 
     // One initialize per worker process, however many probes.
     for _ in 0..20 {
-        let (outcome, took) = probe(&bridge.url).await;
+        let (outcome, took) = probe(&bridge.url, PLUGIN).await;
         assert!(matches!(outcome, ProbeOutcome::Succeeded { .. }) && took < PROBE_TIMEOUT);
     }
     // Its answer names the plugin: a provider naming another version verifies nothing from it.
-    let (other, _) = probe_as(&bridge.url, PLUGIN.0, "0.3.2").await;
+    let (other, _) = probe(&bridge.url, (PLUGIN.0, "0.3.2")).await;
     let ProbeOutcome::Failed(failure) = other else { panic!("a provider of 0.3.2 verified 0.3.1's worker") };
     let detail = failure.detail();
     assert!(detail.contains("0.3.1") && detail.contains("0.3.2"), "names both versions: {detail}");

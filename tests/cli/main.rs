@@ -1,5 +1,6 @@
 //! The built `sandcap` binary on `examples/` and on bad input (docs/contract.md, "Command line").
 
+mod import;
 mod input;
 mod plan;
 mod resolve;

@@ -1,7 +1,8 @@
 //! sandcap against the host's own published packages (@paperclipai/server and
 //! @paperclipai/shared 2026.916.1, pinned by tests/host/package-lock.json and installed by the
 //! test): generated cases through the host's resolver and `sandcap resolve`, and generated driver
-//! declarations through the host's manifest validator and `sandcap validate`, under contract
+//! declarations through the host's manifest validator and `sandcap validate` (and, in manifests,
+//! `sandcap import`), under contract
 //! `v1` and `v2`. Every difference must be one of docs/contract.md's "Differences from the
 //! host's published resolver", each asserted by class, and sandcap never grants what the host
 //! does not. Needs node and npm (SANDCAP_HOST=skip skips it).

@@ -1,10 +1,9 @@
 //! Generated driver declarations through the host's manifest validator (pluginManifestV1Schema,
-//! one driver in an otherwise valid manifest) and `sandcap validate --client create` (a
-//! SandboxProvider wrapping the driver, sent as written, nulls included: client-side `kubectl
-//! apply` would drop them first), under `v1` and `v2`. Each driver is a valid one changed in one
-//! to three ways; the table says what each side does with each change, and where the two disagree
-//! the change responsible is the class of the disagreement (docs/contract.md, "Differences from
-//! the host's published resolver").
+//! one driver in an otherwise valid manifest) and `sandcap validate` (a SandboxProvider wrapping
+//! the driver), under `v1` and `v2`. Each driver is a valid one changed in one to three ways;
+//! the table says what each side does with each change, and where the two disagree the change
+//! responsible is the class of the disagreement (docs/contract.md, "Differences from the
+//! host's published resolver"). A quarter of the drivers go through `sandcap import` too.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -43,6 +42,18 @@ const HOST_ONLY_FIELDS: [Field; 6] = [
     ("interactiveSetupConnectionTypes", || json!(["browser"])),
 ];
 
+/// The same fields, of values the host's schema refuses.
+const HOST_ONLY_FIELDS_REFUSED: [Field; 8] = [
+    ("supportsLoginPty", || json!("yes")),
+    ("supportsTemplateDelete", || Value::Null),
+    ("templateRefKind", || json!("")),
+    ("interactiveSetupConnectionTypes", || json!([""])),
+    ("templateIdentityPaths", || json!(vec!["a"; 21])),
+    ("templateConfigBinding", || json!({"field": "provider"})),
+    ("templateConfigBinding", || json!({"field": "a", "unsetFields": ["b", "a"]})),
+    ("templateConfigBinding", || json!({"field": "a", "unset": ["b"]})),
+];
+
 fn any<T: Copy>(rng: &mut Rng, items: &[T]) -> T {
     items[(rng.next_u64() % items.len() as u64) as usize]
 }
@@ -78,6 +89,8 @@ const CHANGES: &[Change] = &[
              apply: |d, _| d["supportsReusableLeases"] = Value::Null },
     Change { name: "a driver field of the host's that sandcap does not model", field: "extra", host: Admits, sandcap: Refuses,
              apply: |d, r| { let (k, v) = any(r, &HOST_ONLY_FIELDS); d[k] = v() } },
+    Change { name: "a driver field of the host's of a value it refuses", field: "extra", host: Refuses, sandcap: Refuses,
+             apply: |d, r| { let (k, v) = any(r, &HOST_ONLY_FIELDS_REFUSED); d[k] = v() } },
     Change { name: "an unknown driver field", field: "extra", host: Refuses, sandcap: Refuses,
              apply: |d, _| d["supportsLoginPTY"] = json!(true) },
     Change { name: "no configSchema", field: "configSchema", host: Refuses, sandcap: Admits,
@@ -102,16 +115,8 @@ const CHANGES: &[Change] = &[
              apply: |d, _| d["kind"] = json!("plugin") },
 ];
 
-fn refuses(v: Verdict, contract: &str) -> bool {
-    v == Refuses || (v == RefusesUnderV1 && contract == "v1")
-}
-
-#[test]
-fn sandcap_validate_against_the_hosts_manifest_validator() {
-    if npm::skipped() {
-        return;
-    }
-    let started = Instant::now();
+/// Each seed's drivers: a valid one changed in one to three ways, by the changes' indices.
+fn generated() -> Vec<(Value, Vec<usize>)> {
     let mut drivers = Vec::new();
     for seed in SEEDS {
         let mut rng = Rng::new(seed ^ 0xD21E);
@@ -129,6 +134,20 @@ fn sandcap_validate_against_the_hosts_manifest_validator() {
             drivers.push((driver, changes));
         }
     }
+    drivers
+}
+
+fn refuses(v: Verdict, contract: &str) -> bool {
+    v == Refuses || (v == RefusesUnderV1 && contract == "v1")
+}
+
+#[test]
+fn sandcap_validate_against_the_hosts_manifest_validator() {
+    if npm::skipped() {
+        return;
+    }
+    let started = Instant::now();
+    let drivers = generated();
     let host = npm::host(&json!({"manifest": drivers.iter().map(|(d, _)| d).collect::<Vec<_>>()}));
     let host = host["manifest"].as_array().unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -143,13 +162,14 @@ fn sandcap_validate_against_the_hosts_manifest_validator() {
     }
     let mut disagreements = BTreeMap::<String, usize>::new();
     for contract in ["v1", "v2"] {
+        // `--client create`: the file as it is, nulls included, as the host's validator sees it.
         let o = sandcap(&[
             "validate",
             &dir.path().display().to_string(),
-            "--client",
-            "create",
             "--contract",
             contract,
+            "--client",
+            "create",
             "-o",
             "json",
         ]);
@@ -161,7 +181,7 @@ fn sandcap_validate_against_the_hosts_manifest_validator() {
                     break;
                 }
                 let file = dir.path().join(format!("d{i:04}.json")).display().to_string();
-                let o = sandcap(&["validate", &file, "--client", "create", "--contract", contract, "-o", "json"]);
+                let o = sandcap(&["validate", &file, "--contract", contract, "--client", "create", "-o", "json"]);
                 *record = serde_json::from_slice::<Vec<Value>>(&o.stdout).unwrap().remove(0);
             }
         }
@@ -197,4 +217,64 @@ fn sandcap_validate_against_the_hosts_manifest_validator() {
         eprintln!("  {class}: {n}");
     }
     eprintln!("tests/host: manifest comparison took {:.1}s", started.elapsed().as_secs_f64());
+}
+
+/// Every fourth generated driver in a manifest as host.mjs wraps it, through the host's
+/// validator and `sandcap import` of the manifest JSON (which has no host validator to ask, so
+/// judges by sandcap's copy of the host's rules), under `v1` and `v2` in turn: the import
+/// refuses exactly what the host refuses, and of the rest the cluster denies what the table says
+/// sandcap refuses, but for the host's fields sandcap does not model, which the import leaves out
+/// with a note.
+#[test]
+fn sandcap_import_refuses_what_the_hosts_manifest_validator_refuses() {
+    if npm::skipped() {
+        return;
+    }
+    let started = Instant::now();
+    let drivers: Vec<(Value, Vec<usize>)> = generated().into_iter().step_by(4).collect();
+    let host = npm::host(&json!({"manifest": drivers.iter().map(|(d, _)| d).collect::<Vec<_>>()}));
+    let host = host["manifest"].as_array().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let left_out = CHANGES.iter().position(|c| c.name.contains("that sandcap does not model")).unwrap();
+    for (i, (driver, changes)) in drivers.iter().enumerate() {
+        let contract = if i % 2 == 0 { "v1" } else { "v2" };
+        let manifest = json!({
+            "id": "sandcap.host-differential", "apiVersion": 1, "version": "1.0.0", "displayName": "Differential",
+            "description": "One generated driver.", "author": "sandcap tests", "categories": ["automation"],
+            "capabilities": ["environment.drivers.register"], "entrypoints": {"worker": "./dist/worker.js"},
+            "environmentDrivers": [driver],
+        });
+        let file = write(dir.path(), &format!("m{i:04}.json"), &manifest.to_string());
+        let args = ["import", &file, "--worker-service", "sandbox-system/worker:8080", "--contract", contract];
+        let mut o = sandcap(&args);
+        // The compile budget's 1 s is wall-clock time: on a loaded machine, import such a one again.
+        for _ in 0..3 {
+            if !String::from_utf8_lossy(&o.stderr).contains("compiling it takes longer than") {
+                break;
+            }
+            o = sandcap(&args);
+        }
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        let names: Vec<&str> = changes.iter().map(|&c| CHANGES[c].name).collect();
+        let detail =
+            format!("driver {i} ({contract}, changes {names:?}): {driver}\nhost: {}\nimport: {stderr}", host[i]);
+        let host_admits = host[i]["admitted"] == true;
+        assert_eq!(!stderr.contains("REFUSED"), host_admits, "the import's verdict is not the host's: {detail}");
+        if !host_admits {
+            assert_eq!(o.status.code(), Some(1), "{detail}");
+            continue;
+        }
+        let denied = changes.iter().any(|&c| c != left_out && refuses(CHANGES[c].sandcap, contract));
+        assert_eq!(stderr.contains("DENIED"), denied, "the cluster's verdict, not as the table says: {detail}");
+        assert_eq!(o.status.code(), Some(if denied { 1 } else { 0 }), "{detail}");
+        assert_eq!(o.stdout.is_empty(), denied, "YAML exactly when admitted: {detail}");
+        if changes.contains(&left_out) {
+            assert!(stderr.contains("is left out: sandcap does not model it"), "{detail}");
+        }
+    }
+    eprintln!(
+        "tests/host: import comparison of {} manifests took {:.1}s",
+        drivers.len(),
+        started.elapsed().as_secs_f64()
+    );
 }

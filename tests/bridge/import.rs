@@ -1,0 +1,103 @@
+//! `sandcap import` of the SDK plugin package (`tests/bridge/plugin`, installed as the bridge's
+//! tests install it): from its directory, where its `@paperclipai/shared` validates the manifest,
+//! and from a tarball packed as `npm pack` packs it, where sandcap's copy of the host's rules
+//! does; the same provider either way, and the same refusal.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use serde_json::{Value, json};
+
+use crate::harness::node;
+use crate::sdk::installed_plugin;
+
+/// What the package is made of (`npm pack` packs these and leaves `node_modules` out).
+const FILES: [&str; 3] = ["package.json", "dist/manifest.js", "dist/worker.js"];
+
+fn import(source: &Path, node: &Path, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sandcap"))
+        .arg("import")
+        .arg(source)
+        .arg("--node")
+        .arg(node)
+        .args(["--worker-service", "sandbox-system/bridge-test:9000"])
+        .args(extra)
+        .output()
+        .expect("sandcap runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The package's files under `package/` in a gzip tarball, as `npm pack` writes it.
+fn pack(package: &Path, to: &Path) {
+    let gz = GzEncoder::new(std::fs::File::create(to).unwrap(), Compression::default());
+    let mut tar = tar::Builder::new(gz);
+    for file in FILES {
+        tar.append_path_with_name(package.join(file), Path::new("package").join(file)).unwrap();
+    }
+    tar.into_inner().unwrap().finish().unwrap().flush().unwrap();
+}
+
+#[test]
+fn import_of_the_sdk_plugin_from_its_directory_and_its_tarball() {
+    let Some(node) = node() else { return };
+    let plugin = installed_plugin();
+    let o = import(&plugin, &node, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(!text(&o.stderr).contains("sandcap's copy"), "the package's own validator judged it: {}", text(&o.stderr));
+    let provider: Value = serde_saphyr::from_str(&text(&o.stdout)).unwrap();
+    assert_eq!(provider["metadata"]["name"], "sandcap.bridge-test");
+    assert_eq!(
+        (&provider["spec"]["pluginKey"], &provider["spec"]["version"]),
+        (&json!("sandcap.bridge-test"), &json!("0.3.1"))
+    );
+    assert_eq!(
+        provider["spec"]["environmentDrivers"],
+        json!([{"driverKey": "bridge-test", "kind": "sandbox_provider", "displayName": "Bridge test sandbox",
+                "sandboxCapabilities": {"nativeSyncIn": true, "nativeSyncOut": true, "persistentProcessSessions": false},
+                "configSchema": {"type": "object", "properties": {"region": {"type": "string"}}}}]),
+        "the drivers as tests/bridge/plugin/dist/manifest.js declares them"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let tgz = dir.path().join("sandcap-bridge-test-plugin-0.3.1.tgz");
+    pack(&plugin, &tgz);
+    let packed = import(&tgz, &node, &[]);
+    assert_eq!(packed.status.code(), Some(0), "{}", text(&packed.stderr));
+    assert_eq!(text(&packed.stdout), text(&o.stdout), "the same provider from the tarball");
+    assert!(text(&packed.stderr).contains("sandcap's copy of the host's manifest rules"), "{}", text(&packed.stderr));
+
+    let missing = import(&plugin, Path::new("/nonexistent/node"), &[]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(text(&missing.stderr).contains("cannot run /nonexistent/node"), "{}", text(&missing.stderr));
+}
+
+#[test]
+fn the_host_validator_and_sandcaps_copy_refuse_the_same_manifest() {
+    let Some(node) = node() else { return };
+    let plugin = installed_plugin();
+    let dir = tempfile::tempdir().unwrap();
+    let (with_shared, without) = (dir.path().join("with"), dir.path().join("without"));
+    for package in [&with_shared, &without] {
+        std::fs::create_dir_all(package.join("dist")).unwrap();
+        for file in FILES {
+            let original = std::fs::read_to_string(plugin.join(file)).unwrap();
+            std::fs::write(package.join(file), original.replace("persistentProcessSessions", "persistentSessions"))
+                .unwrap();
+        }
+    }
+    std::os::unix::fs::symlink(plugin.join("node_modules"), with_shared.join("node_modules")).unwrap();
+    for package in [&with_shared, &without] {
+        let o = import(package, &node, &[]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+        assert!(o.stdout.is_empty());
+        let refused = "the host's manifest validator refuses it: environmentDrivers.0.sandboxCapabilities: \
+                       Unrecognized key: \"persistentSessions\"";
+        assert!(text(&o.stderr).contains(refused), "{}: {}", package.display(), text(&o.stderr));
+    }
+}
