@@ -101,3 +101,33 @@ fn the_host_validator_and_sandcaps_copy_refuse_the_same_manifest() {
         assert!(text(&o.stderr).contains(refused), "{}: {}", package.display(), text(&o.stderr));
     }
 }
+
+/// examples/bridge/plugin.yaml's SandboxProvider is what `sandcap import` makes of the package it
+/// runs: the example's declarations are the manifest's.
+#[test]
+fn the_bridge_examples_provider_is_the_import_of_its_package() {
+    let Some(node) = node() else { return };
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bridge/plugin.yaml");
+    let objects = sandcap::cli::load_objects(&example).expect("the example");
+    let provider = objects.into_iter().find(|o| o["kind"] == "SandboxProvider").expect("a SandboxProvider");
+    let service = &provider["spec"]["worker"]["service"];
+    let address =
+        format!("{}/{}:{}", service["namespace"].as_str().unwrap(), service["name"].as_str().unwrap(), service["port"]);
+    let o = Command::new(env!("CARGO_BIN_EXE_sandcap"))
+        .arg("import")
+        .arg(installed_plugin())
+        .arg("--node")
+        .arg(&node)
+        .args(["--name", provider["metadata"]["name"].as_str().unwrap(), "--worker-service", &address])
+        .args(["--worker-path", service["path"].as_str().unwrap()])
+        .output()
+        .expect("sandcap runs");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let imported: Value = serde_saphyr::from_str(&text(&o.stdout)).unwrap();
+    assert_eq!(
+        imported,
+        provider,
+        "sandcap import {} --name ... --worker-service {address}",
+        installed_plugin().display()
+    );
+}
