@@ -74,6 +74,9 @@ import { readFileSync, existsSync } from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 const [manifestUrl, packageDir] = process.argv.slice(1);
+// stdout carries the answer alone: what the manifest module itself prints goes to stderr.
+const answer = process.stdout.write.bind(process.stdout);
+process.stdout.write = process.stderr.write.bind(process.stderr);
 let out;
 try {
   const mod = await import(manifestUrl);
@@ -99,8 +102,22 @@ try {
   out = { error: err instanceof Error ? err.message : String(err) };
 }
 // The callback: a manifest module that leaves timers behind must not keep node from exiting.
-process.stdout.write(JSON.stringify(out), () => process.exit(0));
+answer(JSON.stringify(out), () => process.exit(0));
 "#;
+
+/// Reads `stream` to its end, keeping its first `keep` bytes: a writer is never left blocked (or,
+/// node, buffering without bound) on a pipe that nobody reads.
+async fn drain(stream: &mut (impl tokio::io::AsyncRead + Unpin), keep: usize) -> std::io::Result<Vec<u8>> {
+    let (mut kept, mut buffer) = (Vec::new(), vec![0; 8192]);
+    loop {
+        let n = stream.read(&mut buffer).await?;
+        if n == 0 {
+            return Ok(kept);
+        }
+        let room = keep.saturating_sub(kept.len());
+        kept.extend_from_slice(&buffer[..n.min(room)]);
+    }
+}
 
 /// A package's manifest as node loaded it: what `sandcap import` reads and the bridge runs.
 #[derive(Clone, Debug)]
@@ -161,10 +178,17 @@ async fn run_loader(dir: &Path, manifest: &Path, node: &Path, budgets: &Budgets)
     let (mut stdout, mut stderr) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
     let limit = budgets.max_manifest as u64 + 1024;
     let reading = async {
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let (mut stdout, mut stderr) = ((&mut stdout).take(limit + 1), (&mut stderr).take(4096));
-        let (a, b) = tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err));
-        a.and(b).map(|_| (out, err))
+        let mut out = Vec::new();
+        let answer = async {
+            let read = (&mut stdout).take(limit + 1).read_to_end(&mut out).await;
+            if out.len() as u64 > limit {
+                // Past the budget now: node would keep in memory whatever is not read.
+                let _ = child.start_kill();
+            }
+            read
+        };
+        let (a, err) = tokio::join!(answer, drain(&mut stderr, 4096));
+        a.and(err).map(|err| (out, err))
     };
     let failed = |detail: String| PackageError::Load { path: display(manifest), detail };
     let (out, err) = match tokio::time::timeout(budgets.initialize_timeout, reading).await {

@@ -131,3 +131,28 @@ fn the_bridge_examples_provider_is_the_import_of_its_package() {
         installed_plugin().display()
     );
 }
+
+/// A manifest module that prints as it is imported, a line or a flood of 64 MiB, still gives its
+/// manifest: what it prints goes to stderr, which sandcap drains and keeps 4 KiB of, so node never
+/// waits on (or, buffering, grows with) a pipe nobody reads.
+#[test]
+fn a_manifest_module_that_prints_still_imports() {
+    let Some(node) = node() else { return };
+    let plugin = installed_plugin();
+    let manifest = std::fs::read_to_string(plugin.join("dist/manifest.js")).unwrap();
+    let expected = import(&plugin, &node, &["--name", "printing"]);
+    assert_eq!(expected.status.code(), Some(0), "{}", text(&expected.stderr));
+    for prints in
+        ["console.log('loading the manifest');", "for (let i = 0; i < 65536; i++) console.log('x'.repeat(1023));"]
+    {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("dist")).unwrap();
+        for file in FILES {
+            std::fs::copy(plugin.join(file), dir.path().join(file)).unwrap();
+        }
+        std::fs::write(dir.path().join("dist/manifest.js"), format!("{prints}\n{manifest}")).unwrap();
+        let o = import(dir.path(), &node, &["--name", "printing"]);
+        assert_eq!(o.status.code(), Some(0), "{prints}: {}", text(&o.stderr));
+        assert_eq!(text(&o.stdout), text(&expected.stdout), "{prints}");
+    }
+}
