@@ -15,16 +15,21 @@ use crate::harness::{Bridge, PROBE_TIMEOUT, RSS_BUDGET, node, probe, which};
 const PLUGIN: (&str, &str) = ("sandcap.bridge-test", "0.3.1");
 
 /// The plugin package, copied under the target directory and installed there with `npm ci`
-/// (again only when its lockfile changed).
+/// (again only when its lockfile changed); once per test process, whose tests run in parallel.
 pub fn installed_plugin() -> PathBuf {
+    static INSTALLED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    INSTALLED.get_or_init(install_plugin).clone()
+}
+
+fn install_plugin() -> PathBuf {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bridge/plugin");
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bridge-plugin");
     let lock = std::fs::read(source.join("package-lock.json")).expect("the committed lockfile");
     let installed = dir.join("node_modules/.sandcap-lock");
     if std::fs::read(&installed).ok().as_ref() != Some(&lock) {
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("dist")).unwrap();
-        for file in ["package.json", "package-lock.json", "dist/manifest.js", "dist/worker.js"] {
+        std::fs::create_dir_all(&dir).unwrap();
+        for file in ["package.json", "package-lock.json"] {
             std::fs::copy(source.join(file), dir.join(file)).unwrap();
         }
         let npm = which("npm").expect("npm");
@@ -37,6 +42,11 @@ pub fn installed_plugin() -> PathBuf {
         assert!(out.status.success(), "npm ci failed:\n{}", String::from_utf8_lossy(&out.stderr));
         eprintln!("sdk: npm ci took {:?}", started.elapsed());
         std::fs::write(&installed, &lock).unwrap();
+    }
+    // The package's own files may change without its lockfile.
+    std::fs::create_dir_all(dir.join("dist")).unwrap();
+    for file in ["package.json", "dist/manifest.js", "dist/worker.js"] {
+        std::fs::copy(source.join(file), dir.join(file)).unwrap();
     }
     dir
 }
