@@ -15,6 +15,7 @@ fi
 if [ "${1:-}" = "--venv-only" ]; then
   exit 0
 fi
+echo "== .ci/chart.sh: promtool, checkov, helm-docs"
 
 # promtool, Prometheus' rule checker, for the PrometheusRule's tests: unpacked from Debian's
 # prometheus package under target/ (nothing is installed or started; about 7 s, 48 MB). Built

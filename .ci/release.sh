@@ -19,6 +19,7 @@
 # up-to-date check, cargo-cyclonedx, the image's up-to-date check, helm lint and package).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+echo "== .ci/release.sh"
 repo=$PWD
 fail() { echo ".ci/release.sh: $*" >&2; exit 1; }
 

@@ -29,6 +29,9 @@ if [ ${#modules[@]} -eq 0 ]; then
 fi
 out="$root/target/testcluster/node"
 mkdir -p "$out"
+# One build at a time: .ci/prebuild.sh may be building the same modules in the background.
+exec 9>"$out.lock"
+flock 9
 
 # The version a module requires of PATH (its tool's module), from go.mod.
 required() {

@@ -5,6 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root="$PWD/target/release-tools"
+# One install at a time: .ci/prebuild.sh may be installing the same tool in the background.
+mkdir -p "$root"
+exec 9>"$root/cargo-tools.lock"
+flock 9
 for name in "$@"; do
   case "$name" in
     cargo-auditable) version=0.7.7 ;;

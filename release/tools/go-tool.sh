@@ -15,8 +15,11 @@ case "$1" in
   *) echo "go-tool.sh: unknown tool $1" >&2; exit 2 ;;
 esac
 binary="$(cd ../.. && pwd)/target/release-tools/$1"
+mkdir -p "$(dirname "$binary")"
+# One build of a tool at a time: .ci/prebuild.sh may be building it in the background.
+exec 9>"$binary.lock"
+flock 9
 if [ ! -x "$binary" ]; then
-  mkdir -p "$(dirname "$binary")"
   (cd "$module" && go build -trimpath -o "$binary" "$package")
 fi
 echo "$binary"

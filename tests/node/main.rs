@@ -45,6 +45,7 @@ fn main() {
                 let node = NODE.get_or_init(Node::up);
                 scenarios::install(node);
                 scenario(node);
+                scenarios::settle(node);
                 Ok(())
             })
         })

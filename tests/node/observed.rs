@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use sandcap_core::workloads::OBSERVER_FIELD_MANAGER;
 use serde_json::json;
 
 use crate::node::{Node, eventually};
@@ -37,6 +38,12 @@ pub fn a_finished_job_takes_its_observed_lease_with_it(node: &Node) {
     let owner = json!([{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid,
                         "controller": false, "blockOwnerDeletion": false}]);
     assert_eq!(lease["metadata"]["ownerReferences"], owner, "{lease:#}");
+    // sandcap's observer created it: the apiserver records the field manager of every write.
+    let managers = lease["metadata"]["managedFields"].as_array().cloned().unwrap_or_default();
+    assert!(
+        managers.iter().any(|m| m["manager"] == OBSERVER_FIELD_MANAGER && m["operation"] == "Update"),
+        "the lease was not written by {OBSERVER_FIELD_MANAGER}: {lease:#}"
+    );
     eventually("the lease resolved Job-backed", WAIT, || {
         let lease = get(node, "sbl", &name)?;
         (lease["status"]["capabilities"]["nativeSyncIn"] == false
@@ -75,18 +82,26 @@ pub fn a_finished_job_takes_its_observed_lease_with_it(node: &Node) {
     node.ok(&["kubectl", "delete", "namespace", WORKLOADS, "--wait=false"]);
 }
 
-/// Who deleted the lease `name`: sandcap, if a pod's log says it wrote that delete (the observer
-/// logs each write it made; a delete the garbage collector made first is a 404 it does not log
-/// at info), else the garbage collector. The logs are read where the kubelet writes them (the
-/// apiserver cannot reach the kubelet by the node's name for `kubectl logs`).
+/// Who deleted the lease `name`, as the apiserver recorded it (`examples/node.sh` audits the
+/// deletes of SandboxLeases): sandcap's ServiceAccount, or the garbage collector's. Not a pod's
+/// log: a rollout before this scenario may have replaced the pod that wrote it.
 fn who_deleted(node: &Node, name: &str) -> &'static str {
-    let logs = node.ok(&["bash", "-c", &format!("cat /var/log/pods/{NS}_*/sandcap/*.log")]);
-    let written = |operation: &str| {
-        logs.lines().any(|l| l.contains("observed lease written") && l.contains(name) && l.contains(operation))
+    let audit = std::fs::read_to_string(node.state.join("audit.log")).expect("the node's audit log");
+    let deleted_by = |user: &str| {
+        audit.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).any(|event| {
+            event["objectRef"]["name"] == name
+                && event["objectRef"]["namespace"] == WORKLOADS
+                && event["responseStatus"]["code"].as_u64().is_some_and(|code| code < 300)
+                && event["user"]["username"] == user
+        })
     };
-    // The logs read are the ones that say what the observer wrote: its create of the lease.
-    assert!(written("create"), "no pod's log says that sandcap created {name}:\n{logs}");
-    if written("delete") { "sandcap" } else { "the garbage collector" }
+    if deleted_by(&format!("system:serviceaccount:{NS}:sandcap")) {
+        "sandcap"
+    } else if deleted_by("system:serviceaccount:kube-system:generic-garbage-collector") {
+        "the garbage collector"
+    } else {
+        panic!("the audit log records no successful delete of {WORKLOADS}/{name}:\n{audit}")
+    }
 }
 
 /// The object `kind`/`name` in the scenario's namespace, `None` once it is gone.

@@ -89,6 +89,31 @@ pub fn install(node: &Node) {
 
 fn installed(_: &Node) {}
 
+/// Waits until the rollouts a scenario started are over: sandcap's Deployment (while installed)
+/// and the worker's have every replica updated and available, and no pod of an older ReplicaSet
+/// is left, terminating or not. The next scenario then starts from a settled cluster, whatever
+/// the load made this one leave behind.
+pub fn settle(node: &Node) {
+    for (deployment, namespace, selector) in
+        [(RELEASE, NS, "app.kubernetes.io/name=sandcap"), ("acme-worker", "sandbox-system", "app=acme-worker")]
+    {
+        let found = node.exec(&["kubectl", "get", "deployment", deployment, "-n", namespace, "-o", "name"], "");
+        if !found.status.success() {
+            continue; // not installed yet, or uninstalled
+        }
+        let target = format!("deployment/{deployment}");
+        node.ok(&["kubectl", "rollout", "status", &target, "-n", namespace, "--timeout", "5m"]);
+        eventually(&format!("{deployment}'s old pods gone"), WAIT, || {
+            let wanted = node.kubectl_json(&["get", "deployment", deployment, "-n", namespace])["spec"]["replicas"].clone();
+            let listed = node.kubectl_json(&["get", "pods", "-n", namespace, "-l", selector]);
+            let items = listed["items"].as_array()?;
+            let settled = items.iter().all(|p| p["metadata"]["deletionTimestamp"].is_null())
+                && wanted.as_u64() == Some(items.len() as u64);
+            settled.then_some(())
+        });
+    }
+}
+
 /// The holder of the leader-election Lease: the pod that leads, by name.
 fn leader(node: &Node) -> String {
     eventually("one leader", WAIT, || {
