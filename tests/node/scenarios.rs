@@ -104,7 +104,8 @@ pub fn settle(node: &Node) {
         let target = format!("deployment/{deployment}");
         node.ok(&["kubectl", "rollout", "status", &target, "-n", namespace, "--timeout", "5m"]);
         eventually(&format!("{deployment}'s old pods gone"), WAIT, || {
-            let wanted = node.kubectl_json(&["get", "deployment", deployment, "-n", namespace])["spec"]["replicas"].clone();
+            let wanted =
+                node.kubectl_json(&["get", "deployment", deployment, "-n", namespace])["spec"]["replicas"].clone();
             let listed = node.kubectl_json(&["get", "pods", "-n", namespace, "-l", selector]);
             let items = listed["items"].as_array()?;
             let settled = items.iter().all(|p| p["metadata"]["deletionTimestamp"].is_null())
