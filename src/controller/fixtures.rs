@@ -208,8 +208,20 @@ pub fn context_with(client: Client, metrics: &Metrics) -> Parts {
     let writes = Writes { fence: Fence::Open, events };
     let metrics = metrics.clone();
     let served = Default::default();
-    let ctx =
-        Context { client, caches, prober, writes, metrics, probe_interval, contract, audits, provider_table, served };
+    let endpoint_slices = cache::endpoints::EndpointSlices::Managed;
+    let ctx = Context {
+        client,
+        caches,
+        prober,
+        writes,
+        metrics,
+        probe_interval,
+        endpoint_slices,
+        contract,
+        audits,
+        provider_table,
+        served,
+    };
     Parts { ctx: Arc::new(ctx), leases: leases_writer, publisher: Some(publisher) }
 }
 

@@ -17,7 +17,7 @@ use prometheus_client::registry::Registry;
 
 use crate::admin::{Readiness, admin_router, serve_admin};
 use crate::certs::{self, CertOptions};
-use crate::controller::{self, ControllerOptions, ObserverOptions, SecretScope};
+use crate::controller::{self, ControllerOptions, EndpointSlices, ObserverOptions, SecretScope};
 use crate::listener::{BindError, Limits, Stop, bind};
 use crate::metrics::Metrics;
 use crate::telemetry::{LogFormat, init_tracing};
@@ -76,6 +76,12 @@ pub struct RunArgs {
     /// Timeout of one worker probe, from 1s to 1m (a hung worker keeps its last answer that long).
     #[arg(long, env = "SANDCAP_PROBE_TIMEOUT", default_value = "5s", value_parser = within(SECOND, MINUTE))]
     pub probe_timeout: Duration,
+    /// Which endpoints of a `spec.worker.service` worker are probed: `managed`, those the cluster
+    /// vouches for (in slices the EndpointSlice controller manages, of Pods in the Service's
+    /// namespace); `any`, those of hand-made slices too, which lets whoever may write
+    /// EndpointSlices in a worker's namespace choose where sandcap connects.
+    #[arg(long, env = "SANDCAP_ENDPOINT_SLICES", value_enum, default_value_t)]
+    pub endpoint_slices: EndpointSlices,
     /// How long the controllers wait for their caches' first lists (the CRDs may not be installed
     /// yet, RBAC may be missing). Past it they stop, and the leader steps down and tries again
     /// after a backoff (1 s, doubling to 30 s). From 1s to 1h.
@@ -260,6 +266,7 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
                 let options = ControllerOptions {
                     probe_interval: args.probe_interval,
                     probe_timeout: args.probe_timeout,
+                    endpoint_slices: args.endpoint_slices,
                     cache_sync_timeout: args.cache_sync_timeout,
                     rules: args.rules.options(),
                     leader_elect: args.leader_elect,

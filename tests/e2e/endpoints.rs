@@ -61,6 +61,12 @@ impl Drop for Netns {
     }
 }
 
+/// The labels the EndpointSlice controller gives a slice of Service `service` (this cluster runs
+/// no controller-manager: the scenario writes the slices the controller would).
+fn managed(service: &str) -> Value {
+    json!({"kubernetes.io/service-name": service, "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"})
+}
+
 /// The Service's one EndpointSlice, listing `endpoints` (address, pod, serving).
 fn slice(endpoints: &[(String, &str, bool)]) -> Value {
     let endpoints: Vec<Value> = endpoints
@@ -72,7 +78,7 @@ fn slice(endpoints: &[(String, &str, bool)]) -> Value {
         .collect();
     json!({
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": "acme-worker-1", "namespace": NS, "labels": {"kubernetes.io/service-name": "acme-worker"}},
+        "metadata": {"name": "acme-worker-1", "namespace": NS, "labels": managed("acme-worker")},
         "addressType": "IPv4",
         "ports": [{"name": "rpc", "port": 8080, "protocol": "TCP"}],
         "endpoints": endpoints,
@@ -123,6 +129,24 @@ pub async fn every_endpoint_of_a_service_worker_must_advertise_a_method(c: Arc<C
     let admin = c.admin().await;
     lease_reason(&admin, NS, "run", "nativeSyncIn", "Granted").await;
 
+    // Endpoints the cluster does not vouch for are not probed: a hand-made slice, and a managed
+    // one's endpoint of a Pod in another namespace (both at the endpoint that lacks a method).
+    let mut forged = slice(&[(old.clone(), "acme-old", true)]);
+    forged["metadata"] =
+        json!({"name": "acme-worker-forged", "namespace": NS, "labels": {"kubernetes.io/service-name": "acme-worker"}});
+    let mut foreign = slice(&[(old.clone(), "acme-old", true)]);
+    foreign["metadata"]["name"] = json!("acme-worker-2");
+    foreign["endpoints"][0]["targetRef"]["namespace"] = json!("elsewhere");
+    install::apply(&c, &[forged, foreign]);
+    let unvouched = worker_status(&c, |w| w["message"].as_str().is_some_and(|m| m.contains("were not probed"))).await;
+    println!("endpoints: unvouched endpoints left out: {}", unvouched["message"]);
+    assert_eq!(unvouched["endpoints"]["serving"], 2, "{unvouched:#}");
+    assert!(unvouched["message"].as_str().unwrap().contains("1 serving endpoint(s)"), "{unvouched:#}");
+    assert_eq!(unvouched["probe"], "Succeeded", "{unvouched:#}");
+    lease_reason(&admin, NS, "run", "nativeSyncOut", "Granted").await;
+    delete_slices(&c, &["acme-worker-forged", "acme-worker-2"]).await;
+    worker_status(&c, |w| !w["message"].as_str().unwrap_or_default().contains("were not probed")).await;
+
     // A third endpoint without environmentSyncOut: the sync pair is off for every run at once.
     let started = Instant::now();
     let three = [(a.clone(), "acme-a", true), (b.clone(), "acme-b", true), (old.clone(), "acme-old", true)];
@@ -154,8 +178,7 @@ pub async fn every_endpoint_of_a_service_worker_must_advertise_a_method(c: Arc<C
         "caBundle": base64::engine::general_purpose::STANDARD.encode(&c.ca.pem),
     });
     let mut tls_slice = slice(&[(a.clone(), "acme-a", true)]);
-    tls_slice["metadata"] =
-        json!({"name": "acme-tls-1", "namespace": NS, "labels": {"kubernetes.io/service-name": "acme-tls"}});
+    tls_slice["metadata"] = json!({"name": "acme-tls-1", "namespace": NS, "labels": managed("acme-tls")});
     tls_slice["ports"] = json!([{"name": "https", "port": 8443, "protocol": "TCP"}]);
     let tls_service = json!({
         "apiVersion": "v1", "kind": "Service", "metadata": {"name": "acme-tls", "namespace": NS},
@@ -177,4 +200,12 @@ pub async fn every_endpoint_of_a_service_worker_must_advertise_a_method(c: Arc<C
     assert_eq!((gone["probe"].as_str(), gone["supportedMethods"].as_array().map(Vec::len)), (Some("Failed"), Some(0)));
     lease_reason(&admin, NS, "run", "nativeSyncIn", "WorkerNotVerified").await;
     drop(netns);
+}
+
+async fn delete_slices(c: &Cluster, names: &[&str]) {
+    let admin = c.admin().await;
+    let api: kube::Api<k8s_openapi::api::discovery::v1::EndpointSlice> = kube::Api::namespaced(admin, NS);
+    for name in names {
+        api.delete(name, &Default::default()).await.expect("the slice deleted");
+    }
 }

@@ -6,6 +6,13 @@
 //! it `serving` (a terminating Pod can still hold a run, and kube-proxy falls back to such
 //! endpoints when none is ready); an unset `serving` reads as `ready`, and an unset `ready` as
 //! true, as the API says consumers should. FQDN slices are not probed (sandcap probes addresses).
+//!
+//! Who may write EndpointSlices in a worker's namespace may otherwise choose where sandcap
+//! connects, so by default only what the cluster vouches for is probed
+//! ([`EndpointSlices::Managed`]): slices the EndpointSlice controller manages, and of them only the
+//! endpoints whose `targetRef` is a Pod of the Service's namespace. The rest is kept, so that the
+//! provider's status can say what was left out, and so that an operator's `--endpoint-slices=any`
+//! reads it.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
@@ -18,6 +25,29 @@ use tokio::sync::watch;
 
 /// The label that ties a slice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// The label that names a slice's manager, and the EndpointSlice controller's value of it (the
+/// mirroring controller's slices copy hand-made Endpoints, so they are not vouched for).
+pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+pub const ENDPOINTSLICE_CONTROLLER: &str = "endpointslice-controller.k8s.io";
+
+/// Which endpoints of a worker Service are probed (`sandcap run --endpoint-slices`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum EndpointSlices {
+    /// Those the cluster vouches for: in slices the EndpointSlice controller manages, with a Pod of
+    /// the Service's namespace as their `targetRef`.
+    #[default]
+    Managed,
+    /// Every endpoint of every slice labelled with the Service's name, hand-made slices included.
+    Any,
+}
+
+/// The members of a Service that are probed, and how many serving endpoints were left out
+/// because the cluster does not vouch for them.
+#[derive(Debug, Default, PartialEq)]
+pub struct Serving {
+    pub members: Vec<Member>,
+    pub unvouched: usize,
+}
 
 /// A Service, by namespace and name.
 pub type ServiceKey = (String, String);
@@ -44,8 +74,10 @@ struct Slice {
     service: String,
     /// Port name (empty for an unnamed port) to port number.
     ports: Vec<(String, u16)>,
-    /// The serving endpoints' addresses and Pods.
-    serving: Vec<(IpAddr, Option<Arc<str>>)>,
+    /// Managed by the EndpointSlice controller.
+    managed: bool,
+    /// The serving endpoints' addresses and Pods, and whether the Pod is of the slice's namespace.
+    serving: Vec<(IpAddr, Option<Arc<str>>, bool)>,
 }
 
 #[derive(Default)]
@@ -79,19 +111,24 @@ pub fn table() -> (Endpoints, Writer) {
 
 impl Endpoints {
     /// The serving members of Service `service` at the port named `port_name` (empty: the
-    /// unnamed port), sorted and without duplicates.
-    pub fn serving(&self, service: &ServiceKey, port_name: &str) -> Vec<Member> {
+    /// unnamed port) that `trust` lets be probed, sorted and without duplicates.
+    pub fn serving(&self, service: &ServiceKey, port_name: &str, trust: EndpointSlices) -> Serving {
         let table = self.table.read().expect("not poisoned");
-        let Some(names) = table.by_service.get(service) else { return Vec::new() };
-        let members: BTreeSet<Member> = names
+        let Some(names) = table.by_service.get(service) else { return Serving::default() };
+        let (vouched, unvouched): (Vec<_>, Vec<_>) = names
             .iter()
             .filter_map(|name| table.slices.get(&(service.0.clone(), name.clone())))
             .filter_map(|slice| Some((slice, slice.ports.iter().find(|(name, _)| name == port_name)?.1)))
             .flat_map(|(slice, port)| {
-                slice.serving.iter().map(move |(ip, pod)| Member { ip: *ip, port, pod: pod.clone() })
+                slice.serving.iter().map(move |(ip, pod, own)| {
+                    let vouched = trust == EndpointSlices::Any || (slice.managed && *own);
+                    (vouched, Member { ip: *ip, port, pod: pod.clone() })
+                })
             })
-            .collect();
-        members.into_iter().collect()
+            .partition(|(vouched, _)| *vouched);
+        let members: BTreeSet<Member> = vouched.into_iter().map(|(_, member)| member).collect();
+        let unvouched: BTreeSet<Member> = unvouched.into_iter().map(|(_, member)| member).collect();
+        Serving { members: members.into_iter().collect(), unvouched: unvouched.len() }
     }
 
     /// Waits until the first list has completed; `false` if the writer is gone first.
@@ -179,16 +216,18 @@ fn kept(slice: &EndpointSlice) -> Option<Slice> {
             conditions.and_then(|c| c.serving).unwrap_or(ready)
         })
         .flat_map(|e| {
-            let pod: Option<Arc<str>> = e
-                .target_ref
-                .as_ref()
-                .filter(|r| r.kind.as_deref() == Some("Pod"))
-                .and_then(|r| r.name.as_deref())
-                .map(Into::into);
-            e.addresses.iter().filter_map(move |a| Some((a.parse::<IpAddr>().ok()?, pod.clone())))
+            let pod_ref = e.target_ref.as_ref().filter(|r| r.kind.as_deref() == Some("Pod"));
+            let pod: Option<Arc<str>> = pod_ref.and_then(|r| r.name.as_deref()).map(Into::into);
+            // An unset namespace is the slice's own, as for any object reference in a namespace.
+            let own = pod.is_some()
+                && pod_ref
+                    .and_then(|r| r.namespace.as_deref())
+                    .is_none_or(|ns| Some(ns) == slice.namespace().as_deref());
+            e.addresses.iter().filter_map(move |a| Some((a.parse::<IpAddr>().ok()?, pod.clone(), own)))
         })
         .collect();
-    Some(Slice { service, ports, serving })
+    let managed = slice.labels().get(MANAGED_BY_LABEL).is_some_and(|m| m == ENDPOINTSLICE_CONTROLLER);
+    Some(Slice { service, managed, ports, serving })
 }
 
 #[cfg(test)]
@@ -199,7 +238,8 @@ mod tests {
 
     fn slice(name: &str, endpoints: serde_json::Value) -> EndpointSlice {
         serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "w", "labels": {SERVICE_NAME_LABEL: "acme"}},
+            "metadata": {"name": name, "namespace": "w",
+                         "labels": {SERVICE_NAME_LABEL: "acme", MANAGED_BY_LABEL: ENDPOINTSLICE_CONTROLLER}},
             "addressType": "IPv4",
             "ports": [{"name": "rpc", "port": 8080, "protocol": "TCP"}, {"name": "metrics", "port": 9090}],
             "endpoints": endpoints,
@@ -209,6 +249,46 @@ mod tests {
 
     fn endpoint(ip: &str, pod: &str, conditions: serde_json::Value) -> serde_json::Value {
         json!({"addresses": [ip], "conditions": conditions, "targetRef": {"kind": "Pod", "name": pod, "namespace": "w"}})
+    }
+
+    fn serving(endpoints: &Endpoints, key: &ServiceKey, port: &str) -> Vec<Member> {
+        let serving = endpoints.serving(key, port, EndpointSlices::Managed);
+        assert_eq!(serving.unvouched, 0, "every endpoint of these slices is vouched for");
+        serving.members
+    }
+
+    #[test]
+    fn only_what_the_cluster_vouches_for_is_probed_unless_the_operator_allows_any() {
+        let (endpoints, mut writer) = table();
+        let key: ServiceKey = ("w".into(), "acme".into());
+        let mut hand_made = slice("forged", json!([endpoint("10.9.0.1", "a", json!({}))]));
+        hand_made.metadata.labels.as_mut().unwrap().remove(MANAGED_BY_LABEL);
+        let mut mirrored = slice("mirrored", json!([endpoint("10.9.0.2", "b", json!({}))]));
+        mirrored
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(MANAGED_BY_LABEL.into(), "endpointslicemirroring-controller.k8s.io".into());
+        let others = slice(
+            "managed",
+            json!([
+                endpoint("10.0.0.1", "own", json!({})),
+                {"addresses": ["10.9.0.3"], "targetRef": {"kind": "Pod", "name": "theirs", "namespace": "elsewhere"}},
+                {"addresses": ["10.9.0.4"], "targetRef": {"kind": "Node", "name": "node-1"}},
+                {"addresses": ["10.9.0.5"]},
+                {"addresses": ["10.0.0.6"], "targetRef": {"kind": "Pod", "name": "unqualified"}},
+            ]),
+        );
+        for s in [hand_made, mirrored, others] {
+            writer.apply(Event::Apply(s));
+        }
+        let managed = endpoints.serving(&key, "rpc", EndpointSlices::Managed);
+        let addresses: Vec<_> = managed.members.iter().map(Member::address).collect();
+        assert_eq!(addresses, ["10.0.0.1:8080", "10.0.0.6:8080"]);
+        assert_eq!(managed.unvouched, 5);
+        let any = endpoints.serving(&key, "rpc", EndpointSlices::Any);
+        assert_eq!((any.members.len(), any.unvouched), (7, 0));
     }
 
     #[test]
@@ -227,11 +307,11 @@ mod tests {
         )));
         assert_eq!(changed, vec![key.clone()]);
         let pods: Vec<_> =
-            endpoints.serving(&key, "rpc").iter().map(|m| (m.address(), m.pod.clone().unwrap())).collect();
+            serving(&endpoints, &key, "rpc").iter().map(|m| (m.address(), m.pod.clone().unwrap())).collect();
         let expected = [("10.0.0.1:8080", "ready"), ("10.0.0.2:8080", "unknown"), ("10.0.0.3:8080", "draining")];
         assert_eq!(pods, expected.map(|(a, p)| (a.to_string(), Arc::from(p))));
-        assert_eq!(endpoints.serving(&key, "metrics")[0].port, 9090);
-        assert!(endpoints.serving(&key, "").is_empty(), "no unnamed port");
+        assert_eq!(serving(&endpoints, &key, "metrics")[0].port, 9090);
+        assert!(serving(&endpoints, &key, "").is_empty(), "no unnamed port");
     }
 
     #[test]
@@ -244,14 +324,14 @@ mod tests {
         relabelled.metadata.annotations = Some([("x".to_string(), "y".to_string())].into());
         assert!(writer.apply(Event::Apply(relabelled)).is_empty(), "nothing the probe reads changed");
         writer.apply(Event::Apply(slice("acme-2", json!([endpoint("10.0.0.2", "b", json!({"ready": true}))]))));
-        assert_eq!(endpoints.serving(&key, "rpc").len(), 2);
+        assert_eq!(serving(&endpoints, &key, "rpc").len(), 2);
 
         writer.apply(Event::Init);
         writer.apply(Event::InitApply(one));
         assert_eq!(writer.apply(Event::InitDone), vec![key.clone()]);
-        assert_eq!(endpoints.serving(&key, "rpc").len(), 1, "acme-2 went during the gap");
+        assert_eq!(serving(&endpoints, &key, "rpc").len(), 1, "acme-2 went during the gap");
         writer.apply(Event::Delete(slice("acme-1", json!([]))));
-        assert!(endpoints.serving(&key, "rpc").is_empty());
+        assert!(serving(&endpoints, &key, "rpc").is_empty());
         assert!(writer.table.read().unwrap().by_service.is_empty());
     }
 }

@@ -19,7 +19,7 @@ use kube::{Api, ResourceExt};
 use reqwest::Url;
 
 use super::{RETRY_MIN, share_of};
-use crate::controller::cache::endpoints::Member;
+use crate::controller::cache::endpoints::{Member, Serving};
 use crate::controller::cache::providers::Probed;
 use crate::controller::context::Context;
 use crate::controller::error::Error;
@@ -79,7 +79,8 @@ pub async fn probe_endpoints(
         );
         return failed(message);
     };
-    let members = ctx.caches.endpoints.serving(&(service.namespace.clone(), service.name.clone()), &port_name);
+    let key = (service.namespace.clone(), service.name.clone());
+    let Serving { members, unvouched } = ctx.caches.endpoints.serving(&key, &port_name, ctx.endpoint_slices);
     if members.len() > MAX_ENDPOINTS {
         let message = format!(
             "the Service {}/{} has {} serving endpoints, more than the {MAX_ENDPOINTS} sandcap probes, so nothing is verified",
@@ -189,7 +190,7 @@ pub async fn probe_endpoints(
         probe,
         last_probe_time: Some(now.clone()),
         address: provider.spec.worker.address(),
-        message: agreement.message,
+        message: left_out(agreement.message, unvouched),
         endpoints: Some(agreement.status),
         plugin,
     };
@@ -205,6 +206,18 @@ pub async fn probe_endpoints(
         }
     }
     Ok(Some((worker, next)))
+}
+
+/// `message`, saying how many serving endpoints were not probed because the cluster does not
+/// vouch for them (their number only: who wrote them is for the operator to find).
+fn left_out(message: String, unvouched: usize) -> String {
+    if unvouched == 0 {
+        return message;
+    }
+    let note = format!(
+        "{unvouched} serving endpoint(s) of the Service were not probed: their EndpointSlice is not the EndpointSlice controller's, or their targetRef is not a Pod of the Service's namespace (sandcap run --endpoint-slices=any probes them)"
+    );
+    if message.is_empty() { note } else { format!("{message}; {note}") }
 }
 
 /// What the Service says of the port a provider names.
