@@ -26,7 +26,7 @@ use sandcap_core::versions::ContractVersion;
 
 /// No reconcile may take longer (a probe has its own, shorter timeout): one that does fails and is
 /// retried, so nothing can keep a controller's queue, or shutdown, waiting forever.
-const RECONCILE_DEADLINE: Duration = Duration::from_secs(60);
+pub const RECONCILE_DEADLINE: Duration = Duration::from_secs(60);
 /// After a write refused for a stale read: about the time the watch takes to bring the newer one.
 const CONFLICT_RETRY: Duration = Duration::from_millis(200);
 

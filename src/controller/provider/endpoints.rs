@@ -21,7 +21,7 @@ use reqwest::Url;
 use super::{RETRY_MIN, share_of};
 use crate::controller::cache::endpoints::{Member, Serving};
 use crate::controller::cache::providers::Probed;
-use crate::controller::context::Context;
+use crate::controller::context::{Context, RECONCILE_DEADLINE};
 use crate::controller::error::Error;
 use crate::metrics::ProbeLabels;
 use crate::probe::{ProbeError, ProbeFailure, ProbeOutcome, Target, ca_bundle};
@@ -34,6 +34,12 @@ pub const MAX_ENDPOINTS: usize = 128;
 /// Endpoints of one provider probed at once (the provider controller runs 16 reconciles at once,
 /// so at most 256 probes are in flight).
 const ENDPOINTS_AT_ONCE: usize = 16;
+/// How long one reconcile may spend probing: three quarters of its deadline, so that the status
+/// is written in the rest. An endpoint not answered by then (128 endpoints, 16 at a time, with
+/// a timeout of a minute would take 8 minutes) counts as failed, so the round publishes a status
+/// that grants nothing it has not verified; the answers received are kept, and the retry probes
+/// only the endpoints still due.
+pub const PROBE_BUDGET: Duration = Duration::from_secs(RECONCILE_DEADLINE.as_secs() * 3 / 4);
 
 /// How long after its last probe an endpoint is probed again: after `interval` (plus its share
 /// of a tenth of it) while it answers; while it fails, after as long as it has been failing, at
@@ -120,6 +126,7 @@ pub async fn probe_endpoints(
     let path = service.path.as_deref().unwrap_or("/");
     let scheme = service.scheme.unwrap_or_default();
     let (ca, host) = (ca.as_deref(), &service.host());
+    let unanswered_if_cut = due.clone();
     let probes = futures::stream::iter(due)
         .map(|(member, failing_before)| async move {
             // Over https the certificate is verified for the Service's name, at the endpoint.
@@ -144,7 +151,12 @@ pub async fn probe_endpoints(
             Probed { member, outcome, at, failing_since }
         })
         .buffer_unordered(ENDPOINTS_AT_ONCE);
-    let probed_now: Vec<Probed> = probes.collect().await;
+    let budget = tokio::time::sleep_until((started + PROBE_BUDGET).into());
+    let mut probed_now: Vec<Probed> = probes.take_until(budget).collect().await;
+    for cut in unanswered(unanswered_if_cut, &probed_now, Instant::now()) {
+        count(ctx, provider, &cut.member, &cut.outcome);
+        probed_now.push(cut);
+    }
     let any_probed = !probed_now.is_empty();
     kept.extend(probed_now);
     kept.sort_by(|a, b| a.member.cmp(&b.member));
@@ -206,6 +218,21 @@ pub async fn probe_endpoints(
         }
     }
     Ok(Some((worker, next)))
+}
+
+/// The endpoints of `due` that have no answer in `probed` (the probe budget ran out first), each
+/// failed as a probe that timed out at `at`.
+fn unanswered(due: Vec<(Member, Option<Instant>)>, probed: &[Probed], at: Instant) -> Vec<Probed> {
+    let answered: std::collections::HashSet<&Member> = probed.iter().map(|p| &p.member).collect();
+    due.into_iter()
+        .filter(|(member, _)| !answered.contains(member))
+        .map(|(member, failing_before)| Probed {
+            member,
+            outcome: ProbeOutcome::Failed(ProbeError::Timeout(PROBE_BUDGET).into()),
+            at,
+            failing_since: Some(failing_before.unwrap_or(at)),
+        })
+        .collect()
 }
 
 /// `message`, saying how many serving endpoints were not probed because the cluster does not
@@ -280,6 +307,21 @@ mod tests {
             None => ProbeOutcome::Succeeded { methods: vec![], plugin: None },
         };
         Probed { member, outcome, at, failing_since }
+    }
+
+    #[test]
+    fn endpoints_the_budget_cut_off_fail_and_keep_how_long_they_have_been_failing() {
+        let start = Instant::now();
+        let member = |last: u8| Member { ip: format!("10.0.0.{last}").parse().unwrap(), port: 80, pod: None };
+        let answered = Probed { member: member(1), ..probed(start, None) };
+        let due = vec![(member(1), None), (member(2), None), (member(3), Some(start))];
+        let at = start + PROBE_BUDGET;
+        let cut = unanswered(due, &[answered], at);
+        let members: Vec<_> = cut.iter().map(|p| p.member.clone()).collect();
+        assert_eq!(members, [member(2), member(3)], "the answered endpoint is kept as it answered");
+        assert!(cut.iter().all(|p| p.outcome == ProbeOutcome::Failed(ProbeError::Timeout(PROBE_BUDGET).into())));
+        assert_eq!(cut.iter().map(|p| p.failing_since).collect::<Vec<_>>(), [Some(at), Some(start)]);
+        assert!(PROBE_BUDGET < RECONCILE_DEADLINE, "the status is written within the reconcile's deadline");
     }
 
     #[test]
