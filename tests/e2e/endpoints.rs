@@ -209,3 +209,48 @@ async fn delete_slices(c: &Cluster, names: &[&str]) {
         api.delete(name, &Default::default()).await.expect("the slice deleted");
     }
 }
+
+/// A probe round that would outlast its reconcile (the longest probe timeout, an endpoint that
+/// never answers) is cut at the probe budget: the provider's status says Failed, granting
+/// nothing, within the reconcile's deadline, and keeps what the other endpoint answered.
+pub async fn a_probe_round_past_its_budget_publishes_a_failed_status(c: Arc<Cluster>) {
+    const BUDGETED: &str = "e2e-endpoints-budget";
+    let minor: u32 = c.bin.version().split('.').nth(1).and_then(|m| m.parse().ok()).expect("a minor");
+    let netns = Netns::new(minor + 100);
+    let install = install::default_chart(&c, BUDGETED).await;
+    let methods = methods_of(ContractVersion::V1).join(",");
+    let (answers, hangs) = (netns.address(2), netns.address(3));
+    let _answers = Worker::in_netns(&netns.name, &format!("{answers}:8080"), &["--methods", &methods]);
+    let _hangs = Worker::in_netns(&netns.name, &format!("{hangs}:8080"), &["--methods", &methods, "--delay", "10m"]);
+    let env = [("SANDCAP_CONTROLLERS_ONLY", "true"), ("SANDCAP_PROBE_TIMEOUT", "1m")];
+    let _sandcap = Sandcap::start(&c, &install, "endpoints-budget", &env);
+
+    let mut budgeted = provider(BUDGETED, "unused", all_true());
+    budgeted["spec"]["worker"] =
+        json!({"service": {"namespace": BUDGETED, "name": "hangs", "port": 80, "path": "/rpc"}});
+    let service = json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "hangs", "namespace": BUDGETED},
+        "spec": {"ports": [{"name": "rpc", "port": 80, "targetPort": 8080}]}
+    });
+    let mut both = slice(&[(answers, "answers", true), (hangs, "hangs", true)]);
+    both["metadata"] = json!({"name": "hangs-1", "namespace": BUDGETED, "labels": managed("hangs")});
+    for endpoint in both["endpoints"].as_array_mut().expect("endpoints") {
+        endpoint["targetRef"]["namespace"] = json!(BUDGETED);
+    }
+    let started = Instant::now();
+    install::apply(&c, &[service, both, budgeted]);
+    let admin = c.admin().await;
+    let worker = eventually("the budgeted provider's worker status", Duration::from_secs(120), || async {
+        let provider = get(&admin, "SandboxProvider", None, BUDGETED).await?;
+        let worker = provider["status"]["worker"].clone();
+        (worker["endpoints"]["serving"] == 2).then_some(worker)
+    })
+    .await;
+    let took = started.elapsed();
+    println!("endpoints: a round cut at the probe budget published {:.1} s after the slice", took.as_secs_f64());
+    assert_eq!(worker["probe"], "Failed", "{worker:#}");
+    assert_eq!(worker["endpoints"]["answered"], 1, "the answer received is kept: {worker:#}");
+    assert!(worker["supportedMethods"].as_array().is_some_and(Vec::is_empty), "{worker:#}");
+    assert!(took < Duration::from_secs(60 + 30), "published within the reconcile's deadline: {took:?}");
+    drop(netns);
+}

@@ -58,6 +58,7 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         controllers::a_standby_takes_over_and_every_lease_follows,
         controllers::recovers_from_an_apiserver_outage,
         endpoints::every_endpoint_of_a_service_worker_must_advertise_a_method,
+        endpoints::a_probe_round_past_its_budget_publishes_a_failed_status,
         leading::a_leader_whose_controllers_stop_steps_down_and_stands_again,
         leading::a_hung_apiserver_stops_the_leader_before_a_standby_leads,
         leading::a_throttling_apiserver_loses_no_update,
