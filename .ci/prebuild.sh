@@ -12,6 +12,10 @@
 #   bash .ci/prebuild.sh        one line per step on stderr, "prebuild: STEP N s" or "... failed"
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# With the kernel's autogroup scheduling, a session (.ci/run starts this one with setsid) is a
+# group of its own that shares the cores fairly with the others, whatever its processes' nice:
+# the group's own nice is lowered too.
+echo 19 >/proc/self/autogroup 2>/dev/null || true
 started=$SECONDS
 step() {
   local begun=$SECONDS name="$1"
