@@ -9,7 +9,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use serde::Serialize;
 
 use super::audit::{Audits, Finding, judged};
-use super::cache::endpoints::EndpointSlices;
+use super::cache::endpoints::EndpointTrust;
 use super::cache::{Caches, ProviderTable};
 use super::cached::CachedLease;
 use super::engine::{Next, ReconcileFuture};
@@ -41,7 +41,7 @@ pub struct Context {
     pub metrics: Metrics,
     pub probe_interval: Duration,
     /// Which endpoints of a worker Service are probed.
-    pub endpoint_slices: EndpointSlices,
+    pub endpoint_trust: EndpointTrust,
     /// The contract version both reconciles resolve under.
     pub contract: ContractVersion,
     pub audits: Arc<Audits>,

@@ -208,7 +208,7 @@ pub fn context_with(client: Client, metrics: &Metrics) -> Parts {
     let writes = Writes { fence: Fence::Open, events };
     let metrics = metrics.clone();
     let served = Default::default();
-    let endpoint_slices = cache::endpoints::EndpointSlices::Managed;
+    let endpoint_trust = cache::endpoints::EndpointTrust::default();
     let ctx = Context {
         client,
         caches,
@@ -216,7 +216,7 @@ pub fn context_with(client: Client, metrics: &Metrics) -> Parts {
         writes,
         metrics,
         probe_interval,
-        endpoint_slices,
+        endpoint_trust,
         contract,
         audits,
         provider_table,

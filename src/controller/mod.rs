@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 use audit::Audits;
 /// The form of a stored object the controllers judge, which `sandcap plan` judges too.
 pub(crate) use audit::stored;
-pub use cache::endpoints::EndpointSlices;
+pub use cache::endpoints::{EndpointSlices, EndpointTrust};
 pub use cache::{Caches, SecretScope};
 use context::{Context, Stateful, Writes, reconciler, retry_delay};
 pub use error::Error;
@@ -71,7 +71,7 @@ pub struct ControllerOptions {
     pub probe_interval: Duration,
     pub probe_timeout: Duration,
     /// Which endpoints of a worker Service are probed.
-    pub endpoint_slices: EndpointSlices,
+    pub endpoint_trust: EndpointTrust,
     /// How long the controllers wait for the first list of every cache before they stop (and,
     /// behind leader election, step down to try again after a backoff).
     pub cache_sync_timeout: Duration,
@@ -183,7 +183,7 @@ async fn controllers(
         writes,
         metrics: metrics.clone(),
         probe_interval,
-        endpoint_slices: options.endpoint_slices,
+        endpoint_trust: options.endpoint_trust.clone(),
         contract,
         audits,
         provider_table,

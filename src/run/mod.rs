@@ -17,7 +17,7 @@ use prometheus_client::registry::Registry;
 
 use crate::admin::{Readiness, admin_router, serve_admin};
 use crate::certs::{self, CertOptions};
-use crate::controller::{self, ControllerOptions, EndpointSlices, ObserverOptions, SecretScope};
+use crate::controller::{self, ControllerOptions, EndpointSlices, EndpointTrust, ObserverOptions, SecretScope};
 use crate::listener::{BindError, Limits, Stop, bind};
 use crate::metrics::Metrics;
 use crate::telemetry::{LogFormat, init_tracing};
@@ -82,6 +82,11 @@ pub struct RunArgs {
     /// EndpointSlices in a worker's namespace choose where sandcap connects.
     #[arg(long, env = "SANDCAP_ENDPOINT_SLICES", value_enum, default_value_t)]
     pub endpoint_slices: EndpointSlices,
+    /// The addresses the endpoints of a `spec.worker.service` worker may have, as CIDRs,
+    /// comma-separated (e.g. the cluster's pod CIDRs); empty, the default, any address. Endpoints
+    /// elsewhere are not probed.
+    #[arg(long, env = "SANDCAP_WORKER_ENDPOINT_CIDRS", value_delimiter = ',', value_name = "CIDRS")]
+    pub worker_endpoint_cidrs: Vec<ipnet::IpNet>,
     /// How long the controllers wait for their caches' first lists (the CRDs may not be installed
     /// yet, RBAC may be missing). Past it they stop, and the leader steps down and tries again
     /// after a backoff (1 s, doubling to 30 s). From 1s to 1h.
@@ -266,7 +271,10 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
                 let options = ControllerOptions {
                     probe_interval: args.probe_interval,
                     probe_timeout: args.probe_timeout,
-                    endpoint_slices: args.endpoint_slices,
+                    endpoint_trust: EndpointTrust {
+                        slices: args.endpoint_slices,
+                        cidrs: args.worker_endpoint_cidrs.clone(),
+                    },
                     cache_sync_timeout: args.cache_sync_timeout,
                     rules: args.rules.options(),
                     leader_elect: args.leader_elect,

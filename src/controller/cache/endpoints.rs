@@ -18,6 +18,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
 
+use ipnet::IpNet;
+
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::runtime::watcher::Event;
@@ -41,8 +43,23 @@ pub enum EndpointSlices {
     Any,
 }
 
+/// Which endpoints of a worker Service the operator lets sandcap probe.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EndpointTrust {
+    pub slices: EndpointSlices,
+    /// The addresses endpoints may have (`--worker-endpoint-cidrs`); empty, any address.
+    pub cidrs: Vec<IpNet>,
+}
+
+impl EndpointTrust {
+    fn admits(&self, managed: bool, own_pod: bool, ip: &IpAddr) -> bool {
+        (self.slices == EndpointSlices::Any || (managed && own_pod))
+            && (self.cidrs.is_empty() || self.cidrs.iter().any(|cidr| cidr.contains(ip)))
+    }
+}
+
 /// The members of a Service that are probed, and how many serving endpoints were left out
-/// because the cluster does not vouch for them.
+/// because the cluster does not vouch for them or their address is not one the operator allows.
 #[derive(Debug, Default, PartialEq)]
 pub struct Serving {
     pub members: Vec<Member>,
@@ -112,7 +129,7 @@ pub fn table() -> (Endpoints, Writer) {
 impl Endpoints {
     /// The serving members of Service `service` at the port named `port_name` (empty: the
     /// unnamed port) that `trust` lets be probed, sorted and without duplicates.
-    pub fn serving(&self, service: &ServiceKey, port_name: &str, trust: EndpointSlices) -> Serving {
+    pub fn serving(&self, service: &ServiceKey, port_name: &str, trust: &EndpointTrust) -> Serving {
         let table = self.table.read().expect("not poisoned");
         let Some(names) = table.by_service.get(service) else { return Serving::default() };
         let (vouched, unvouched): (Vec<_>, Vec<_>) = names
@@ -121,8 +138,7 @@ impl Endpoints {
             .filter_map(|slice| Some((slice, slice.ports.iter().find(|(name, _)| name == port_name)?.1)))
             .flat_map(|(slice, port)| {
                 slice.serving.iter().map(move |(ip, pod, own)| {
-                    let vouched = trust == EndpointSlices::Any || (slice.managed && *own);
-                    (vouched, Member { ip: *ip, port, pod: pod.clone() })
+                    (trust.admits(slice.managed, *own, ip), Member { ip: *ip, port, pod: pod.clone() })
                 })
             })
             .partition(|(vouched, _)| *vouched);
@@ -252,7 +268,7 @@ mod tests {
     }
 
     fn serving(endpoints: &Endpoints, key: &ServiceKey, port: &str) -> Vec<Member> {
-        let serving = endpoints.serving(key, port, EndpointSlices::Managed);
+        let serving = endpoints.serving(key, port, &EndpointTrust::default());
         assert_eq!(serving.unvouched, 0, "every endpoint of these slices is vouched for");
         serving.members
     }
@@ -283,12 +299,19 @@ mod tests {
         for s in [hand_made, mirrored, others] {
             writer.apply(Event::Apply(s));
         }
-        let managed = endpoints.serving(&key, "rpc", EndpointSlices::Managed);
+        let managed = endpoints.serving(&key, "rpc", &EndpointTrust::default());
         let addresses: Vec<_> = managed.members.iter().map(Member::address).collect();
         assert_eq!(addresses, ["10.0.0.1:8080", "10.0.0.6:8080"]);
         assert_eq!(managed.unvouched, 5);
-        let any = endpoints.serving(&key, "rpc", EndpointSlices::Any);
+        let any = EndpointTrust { slices: EndpointSlices::Any, ..EndpointTrust::default() };
+        let any = endpoints.serving(&key, "rpc", &any);
         assert_eq!((any.members.len(), any.unvouched), (7, 0));
+        // The operator's CIDRs apply whichever slices are believed.
+        let cidrs = vec!["10.0.0.0/24".parse().unwrap()];
+        let within = EndpointTrust { slices: EndpointSlices::Any, cidrs };
+        let within = endpoints.serving(&key, "rpc", &within);
+        let addresses: Vec<_> = within.members.iter().map(Member::address).collect();
+        assert_eq!((addresses, within.unvouched), (vec!["10.0.0.1:8080".to_string(), "10.0.0.6:8080".to_string()], 5));
     }
 
     #[test]

@@ -86,7 +86,7 @@ pub async fn probe_endpoints(
         return failed(message);
     };
     let key = (service.namespace.clone(), service.name.clone());
-    let Serving { members, unvouched } = ctx.caches.endpoints.serving(&key, &port_name, ctx.endpoint_slices);
+    let Serving { members, unvouched } = ctx.caches.endpoints.serving(&key, &port_name, &ctx.endpoint_trust);
     if members.len() > MAX_ENDPOINTS {
         let message = format!(
             "the Service {}/{} has {} serving endpoints, more than the {MAX_ENDPOINTS} sandcap probes, so nothing is verified",
@@ -236,13 +236,14 @@ fn unanswered(due: Vec<(Member, Option<Instant>)>, probed: &[Probed], at: Instan
 }
 
 /// `message`, saying how many serving endpoints were not probed because the cluster does not
-/// vouch for them (their number only: who wrote them is for the operator to find).
+/// vouch for them or the operator does not allow their address (their number only: who wrote
+/// them is for the operator to find).
 fn left_out(message: String, unvouched: usize) -> String {
     if unvouched == 0 {
         return message;
     }
     let note = format!(
-        "{unvouched} serving endpoint(s) of the Service were not probed: their EndpointSlice is not the EndpointSlice controller's, or their targetRef is not a Pod of the Service's namespace (sandcap run --endpoint-slices=any probes them)"
+        "{unvouched} serving endpoint(s) of the Service were not probed: their EndpointSlice is not the EndpointSlice controller's, their targetRef is not a Pod of the Service's namespace, or their address is outside the operator's --worker-endpoint-cidrs"
     );
     if message.is_empty() { note } else { format!("{message}; {note}") }
 }
