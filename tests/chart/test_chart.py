@@ -675,6 +675,15 @@ def test_worker_urls_reach_refused_addresses_only_where_allowed() -> None:
     assert allowed["SANDCAP_WORKER_URL_ALLOWED_CIDRS"] == "127.0.0.0/8,::1/128"
 
 
+def test_worker_service_endpoints_are_those_the_cluster_vouches_for_unless_widened() -> None:
+    defaults = env(render({}))
+    assert defaults["SANDCAP_ENDPOINT_SLICES"] == "managed"
+    assert "SANDCAP_WORKER_ENDPOINT_CIDRS" not in defaults, "an empty list must not reach the flag parser"
+    widened = env(render({"controller": {"endpointSlices": "any", "workerEndpointCidrs": ["10.244.0.0/16", "fd00::/64"]}}))
+    assert widened["SANDCAP_ENDPOINT_SLICES"] == "any"
+    assert widened["SANDCAP_WORKER_ENDPOINT_CIDRS"] == "10.244.0.0/16,fd00::/64"
+
+
 @pytest.mark.parametrize("replicas", [1, 2, 3])
 def test_pdb_only_with_more_than_one_replica(replicas: int) -> None:
     objects = render({"replicaCount": replicas})
