@@ -7,6 +7,7 @@
 //! host's published resolver", each asserted by class, and sandcap never grants what the host
 //! does not. Needs node and npm (SANDCAP_HOST=skip skips it).
 
+mod example;
 mod manifest;
 mod npm;
 mod resolve;
