@@ -9,6 +9,7 @@
 //! ends ([`supervisor`]), and answers every probe with the worker's own `InitializeResult` and the
 //! manifest's identity ([`serve`]). Every input is bounded ([`Budgets`]).
 
+mod confine;
 mod lines;
 mod package;
 mod rpc;
@@ -27,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::listener::{BindError, Stop, bind};
 use crate::telemetry::{LogFormat, init_tracing};
+pub use confine::Confinement;
 pub use package::{Manifest, Package, PackageError, load_manifest};
 use supervisor::{State, supervise};
 use worker::Spawn;

@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 use tokio::io::AsyncReadExt;
 
 use super::Budgets;
+use super::confine::{self, Confinement, Unconfinable};
 use super::worker::worker_env;
 
 /// Why the package cannot be run: the bridge stops at once (nothing would answer).
@@ -34,6 +35,8 @@ pub enum PackageError {
     Manifest { path: String, problem: String },
     #[error("the host's validator refuses the manifest {path}: {}", problems.join("; "))]
     Refused { path: String, problems: Vec<String> },
+    #[error(transparent)]
+    Unconfinable(#[from] Unconfinable),
 }
 
 /// The package, its manifest as the worker is given it, and what the probe's answer names.
@@ -132,15 +135,21 @@ pub struct Manifest {
 
 /// Finds the package in `dir` and loads its manifest with `node`.
 pub async fn load(dir: &Path, node: &Path, budgets: &Budgets) -> Result<Package, PackageError> {
-    with_worker(load_manifest(dir, node, budgets).await?)
+    with_worker(load_manifest(dir, node, budgets, Confinement::AsTheWorker).await?)
 }
 
-/// Finds the package's manifest in `dir` and loads it with `node`: an object with an `id`, a
-/// `version` and, if any, a list of `environmentDrivers`.
-pub async fn load_manifest(dir: &Path, node: &Path, budgets: &Budgets) -> Result<Manifest, PackageError> {
+/// Finds the package's manifest in `dir` and loads it with `node`, `confinement` deciding where
+/// the module runs: an object with an `id`, a `version` and, if any, a list of
+/// `environmentDrivers`.
+pub async fn load_manifest(
+    dir: &Path,
+    node: &Path,
+    budgets: &Budgets,
+    confinement: Confinement,
+) -> Result<Manifest, PackageError> {
     let dir = absolute(dir);
     let manifest_path = manifest_path(&dir)?;
-    let loaded = run_loader(&dir, &manifest_path, node, budgets).await?;
+    let loaded = run_loader(&dir, &manifest_path, node, budgets, confinement).await?;
     manifest_from(&dir, &manifest_path, loaded)
 }
 
@@ -161,10 +170,20 @@ pub fn manifest_path(dir: &Path) -> Result<PathBuf, PackageError> {
         .ok_or_else(|| PackageError::NoManifest { dir: display(dir) })
 }
 
-async fn run_loader(dir: &Path, manifest: &Path, node: &Path, budgets: &Budgets) -> Result<Value, PackageError> {
+async fn run_loader(
+    dir: &Path,
+    manifest: &Path,
+    node: &Path,
+    budgets: &Budgets,
+    confinement: Confinement,
+) -> Result<Value, PackageError> {
     let url = url::Url::from_file_path(manifest)
         .map_err(|()| PackageError::Load { path: display(manifest), detail: "not an absolute path".into() })?;
     let mut command = tokio::process::Command::new(node);
+    if confinement == Confinement::Boxed {
+        command.args(confine::node_options(node, dir).await?);
+        confine::isolate(&mut command, dir);
+    }
     command
         .args(["--input-type=module", "-e", LOAD_MANIFEST, url.as_str()])
         .arg(dir)
@@ -174,7 +193,11 @@ async fn run_loader(dir: &Path, manifest: &Path, node: &Path, budgets: &Budgets)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let mut child = command.spawn().map_err(|source| PackageError::Node { node: display(node), source })?;
+    let mut child = command.spawn().map_err(|source| match confinement {
+        Confinement::Boxed => PackageError::Unconfinable(Unconfinable::no_namespace(&source)),
+        Confinement::AsTheWorker => PackageError::Node { node: display(node), source },
+    })?;
+    let pid = child.id();
     let (mut stdout, mut stderr) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
     let limit = budgets.max_manifest as u64 + 1024;
     let reading = async {
@@ -191,15 +214,19 @@ async fn run_loader(dir: &Path, manifest: &Path, node: &Path, budgets: &Budgets)
         a.and(err).map(|err| (out, err))
     };
     let failed = |detail: String| PackageError::Load { path: display(manifest), detail };
-    let (out, err) = match tokio::time::timeout(budgets.initialize_timeout, reading).await {
+    let read = tokio::time::timeout(budgets.initialize_timeout, reading).await;
+    if confinement == Confinement::Boxed {
+        confine::kill_group(pid);
+    }
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    let (out, err) = match read {
         Ok(Ok(read)) => read,
         Ok(Err(e)) => return Err(failed(format!("reading node's output: {e}"))),
         Err(_) => {
             return Err(failed(format!("no answer within {}", humantime::format_duration(budgets.initialize_timeout))));
         }
     };
-    let _ = child.start_kill();
-    let _ = child.wait().await;
     if out.len() as u64 > limit {
         return Err(failed(format!("the manifest is larger than {} bytes", budgets.max_manifest)));
     }

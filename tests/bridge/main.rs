@@ -2,6 +2,7 @@
 //! (`sdk.rs`), and workers that misbehave every way its budgets cover (`misbehaving.rs`, scripts
 //! in `workers/`). Needs node and npm (docs/testing.md, "The bridge's tests").
 
+mod boxed;
 mod harness;
 mod import;
 mod misbehaving;

@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 
 use super::error::CliError;
 use super::validate::{null_paths, without_nulls};
-use crate::bridge::{Budgets, PackageError, load_manifest};
+use crate::bridge::{Budgets, Confinement, PackageError, load_manifest};
 use crate::run::RulesArgs;
 use sandcap_core::api::SandboxProvider;
 use sandcap_core::judge::{Server, judge};
@@ -83,21 +83,23 @@ pub(super) fn import(args: &ImportArgs, out: &mut dyn Write) -> Result<i32, CliE
     let refused = |err: &mut dyn Write, problems: &[String]| {
         writeln!(err, "REFUSED {shown}: the host's manifest validator refuses it: {}", problems.join("; ")).map(|()| 1)
     };
-    let manifest = match read(&args.source, &args.node)? {
+    // sandcap's copy of the host's rules judges every manifest, whatever the package bundles: a
+    // package's own @paperclipai/shared is its code, and may say anything.
+    let (manifest, validated) = match read(&args.source, &args.node)? {
         Loaded::Refused(problems) => return Ok(refused(err, &problems)?),
-        Loaded::Validated(manifest) => manifest,
-        Loaded::Unvalidated(manifest) => {
-            let problems = host::problems(&manifest);
-            if !problems.is_empty() {
-                return Ok(refused(err, &problems)?);
-            }
-            notes.add(format!(
-                "{shown} was checked by sandcap's copy of the host's manifest rules for id, version and \
-                 environmentDrivers (no @paperclipai/shared in the package to validate it with)"
-            ));
-            manifest
-        }
+        Loaded::Validated(manifest) => (manifest, true),
+        Loaded::Unvalidated(manifest) => (manifest, false),
     };
+    let problems = host::problems(&manifest);
+    if !problems.is_empty() {
+        return Ok(refused(err, &problems)?);
+    }
+    if !validated {
+        notes.add(format!(
+            "{shown} was checked by sandcap's copy of the host's manifest rules for id, version and \
+             environmentDrivers (no @paperclipai/shared in the package to validate it with)"
+        ));
+    }
     let id = manifest.get("id").and_then(Value::as_str).unwrap_or_default();
     let name = match &args.name {
         Some(name) => name.clone(),
@@ -168,7 +170,7 @@ fn read(source: &Path, node: &Path) -> Result<Loaded, CliError> {
     let budgets = Budgets::default();
     let package = |dir: &Path| {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(unreadable)?;
-        match runtime.block_on(load_manifest(dir, node, &budgets)) {
+        match runtime.block_on(load_manifest(dir, node, &budgets, Confinement::Boxed)) {
             Ok(m) if m.validated => Ok(Loaded::Validated(m.manifest)),
             Ok(m) => Ok(Loaded::Unvalidated(m.manifest)),
             Err(PackageError::Refused { problems, .. }) => Ok(Loaded::Refused(problems)),
