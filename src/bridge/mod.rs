@@ -177,7 +177,7 @@ pub async fn run(args: BridgeArgs) -> Result<(), BridgeError> {
     let worker = tokio::spawn(supervise(spawn, budgets, state, stop.clone()));
     let served = Stop::default();
     let limits = serve::limits();
-    let app = serve::router(&args.path, states);
+    let app = serve::router(&args.path, states, &package.manifest);
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, path = %args.path, "serving sandcap's probe");
         // What tests and scripts wait for (with --listen 127.0.0.1:0 the system picks the port).

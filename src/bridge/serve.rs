@@ -2,7 +2,10 @@
 //! JSON-RPC `initialize` is answered with the cached `InitializeResult` (and the plugin's
 //! identity) while a worker is initialized, and with HTTP 503 and the SDK's `WORKER_UNAVAILABLE`
 //! otherwise, which sandcap's probe classes as unreachable. `GET /healthz` says the same for a
-//! readiness probe. Connections go through the webhook's listener, under [`limits`].
+//! readiness probe. `GET /manifest` answers the manifest the bridge loaded (as the host's
+//! validator parsed it, when the package has it), which `sandcap import URL` reads: no plugin
+//! code runs where the import runs. Connections go through the webhook's listener, under
+//! [`limits`].
 
 use std::time::{Duration, Instant};
 
@@ -34,8 +37,17 @@ pub fn limits() -> Limits {
     }
 }
 
-pub fn router(path: &str, state: watch::Receiver<State>) -> Router {
-    Router::new().route(path, post(initialize)).route("/healthz", get(healthz)).with_state(state)
+/// Where the bridge answers the manifest it loaded.
+pub const MANIFEST_PATH: &str = "/manifest";
+
+pub fn router(path: &str, state: watch::Receiver<State>, manifest: &serde_json::Map<String, Value>) -> Router {
+    let manifest: std::sync::Arc<str> = Value::Object(manifest.clone()).to_string().into();
+    let answer_manifest = move || async move { ([(header::CONTENT_TYPE, "application/json")], manifest.to_string()) };
+    Router::new()
+        .route(path, post(initialize))
+        .route("/healthz", get(healthz))
+        .route(MANIFEST_PATH, get(answer_manifest))
+        .with_state(state)
 }
 
 async fn initialize(Extract(state): Extract<watch::Receiver<State>>, body: Bytes) -> Response {
@@ -113,7 +125,7 @@ mod tests {
     async fn ask(state: State, body: &str) -> (StatusCode, Option<String>, Value) {
         let (_keep, receiver) = watch::channel(state);
         let request = axum::http::Request::post("/rpc").body(axum::body::Body::from(body.to_string())).unwrap();
-        let response = router("/rpc", receiver).oneshot(request).await.unwrap();
+        let response = router("/rpc", receiver, &Default::default()).oneshot(request).await.unwrap();
         let status = response.status();
         let retry = response.headers().get(header::RETRY_AFTER).map(|v| v.to_str().unwrap().to_string());
         let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
@@ -137,6 +149,18 @@ mod tests {
         );
         let (_, _, again) = ask(ready(), &INITIALIZE.replace("42", "\"x\"")).await;
         assert_eq!(again["id"], "x");
+    }
+
+    #[tokio::test]
+    async fn the_manifest_loaded_is_answered_whatever_the_worker_does() {
+        let manifest = json!({"id": "acme.plugin", "version": "1.2.3", "environmentDrivers": []});
+        let (_keep, receiver) = watch::channel(State::Starting { restarts: 0 });
+        let app = router("/rpc", receiver, manifest.as_object().unwrap());
+        let request = axum::http::Request::get(MANIFEST_PATH).body(axum::body::Body::empty()).unwrap();
+        let response = app.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), manifest);
     }
 
     #[tokio::test]

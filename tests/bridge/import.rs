@@ -156,3 +156,22 @@ fn a_manifest_module_that_prints_still_imports() {
         assert_eq!(text(&o.stdout), text(&expected.stdout), "{prints}");
     }
 }
+
+/// From a running bridge's `GET /manifest` (the manifest it loaded, as the package's validator
+/// parsed it): the same provider as from the package, and no plugin code evaluated by the import.
+#[test]
+fn import_from_a_running_bridge_gives_the_packages_provider() {
+    let Some(node) = node() else { return };
+    let plugin = installed_plugin();
+    let from_package = import(&plugin, &node, &[]);
+    assert_eq!(from_package.status.code(), Some(0), "{}", text(&from_package.stderr));
+    let bridge = crate::harness::Bridge::start(&plugin, &node, &[]);
+    let url = bridge.url.replace("/rpc", "/manifest");
+    // No node is needed, and none is run: a --node that does not exist is never asked for.
+    let from_bridge = import(Path::new(&url), Path::new("/nonexistent/node"), &[]);
+    bridge.stop();
+    assert_eq!(from_bridge.status.code(), Some(0), "{}", text(&from_bridge.stderr));
+    assert_eq!(text(&from_bridge.stdout), text(&from_package.stdout));
+    let refused = import(Path::new("http://127.0.0.1:9/manifest"), &node, &[]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+}

@@ -4,6 +4,7 @@
 //! first (its own validator when the package has it, else [`host`]); the object is then judged
 //! by `sandcap validate`'s engine, and what the cluster adds is said on stderr.
 
+mod fetch;
 mod host;
 mod tarball;
 
@@ -26,7 +27,8 @@ const BRIDGE_PATH: &str = "/rpc";
 #[derive(Debug, clap::Args)]
 pub struct ImportArgs {
     /// The plugin package's directory, a gzip tarball of it as `npm pack` makes (entries under
-    /// `package/`), or its manifest as a JSON file (`-` for stdin).
+    /// `package/`), its manifest as a JSON file (`-` for stdin), or the URL of a running `sandcap
+    /// bridge`'s manifest (`http://HOST:PORT/manifest`: no plugin code runs here).
     pub source: PathBuf,
     /// The SandboxProvider's metadata.name (default: the plugin id as a DNS-1123 name).
     #[arg(long)]
@@ -97,7 +99,7 @@ pub(super) fn import(args: &ImportArgs, out: &mut dyn Write) -> Result<i32, CliE
     if !validated {
         notes.add(format!(
             "{shown} was checked by sandcap's copy of the host's manifest rules for id, version and \
-             environmentDrivers (no @paperclipai/shared in the package to validate it with)"
+             environmentDrivers (no @paperclipai/shared of the package judged it here)"
         ));
     }
     let id = manifest.get("id").and_then(Value::as_str).unwrap_or_default();
@@ -179,7 +181,10 @@ fn read(source: &Path, node: &Path) -> Result<Loaded, CliError> {
     };
     let mut text = Vec::new();
     let limit = budgets.max_manifest as u64;
-    if source == Path::new("-") {
+    let url = source.to_str().filter(|s| s.starts_with("http://") || s.starts_with("https://"));
+    if let Some(url) = url {
+        text = fetch::manifest(url, limit, budgets.initialize_timeout)?;
+    } else if source == Path::new("-") {
         std::io::stdin().lock().take(limit + 1).read_to_end(&mut text).map_err(unreadable)?;
     } else if source.is_dir() {
         return package(source);
