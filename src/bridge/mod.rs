@@ -12,6 +12,7 @@
 mod confine;
 mod lines;
 mod package;
+mod reap;
 mod rpc;
 mod serve;
 mod supervisor;
@@ -171,7 +172,10 @@ pub async fn run(args: BridgeArgs) -> Result<(), BridgeError> {
         env: worker::worker_env(Some(package.id()), &args.pass_env),
         params: Arc::new(rpc::initialize_params(&package.manifest, &args.instance_id, &args.host_version)),
         identity: Arc::new(package.identity()),
+        live: reap::Live::default(),
     };
+    reap::become_subreaper();
+    let reaper = tokio::spawn(reap::reaper(spawn.live.clone()));
     let (state, states) = watch::channel(State::Starting { restarts: 0 });
     let stop = CancellationToken::new();
     let worker = tokio::spawn(supervise(spawn, budgets, state, stop.clone()));
@@ -197,5 +201,6 @@ pub async fn run(args: BridgeArgs) -> Result<(), BridgeError> {
     }
     stop.cancel();
     let _ = worker.await;
+    reaper.abort();
     Ok(())
 }

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Budgets;
 use super::lines::{Flood, Line, Rate, next_line};
+use super::reap;
 use super::rpc::{self, Incoming, NotRpc, Refused};
 
 /// How to start a worker, and what to tell it.
@@ -30,6 +31,8 @@ pub struct Spawn {
     pub params: Arc<Value>,
     /// The member `plugin` of the probe's answer.
     pub identity: Arc<Value>,
+    /// Where the running worker's pid is kept for the reaper.
+    pub live: reap::Live,
 }
 
 /// The environment the host gives a worker (`plugin-worker-manager.js`, `spawnProcess`, and
@@ -100,6 +103,7 @@ pub async fn run(
         Err(e) => return Ended::Spawn(e),
     };
     let pid = child.id();
+    spawn.live.set(pid);
     tracing::info!(pid, entrypoint = %spawn.entrypoint.display(), "worker started");
     let (stdin, stdout, stderr) =
         (child.stdin.take().expect("piped"), child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
@@ -113,6 +117,13 @@ pub async fn run(
         () = stop.cancelled() => Ended::Stopped,
     };
     kill(&mut child, pid).await;
+    spawn.live.set(None);
+    // What the worker started and left, detached or not, is the bridge's now: ended before the
+    // next worker starts.
+    let orphans = reap::sweep().await;
+    if orphans > 0 {
+        tracing::info!(orphans, "ended what the worker left running");
+    }
     writer.abort();
     logger.abort();
     ended

@@ -114,3 +114,42 @@ async fn a_worker_that_calls_the_host_without_reading_the_answers_is_restarted()
     bridge.wait_for("the worker does not read its stdin: more than 64 answers", Duration::from_secs(5));
     bridge.stop();
 }
+
+/// The bridge's children that are zombies (state `Z` in `/proc/<pid>/stat`).
+fn zombie_children(bridge: u32) -> Vec<u32> {
+    let entries = std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok());
+    entries
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+            fields.first() == Some(&"Z") && fields.get(1) == Some(&bridge.to_string().as_str())
+        })
+        .collect()
+}
+
+/// A worker that leaves a detached process (a session of its own, out of its process group) and
+/// an orphan behind, then exits: before the next worker starts, the detached one is ended, and no
+/// zombie is left to the bridge (PID 1 in the example image) for longer than its reap interval.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_a_worker_leaves_behind_is_ended_and_reaped() {
+    let args = ["--restart-backoff", "1s", "--restart-backoff-max", "1s"];
+    let Some((package, bridge, _)) = behind_bridge("detach", &args, Duration::from_secs(8)).await else { return };
+    let detached: Vec<u32> = records(package.path(), "detached.log").iter().filter_map(|l| l.parse().ok()).collect();
+    assert!(detached.len() >= 3, "the workers' detached pids: {detached:?}");
+    // Every worker but the one running now has been replaced: what it left is gone.
+    for pid in &detached[..detached.len() - 1] {
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "the detached {pid} outlived its worker");
+    }
+    assert!(!bridge.lines_with("ended what the worker left running").is_empty(), "{}", bridge.log().join("\n"));
+    let zombies = zombie_children(bridge.pid());
+    assert!(zombies.len() <= 2, "zombies of the bridge: {zombies:?}");
+    std::thread::sleep(Duration::from_secs(6));
+    let lasting: Vec<u32> = zombie_children(bridge.pid()).into_iter().filter(|z| zombies.contains(z)).collect();
+    assert!(lasting.is_empty(), "zombies not reaped within the reap interval: {lasting:?}");
+    assert!(bridge.stop().success());
+    let last = detached.last().expect("a pid");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{last}")).exists(),
+        "the last worker's detached {last} outlived the bridge"
+    );
+}
