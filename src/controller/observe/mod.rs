@@ -9,6 +9,7 @@
 //! It decides only about kinds it knows: served, and every watch of the kind listed. Leases of a
 //! kind not served (agent-sandbox uninstalled) or not yet listed are left as they are.
 
+mod backoff;
 mod served;
 mod watches;
 mod writes;
@@ -53,6 +54,7 @@ pub async fn run(ctx: Arc<Context>, options: ObserverOptions, shutdown: Cancella
         watches: BTreeMap::new(),
         opted_in: 0,
         reported: Reported::default(),
+        backoff: backoff::Backoff::default(),
         shutdown: shutdown.clone(),
     };
     let mut discovery = tokio::time::interval(options.discovery_interval);
@@ -87,6 +89,8 @@ struct Observer {
     /// [`Namespaces::opted_in`] when the watches last listed.
     opted_in: u64,
     reported: Reported,
+    /// When a name the apiserver refused may be written again.
+    backoff: backoff::Backoff,
     shutdown: CancellationToken,
 }
 
@@ -122,7 +126,7 @@ impl Observer {
         let desired = self.desired(&binder, &known);
         let steps = self.steps(&desired, &known);
         if !steps.is_empty() && self.ctx.writes.fence.holds() {
-            writes::apply(&self.ctx, steps).await;
+            writes::apply(&self.ctx, steps, &mut self.backoff).await;
         }
     }
 

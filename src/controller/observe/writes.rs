@@ -1,12 +1,14 @@
 //! The observer's writes, under its own field manager, and the Events of what it will not write.
 
 use std::collections::HashSet;
+use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::events::{Event, EventType};
 
+use super::backoff::{Backoff, REPORT_AFTER};
 use crate::controller::context::Context;
 use crate::metrics::OperationLabels;
 use sandcap_core::api::{API_VERSION, SandboxLease};
@@ -26,31 +28,70 @@ pub struct Write {
     pub kept: Option<KeptLease>,
 }
 
-/// Takes `writes`, [`CONCURRENCY`] at a time. A write that fails is logged and left to the next
-/// pass: one the apiserver refuses for a newer version (409) or a lease already gone (404) is
-/// the normal race with the watch, which brings the newer state.
-pub async fn apply(ctx: &Context, writes: Vec<Write>) {
-    futures::stream::iter(writes)
-        .for_each_concurrent(CONCURRENCY, |write| async move {
-            let operation = match write.step {
-                Step::Create => "create",
-                Step::Update => "update",
-                _ => "delete",
-            };
-            match one(ctx, &write).await {
-                Ok(()) => {
-                    ctx.metrics.observer_writes.get_or_create(&OperationLabels { operation }).inc();
-                    tracing::info!(namespace = write.namespace, name = write.name, operation, "observed lease written");
-                }
-                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {
-                    tracing::debug!(namespace = write.namespace, name = write.name, operation, %status, "observed lease moved on");
-                }
-                Err(error) => {
-                    tracing::warn!(namespace = write.namespace, name = write.name, operation, %error, "observed lease write failed");
+/// Takes `writes` of names that `backoff` lets be written, [`CONCURRENCY`] at a time. A write
+/// that fails is logged and left to a later pass: one the apiserver refuses for a newer version
+/// (409) or a lease already gone (404) is the normal race with the watch, which brings the newer
+/// state, and is retried at the next pass; any other waits as `backoff` says, and a run of
+/// refusals is reported on the provider that binds the workload.
+pub async fn apply(ctx: &Context, writes: Vec<Write>, backoff: &mut Backoff) {
+    backoff.retain(|key| writes.iter().any(|w| (&w.namespace, &w.name) == (&key.0, &key.1)));
+    let now = Instant::now();
+    let due = writes.into_iter().filter(|w| backoff.due(&(w.namespace.clone(), w.name.clone()), now));
+    let done: Vec<(Write, Result<(), kube::Error>)> = futures::stream::iter(due)
+        .map(|write| async move {
+            let result = one(ctx, &write).await;
+            (write, result)
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
+    for (write, result) in done {
+        let operation = match write.step {
+            Step::Create => "create",
+            Step::Update => "update",
+            _ => "delete",
+        };
+        let key = (write.namespace.clone(), write.name.clone());
+        match result {
+            Ok(()) => {
+                backoff.written(&key);
+                ctx.metrics.observer_writes.get_or_create(&OperationLabels { operation }).inc();
+                tracing::info!(namespace = write.namespace, name = write.name, operation, "observed lease written");
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {
+                tracing::debug!(namespace = write.namespace, name = write.name, operation, %status, "observed lease moved on");
+            }
+            Err(error) => {
+                let (refusals, retry_in) = backoff.refused(key, Instant::now());
+                let retry = humantime::format_duration(retry_in).to_string();
+                tracing::warn!(namespace = write.namespace, name = write.name, operation, %error, refusals, retry, "observed lease write failed");
+                if refusals == REPORT_AFTER {
+                    report_refused(ctx, &write, &error, &retry);
                 }
             }
-        })
-        .await;
+        }
+    }
+}
+
+/// A Warning Event on the provider whose binding wants the lease (the admission policy lets
+/// sandcap write Events about its own kinds only), naming the workload and why.
+fn report_refused(ctx: &Context, write: &Write, error: &kube::Error, retry: &str) {
+    let Some(desired) = &write.desired else { return };
+    let why = match error {
+        kube::Error::Api(status) => format!("HTTP {} {}: {}", status.code, status.reason, status.message),
+        other => other.to_string(),
+    };
+    let note = format!(
+        "{} {}/{}: its observed lease cannot be written ({REPORT_AFTER} refusals in a row, the next attempt in {retry}): {why}",
+        desired.kind, write.namespace, write.name
+    );
+    let regarding = ObjectReference {
+        api_version: Some(API_VERSION.into()),
+        kind: Some(Kind::SandboxProvider.as_str().into()),
+        name: Some(desired.spec.provider_ref.name.clone()),
+        ..ObjectReference::default()
+    };
+    ctx.writes.events.record(warning("ObservedLeaseRefused", note.chars().take(1024).collect()), regarding);
 }
 
 async fn one(ctx: &Context, write: &Write) -> Result<(), kube::Error> {
