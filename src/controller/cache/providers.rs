@@ -2,7 +2,7 @@
 //! holds ([`Known`], and what each endpoint of its Service worker last answered), by uid, until
 //! the provider is deleted. The lease table (`leases.rs`) is its counterpart for leases.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -14,10 +14,21 @@ use crate::metrics::Metrics;
 use crate::probe::ProbeOutcome;
 use sandcap_core::vocabulary::Kind;
 
+/// Deleted providers remembered, so that a reconcile that was running as one was deleted does not
+/// bring its entry back (and keep it counted); uids are never reused, so the oldest can go.
+const FORGOTTEN_KEPT: usize = 1024;
+
 /// What is known of each provider, by uid, with what its worker's endpoints last answered.
 pub struct ProviderTable {
-    known: Mutex<HashMap<String, ProviderState>>,
+    known: Mutex<Table>,
     nonconforming: Gauge,
+}
+
+#[derive(Default)]
+struct Table {
+    providers: HashMap<String, ProviderState>,
+    /// The uids of the last [`FORGOTTEN_KEPT`] deleted providers, oldest first.
+    forgotten: VecDeque<String>,
 }
 
 /// What is known of one provider.
@@ -35,21 +46,31 @@ impl ProviderTable {
         ProviderTable { known: Mutex::default(), nonconforming }
     }
 
-    /// Runs `f` on what is known of the provider with `uid` (kept from then on).
+    /// Runs `f` on what is known of the provider with `uid` (kept from then on, unless the
+    /// provider was deleted: then on a state of its own that nothing keeps or counts).
     pub fn with<R>(&self, uid: &str, f: impl FnOnce(&mut ProviderState, &Gauge) -> R) -> R {
-        let mut known = self.known.lock().expect("not poisoned");
-        let state = match known.get_mut(uid) {
+        let mut table = self.known.lock().expect("not poisoned");
+        if table.forgotten.iter().any(|gone| gone == uid) {
+            drop(table);
+            return f(&mut ProviderState::default(), &Gauge::default());
+        }
+        let state = match table.providers.get_mut(uid) {
             Some(state) => state,
-            None => known.entry(uid.to_string()).or_default(),
+            None => table.providers.entry(uid.to_string()).or_default(),
         };
         f(state, &self.nonconforming)
     }
 
     /// The provider with this uid was deleted.
     pub fn forget(&self, uid: &str) {
-        if let Some(old) = self.known.lock().expect("not poisoned").remove(uid) {
+        let mut table = self.known.lock().expect("not poisoned");
+        if let Some(old) = table.providers.remove(uid) {
             old.known.forgotten(&self.nonconforming);
         }
+        if table.forgotten.len() == FORGOTTEN_KEPT {
+            table.forgotten.pop_front();
+        }
+        table.forgotten.push_back(uid.to_string());
     }
 }
 

@@ -72,6 +72,10 @@ async fn a_providers_finding_is_kept_by_uid_until_it_is_deleted() {
     assert_eq!(gauge(&metrics, Kind::SandboxProvider), 1);
     ctx.provider_table.forget("p-uid");
     assert_eq!(gauge(&metrics, Kind::SandboxProvider), 0);
+    // A reconcile that was running as it was deleted does not bring it back, nor its count.
+    let late = finding(&ctx, &p, &p.spec).await;
+    assert!(!late.conforms);
+    assert_eq!(gauge(&metrics, Kind::SandboxProvider), 0, "a deleted provider stays forgotten");
     ctx.provider_table.forget("never seen");
     assert_eq!(gauge(&metrics, Kind::SandboxProvider), 0);
     // Created again under its name: a uid of its own, judged afresh.
