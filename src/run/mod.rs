@@ -17,7 +17,7 @@ use prometheus_client::registry::Registry;
 
 use crate::admin::{Readiness, admin_router, serve_admin};
 use crate::certs::{self, CertOptions};
-use crate::controller::{self, ControllerOptions, EndpointSlices, EndpointTrust, ObserverOptions, SecretScope};
+use crate::controller::{self, ControllerOptions, ObserverOptions, SecretScope};
 use crate::listener::{BindError, Limits, Stop, bind};
 use crate::metrics::Metrics;
 use crate::telemetry::{LogFormat, init_tracing};
@@ -27,7 +27,7 @@ use client::Clients;
 pub use client::client_config;
 pub use flags::secret_scope;
 use flags::within;
-pub use rules::{RulesArgs, WorkerPolicyArgs, contract_version};
+pub use rules::{EndpointArgs, RulesArgs, WorkerPolicyArgs, contract_version};
 pub use signals::Signals;
 
 // Defaults that `explain` and `check` share with `sandcap run`, so they find what it uses.
@@ -76,17 +76,8 @@ pub struct RunArgs {
     /// Timeout of one worker probe, from 1s to 1m (a hung worker keeps its last answer that long).
     #[arg(long, env = "SANDCAP_PROBE_TIMEOUT", default_value = "5s", value_parser = within(SECOND, MINUTE))]
     pub probe_timeout: Duration,
-    /// Which endpoints of a `spec.worker.service` worker are probed: `managed`, those the cluster
-    /// vouches for (in slices the EndpointSlice controller manages, of Pods in the Service's
-    /// namespace); `any`, those of hand-made slices too, which lets whoever may write
-    /// EndpointSlices in a worker's namespace choose where sandcap connects.
-    #[arg(long, env = "SANDCAP_ENDPOINT_SLICES", value_enum, default_value_t)]
-    pub endpoint_slices: EndpointSlices,
-    /// The addresses the endpoints of a `spec.worker.service` worker may have, as CIDRs,
-    /// comma-separated (e.g. the cluster's pod CIDRs); empty, the default, any address. Endpoints
-    /// elsewhere are not probed.
-    #[arg(long, env = "SANDCAP_WORKER_ENDPOINT_CIDRS", value_delimiter = ',', value_name = "CIDRS")]
-    pub worker_endpoint_cidrs: Vec<ipnet::IpNet>,
+    #[command(flatten)]
+    pub endpoints: EndpointArgs,
     /// How long the controllers wait for their caches' first lists (the CRDs may not be installed
     /// yet, RBAC may be missing). Past it they stop, and the leader steps down and tries again
     /// after a backoff (1 s, doubling to 30 s). From 1s to 1h.
@@ -271,10 +262,7 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
                 let options = ControllerOptions {
                     probe_interval: args.probe_interval,
                     probe_timeout: args.probe_timeout,
-                    endpoint_trust: EndpointTrust {
-                        slices: args.endpoint_slices,
-                        cidrs: args.worker_endpoint_cidrs.clone(),
-                    },
+                    endpoint_trust: args.endpoints.trust(),
                     cache_sync_timeout: args.cache_sync_timeout,
                     rules: args.rules.options(),
                     leader_elect: args.leader_elect,

@@ -1,9 +1,11 @@
 //! The flags that choose the rules: the contract version and where workers may be. `run` takes
 //! them, and so do `validate` and `resolve`, so that they judge as that operator would; `plan`
-//! takes the worker policy and a contract version of its own, the one it previews.
+//! takes the worker policy and a contract version of its own, the one it previews. Which
+//! endpoints of a worker Service are probed is `run`'s alone ([`EndpointArgs`]).
 
 use ipnet::IpNet;
 
+use crate::controller::{EndpointSlices, EndpointTrust};
 use sandcap_core::addresses::{AllowedCidrs, WorkerPolicy};
 use sandcap_core::validation::Options;
 use sandcap_core::versions::ContractVersion;
@@ -61,5 +63,28 @@ impl WorkerPolicyArgs {
             allow_urls: self.allow_worker_urls,
             allowed_cidrs: AllowedCidrs::new(self.worker_url_allowed_cidrs.iter().copied()),
         }
+    }
+}
+
+/// Which endpoints of a worker Service the controllers probe ([`EndpointTrust`]): `run`'s alone,
+/// since only the controllers read EndpointSlices.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct EndpointArgs {
+    /// Which endpoints of a `spec.worker.service` worker are probed: `managed`, those the cluster
+    /// vouches for (in slices the EndpointSlice controller manages, of Pods in the Service's
+    /// namespace); `any`, those of hand-made slices too, which lets whoever may write
+    /// EndpointSlices in a worker's namespace choose where sandcap connects.
+    #[arg(long, env = "SANDCAP_ENDPOINT_SLICES", value_enum, default_value_t)]
+    pub endpoint_slices: EndpointSlices,
+    /// The addresses the endpoints of a `spec.worker.service` worker may have, as CIDRs,
+    /// comma-separated (e.g. the cluster's pod CIDRs); empty, the default, any address. Endpoints
+    /// elsewhere are not probed.
+    #[arg(long, env = "SANDCAP_WORKER_ENDPOINT_CIDRS", value_delimiter = ',', value_name = "CIDRS")]
+    pub worker_endpoint_cidrs: Vec<IpNet>,
+}
+
+impl EndpointArgs {
+    pub fn trust(&self) -> EndpointTrust {
+        EndpointTrust { slices: self.endpoint_slices, cidrs: self.worker_endpoint_cidrs.clone() }
     }
 }
