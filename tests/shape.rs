@@ -37,3 +37,26 @@ fn no_source_file_is_over_400_lines() {
         .collect();
     assert!(long.is_empty(), "over {MAX_LINES} lines:\n  {}", long.join("\n  "));
 }
+
+/// Every file and folder directly under `src/` and `core/src/` is named in CONTRIBUTING.md's
+/// "Where things are", so the map a newcomer starts from cannot miss a part of the code.
+#[test]
+fn contributings_map_names_every_module() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = fs::read_to_string(root.join("CONTRIBUTING.md")).expect("CONTRIBUTING.md");
+    let map = text.split("## Where things are").nth(1).and_then(|s| s.split("\n## ").next()).expect("the map");
+    let mut missing = Vec::new();
+    for dir in ["src", "core/src"] {
+        for entry in fs::read_dir(root.join(dir)).expect("a source folder") {
+            let name = entry.expect("an entry").file_name().to_string_lossy().into_owned();
+            let (path, folder) = (format!("{dir}/{name}"), root.join(dir).join(&name).is_dir());
+            let named = if folder { format!("{path}/") } else { path.clone() };
+            // Named by its path, or in its crate's row by its own name.
+            let short = if folder { format!("`{name}/`") } else { format!("`{name}`") };
+            if !map.contains(&named) && !map.lines().any(|l| l.contains(&format!("`{dir}/`")) && l.contains(&short)) {
+                missing.push(path);
+            }
+        }
+    }
+    assert!(missing.is_empty(), "CONTRIBUTING.md's \"Where things are\" does not name: {missing:?}");
+}
