@@ -60,3 +60,24 @@ fn contributings_map_names_every_module() {
     }
     assert!(missing.is_empty(), "CONTRIBUTING.md's \"Where things are\" does not name: {missing:?}");
 }
+
+/// docs/controller.md's "Layout" names every file of `src/controller/` (a folder's `tests.rs`
+/// aside), so the controllers' map cannot fall behind the code.
+#[test]
+fn the_controllers_layout_names_every_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = fs::read_to_string(root.join("docs/controller.md")).expect("docs/controller.md");
+    let layout = text.split("## Layout").nth(1).and_then(|s| s.split("\n## ").next()).expect("the layout");
+    let mut files = Vec::new();
+    rust_files(&root.join("src/controller"), &mut files);
+    let missing: Vec<String> = files
+        .iter()
+        .filter(|f| f.file_name().is_some_and(|n| n != "tests.rs"))
+        .filter_map(|f| {
+            let relative = f.strip_prefix(root.join("src/controller")).ok()?.display().to_string();
+            let name = f.file_name()?.to_string_lossy().into_owned();
+            (!layout.contains(&relative) && !layout.contains(&name)).then_some(relative)
+        })
+        .collect();
+    assert!(missing.is_empty(), "docs/controller.md's Layout does not name: {missing:?}");
+}
