@@ -1,7 +1,7 @@
 //! The audit of stored objects: every provider and lease judged against today's rules, the CRD's
 //! and the webhook's, by the function `sandcap validate` calls ([`sandcap_core::judge`]), with the
 //! operator's own webhook settings. The finding is kept and counted (the gauge
-//! `sandcap_nonconforming_objects`) by the object's table ([`super::state`]), and published by
+//! `sandcap_nonconforming_objects`) by the object's table ([`super::cache`]: the lease and provider tables), and published by
 //! [`super::publish`] as the `Valid` condition and an Event when the verdict turns.
 //!
 //! An object gets here without the webhook's say when it was stored while the webhook was
@@ -78,7 +78,7 @@ impl Finding {
 }
 
 /// Where objects are judged: one thread per kind. What each object's judgment found is kept by
-/// its kind's table ([`super::state`]).
+/// its kind's table ([`super::cache`]: the lease and provider tables).
 pub struct Audits {
     /// Where each kind's objects are judged, in [`Kind`] order.
     judges: [Sender<Job>; 2],
