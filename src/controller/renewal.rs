@@ -6,7 +6,7 @@
 //! stamped instead: every write it makes that the apiserver accepts (the election writes nothing
 //! but its Lease) records the instant it was *sent*, which is never later than the `renewTime` the
 //! apiserver stored. A standby may take the Lease `duration` after that `renewTime`; the fence
-//! closes the renew deadline (`LeaseTiming::renew_deadline`, client-go's 10 s) after the send,
+//! closes the renew deadline (`leader::Timing::renew_deadline`, client-go's 10 s) after the send,
 //! so well before.
 
 use std::future::Future;
