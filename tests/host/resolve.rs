@@ -28,6 +28,8 @@ struct Case {
     backend: Option<&'static str>,
     sync_unsupported: Option<bool>,
     config_fails: bool,
+    /// The lease's config fails the driver's `configSchema` (its Secrets resolve).
+    config_invalid: bool,
     pin: Pin,
 }
 
@@ -65,6 +67,21 @@ fn generate(rng: &mut Rng, contract: &'static str) -> Case {
         sync_unsupported: rng.pick(&[(None, 14), (Some(true), 4), (Some(false), 2)]),
         config_fails: rng.chance(0.2),
         pin: rng.pick(&[(Pin::None, 9), (Pin::Same, 9), (Pin::Stale, 2)]),
+        config_invalid: false,
+    }
+    .with_invalid_config(rng.chance(0.15))
+}
+
+impl Case {
+    /// A driver whose `configSchema` requires a member the lease's config (`{}`) lacks: the
+    /// host's resolver is not told (its config resolution is of Secrets, and it leaves the
+    /// schema to the plugin's `environmentValidateConfig` when the environment is saved).
+    fn with_invalid_config(mut self, invalid: bool) -> Case {
+        if invalid {
+            self.driver["configSchema"] = json!({"type": "object", "required": ["region"]});
+        }
+        self.config_invalid = invalid;
+        self
     }
 }
 
@@ -167,6 +184,9 @@ fn class(c: &Case, key: &str, reason: &str) -> Option<&'static str> {
         ("concurrentSyncOperations", "NarrowedByNativeFileSyncUnsupported") if c.sync_unsupported == Some(true) => {
             Some("(iii) concurrentSyncOperations on a nativeFileSyncUnsupported lease")
         }
+        (_, "NarrowedByConfigResolution") if c.config_invalid && !c.config_fails => {
+            Some("(v) a config that fails the driver's configSchema")
+        }
         _ => None,
     }
 }
@@ -243,6 +263,7 @@ fn sandcap_resolve_against_the_hosts_resolver() {
         "(iii) concurrentSyncOperations on a Job lease",
         "(iii) concurrentSyncOperations on a nativeFileSyncUnsupported lease",
         "(iv) backend spelt Job",
+        "(v) a config that fails the driver's configSchema",
     ] {
         assert!(by_class.contains_key(class), "no case of {class}: the generator no longer covers it");
     }
