@@ -27,7 +27,8 @@ await attempt("connect", () => new Promise((ok, no) => { const s = net.connect(p
 export default {
   id: "acme.hostile", apiVersion: 1, version: "1.0.0", displayName: "Hostile", description: "x", author: "x",
   categories: ["automation"], capabilities: ["environment.drivers.register"], entrypoints: { worker: "./worker.js" },
-  environmentDrivers: [{ driverKey: "k", kind: "sandbox_provider", displayName: "K", description: JSON.stringify(tried) }],
+  environmentDrivers: [{ driverKey: "k", kind: "sandbox_provider", displayName: "K", configSchema: { type: "object" },
+                         description: JSON.stringify(tried) }],
 };
 "#;
 
