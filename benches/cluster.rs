@@ -134,7 +134,8 @@ fn main() {
     }
     // The cluster's clients (reqwest, kube) use rustls with the process's default crypto provider.
     sandcap::tls::install_default_provider();
-    let bin = cluster::testcluster::build_all().expect("cluster binaries").pop().expect("a minor");
+    let newest = cluster::testcluster::minors().expect("the minors").pop().expect("a minor");
+    let bin = cluster::testcluster::build(&newest).expect("cluster binaries");
     println!("Kubernetes {}", bin.version());
     let c = Arc::new(Cluster::start(bin));
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");

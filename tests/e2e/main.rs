@@ -37,7 +37,7 @@ use std::sync::{Arc, OnceLock};
 
 use libtest_mimic::{Arguments, Trial};
 
-use harness::cluster::{self, Binaries, Cluster};
+use harness::cluster::{self, Cluster};
 
 /// A scenario: an async test of one cluster.
 type Scenario = fn(Arc<Cluster>) -> futures::future::BoxFuture<'static, ()>;
@@ -87,15 +87,20 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
     ]
 }
 
-/// Started on first use, so a filter that selects one minor starts one cluster.
+/// Built and started on first use, so a filter that selects one minor builds and starts one
+/// cluster, and the first minor's scenarios run while the next minor builds (`.ci/prebuild.sh`).
 struct LazyCluster {
-    bin: Binaries,
+    minor: String,
     cell: OnceLock<Arc<Cluster>>,
 }
 
 impl LazyCluster {
     fn get(&self) -> Arc<Cluster> {
-        self.cell.get_or_init(|| Arc::new(Cluster::start(self.bin.clone()))).clone()
+        let start = || {
+            let bin = cluster::testcluster::build(&self.minor).unwrap_or_else(|e| panic!("e2e: {e}"));
+            Arc::new(Cluster::start(bin))
+        };
+        self.cell.get_or_init(start).clone()
     }
 }
 
@@ -109,20 +114,20 @@ fn main() {
         return;
     }
     sandcap::tls::install_default_provider();
-    let binaries = match cluster::testcluster::build_all() {
-        Ok(binaries) => binaries,
+    let minors = match cluster::testcluster::minors() {
+        Ok(minors) => minors,
         Err(error) => {
             eprintln!("e2e: {error}");
             std::process::exit(3);
         }
     };
     let clusters: Vec<Arc<LazyCluster>> =
-        binaries.into_iter().map(|bin| Arc::new(LazyCluster { bin, cell: OnceLock::new() })).collect();
+        minors.into_iter().map(|minor| Arc::new(LazyCluster { minor, cell: OnceLock::new() })).collect();
     let mut trials = Vec::new();
     for lazy in &clusters {
         for (name, scenario) in scenarios() {
             let lazy = lazy.clone();
-            trials.push(Trial::test(format!("{}::{name}", lazy.bin.minor), move || {
+            trials.push(Trial::test(format!("{}::{name}", lazy.minor), move || {
                 let cluster = lazy.get();
                 let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
                 runtime.block_on(scenario(cluster));
