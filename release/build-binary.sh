@@ -9,12 +9,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash release/tools/cargo-tools.sh cargo-auditable
-# The commit `sandcap version` names, set here whoever calls: cargo sets it, from build.rs, in the
-# environment of every test it runs, and build.rs reruns (and sandcap is built again, minutes)
-# whenever it differs from the last build's, so the node suite's build and release.sh's would
-# each undo the other's.
-if commit="$(git rev-parse HEAD 2>/dev/null)"; then
-  export SANDCAP_GIT_COMMIT="$commit"
-fi
-PATH="$PWD/target/release-tools/bin:$PATH" CARGO_PROFILE_RELEASE_STRIP=symbols \
-  cargo auditable build --quiet --release --locked --bin sandcap
+# The same environment whoever calls: cargo gives every test it runs variables of its own
+# (`SANDCAP_GIT_COMMIT` from build.rs among them), and a build script that reads one reruns, and
+# sandcap is built again (minutes), whenever it differs from the last build's; so the node
+# suite's build (inside `cargo test`), .ci/prebuild.sh's and release.sh's would each undo the
+# others'. Only what finds the toolchain and the caches is passed on, and the commit
+# `sandcap version` names.
+commit="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
+keep=()
+for name in HOME CARGO_HOME RUSTUP_HOME RUSTUP_TOOLCHAIN CARGO_TARGET_DIR CARGO_INCREMENTAL TMPDIR; do
+  if [ -n "${!name:-}" ]; then keep+=("$name=${!name}"); fi
+done
+env -i "${keep[@]}" PATH="$PWD/target/release-tools/bin:$PATH" SANDCAP_GIT_COMMIT="$commit" \
+  CARGO_PROFILE_RELEASE_STRIP=symbols cargo auditable build --quiet --release --locked --bin sandcap
