@@ -38,13 +38,19 @@ fn no_source_file_is_over_400_lines() {
     assert!(long.is_empty(), "over {MAX_LINES} lines:\n  {}", long.join("\n  "));
 }
 
+/// The section `heading` (a `## ` heading) of the Markdown file `path`, to its next such heading.
+fn section(path: &str, heading: &str) -> String {
+    let text = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).expect(path);
+    let found = text.split(&format!("## {heading}\n")).nth(1).and_then(|s| s.split("\n## ").next());
+    found.unwrap_or_else(|| panic!("{path} has no section {heading:?}")).to_string()
+}
+
 /// Every file and folder directly under `src/` and `core/src/` is named in CONTRIBUTING.md's
 /// "Where things are", so the map a newcomer starts from cannot miss a part of the code.
 #[test]
 fn contributings_map_names_every_module() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let text = fs::read_to_string(root.join("CONTRIBUTING.md")).expect("CONTRIBUTING.md");
-    let map = text.split("## Where things are").nth(1).and_then(|s| s.split("\n## ").next()).expect("the map");
+    let map = section("CONTRIBUTING.md", "Where things are");
     let mut missing = Vec::new();
     for dir in ["src", "core/src"] {
         for entry in fs::read_dir(root.join(dir)).expect("a source folder") {
@@ -66,8 +72,7 @@ fn contributings_map_names_every_module() {
 #[test]
 fn the_controllers_layout_names_every_file() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let text = fs::read_to_string(root.join("docs/controller.md")).expect("docs/controller.md");
-    let layout = text.split("## Layout").nth(1).and_then(|s| s.split("\n## ").next()).expect("the layout");
+    let layout = section("docs/controller.md", "Layout");
     let mut files = Vec::new();
     rust_files(&root.join("src/controller"), &mut files);
     let missing: Vec<String> = files
