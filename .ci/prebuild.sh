@@ -30,7 +30,11 @@ mkdir -p target
 : >target/prebuild.log
 # In the order the suites ask for them: the end-to-end suite's control planes, then the node
 # suite's binaries, release binary and images, then the release check's tools.
-step "control planes (testcluster/build.sh)" bash testcluster/build.sh
+for module in testcluster/k8s-*/; do
+  minor="${module#testcluster/k8s-}"
+  minor="${minor%/}"
+  step "control plane $minor (testcluster/build.sh $minor)" bash testcluster/build.sh "$minor"
+done
 step "node's Kubernetes binaries (testcluster/build.sh --node)" bash testcluster/build.sh --node
 step "node's other binaries (testcluster/node-build.sh)" bash testcluster/node-build.sh
 step "crane" bash release/tools/go-tool.sh crane

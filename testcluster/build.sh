@@ -42,11 +42,7 @@ go_build() {
   (cd "$module" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -ldflags "$ldflags" -o "$out/" "$@")
 }
 
-# One build at a time: .ci/prebuild.sh builds in the background what a suite started later asks
-# for, and the suite waits here for it instead of building the same binaries beside it.
 mkdir -p "$root/target"
-exec 9>"$root/target/testcluster.lock"
-flock 9
 if [ ${#minors[@]} -eq 0 ]; then
   for dir in "$root"/testcluster/k8s-*/; do
     # With --node and no minor named, only the modules that have the node's tools.
@@ -58,6 +54,11 @@ if [ ${#minors[@]} -eq 0 ]; then
 fi
 
 for minor in "${minors[@]}"; do
+  # One build of a minor at a time: .ci/prebuild.sh builds in the background what a suite asks
+  # for later, and the suite waits here for that minor's build (not for the others') instead of
+  # building the same binaries beside it.
+  exec 9>"$root/target/testcluster-$minor.lock"
+  flock 9
   module="$root/testcluster/k8s-$minor"
   if [ ! -f "$module/go.mod" ]; then
     echo "testcluster/build.sh: no module for Kubernetes $minor (expected $module/go.mod)" >&2
