@@ -38,8 +38,10 @@ pub fn a_finished_job_takes_its_observed_lease_with_it(node: &Node) {
     let owner = json!([{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid,
                         "controller": false, "blockOwnerDeletion": false}]);
     assert_eq!(lease["metadata"]["ownerReferences"], owner, "{lease:#}");
-    // sandcap's observer created it: the apiserver records the field manager of every write.
-    let managers = lease["metadata"]["managedFields"].as_array().cloned().unwrap_or_default();
+    // sandcap's observer created it: the apiserver records the field manager of every write
+    // (kubectl shows them only when asked).
+    let managed = node.kubectl_json(&["get", "sbl", &name, "-n", WORKLOADS, "--show-managed-fields"]);
+    let managers = managed["metadata"]["managedFields"].as_array().cloned().unwrap_or_default();
     assert!(
         managers.iter().any(|m| m["manager"] == OBSERVER_FIELD_MANAGER && m["operation"] == "Update"),
         "the lease was not written by {OBSERVER_FIELD_MANAGER}: {lease:#}"
