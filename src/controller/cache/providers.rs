@@ -2,7 +2,7 @@
 //! holds ([`Known`], and what each endpoint of its Service worker last answered), by uid, until
 //! the provider is deleted. The lease table (`leases.rs`) is its counterpart for leases.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -27,8 +27,9 @@ pub struct ProviderTable {
 #[derive(Default)]
 struct Table {
     providers: HashMap<String, ProviderState>,
-    /// The uids of the last [`FORGOTTEN_KEPT`] deleted providers, oldest first.
+    /// The uids of the last [`FORGOTTEN_KEPT`] deleted providers, oldest first, and as a set.
     forgotten: VecDeque<String>,
+    gone: HashSet<String>,
 }
 
 /// What is known of one provider.
@@ -50,7 +51,7 @@ impl ProviderTable {
     /// provider was deleted: then on a state of its own that nothing keeps or counts).
     pub fn with<R>(&self, uid: &str, f: impl FnOnce(&mut ProviderState, &Gauge) -> R) -> R {
         let mut table = self.known.lock().expect("not poisoned");
-        if table.forgotten.iter().any(|gone| gone == uid) {
+        if table.gone.contains(uid) {
             drop(table);
             return f(&mut ProviderState::default(), &Gauge::default());
         }
@@ -67,10 +68,13 @@ impl ProviderTable {
         if let Some(old) = table.providers.remove(uid) {
             old.known.forgotten(&self.nonconforming);
         }
-        if table.forgotten.len() == FORGOTTEN_KEPT {
-            table.forgotten.pop_front();
+        if table.gone.insert(uid.to_string()) {
+            if table.forgotten.len() == FORGOTTEN_KEPT {
+                let oldest = table.forgotten.pop_front().expect("full");
+                table.gone.remove(&oldest);
+            }
+            table.forgotten.push_back(uid.to_string());
         }
-        table.forgotten.push_back(uid.to_string());
     }
 }
 

@@ -34,7 +34,8 @@ pub struct Write {
 /// state, and is retried at the next pass; any other waits as `backoff` says, and a run of
 /// refusals is reported on the provider that binds the workload.
 pub async fn apply(ctx: &Context, writes: Vec<Write>, backoff: &mut Backoff) {
-    backoff.retain(|key| writes.iter().any(|w| (&w.namespace, &w.name) == (&key.0, &key.1)));
+    let wanted: HashSet<(&str, &str)> = writes.iter().map(|w| (w.namespace.as_str(), w.name.as_str())).collect();
+    backoff.retain(|key| wanted.contains(&(key.0.as_str(), key.1.as_str())));
     let now = Instant::now();
     let due = writes.into_iter().filter(|w| backoff.due(&(w.namespace.clone(), w.name.clone()), now));
     let done: Vec<(Write, Result<(), kube::Error>)> = futures::stream::iter(due)
