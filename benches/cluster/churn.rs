@@ -1,16 +1,18 @@
 //! Create -> resolved: leases created at a steady rate, each timed from its create's response to
-//! the watch event that shows it resolved, for sandcap and for "the limit": a trivial controller
+//! the watch event that shows it resolved, for sandcap and for two baselines: trivial controllers
 //! (in this process, with sandcap's ServiceAccount token, so the apiserver authenticates and
-//! authorizes it as it does sandcap) that writes one status per lease from its watch, a merge patch
-//! of a status of the same size. Create, watch delivery, one status write, watch delivery: what any
-//! controller of this status can approach. Rounds alternate in pairs, the limit first in one
-//! pair and sandcap first in the next (sandcap runs only during its own rounds), four pairs per
-//! rate below 400/s, each round after one warm-up lease, and each round's leases are deleted
-//! after it.
+//! authorizes them as it does sandcap) that write one status per lease from their watch, a merge
+//! patch. "The limit" writes a status of sandcap's size (what any controller of this status can
+//! approach); "the smallest" writes the smallest status a watch counts as resolved (one condition
+//! and the generation: what any controller at all can approach). Rounds rotate in triples, the
+//! limit, sandcap and the smallest in one and the reverse in the next (each controller runs only
+//! during its own rounds), four triples per rate below 400/s, each round after one warm-up lease,
+//! and each round's leases are deleted after it. A provider that binds Jobs is present throughout,
+//! so sandcap's workload observer runs as it does in a cluster that uses it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
 use kube::Client;
@@ -28,6 +30,8 @@ use crate::support::{Worker, all_true, lease, provider, secret};
 use crate::{NS, median, ms, quantile};
 
 const PROVIDER: &str = "churn";
+/// A provider that binds Jobs (none runs): sandcap's observer watches them all along.
+const JOBS_PROVIDER: &str = "churn-jobs";
 /// Each rate runs this long (at least 200 leases).
 const ROUND: Duration = Duration::from_secs(5);
 
@@ -38,14 +42,19 @@ pub fn is_resolved(lease: &Value) -> bool {
         && status["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Resolved"))
 }
 
+/// A moment, by the monotonic clock (for the figures) and by the wall clock (to place it among the
+/// apiserver's audit timestamps).
+type At = (Instant, SystemTime);
+
+fn now() -> At {
+    (Instant::now(), SystemTime::now())
+}
+
 /// Watches the leases of round `tag` until dropped; records when each was first seen resolved.
 /// Returns once the watch has listed.
-async fn watch_resolved(
-    admin: &Client,
-    tag: &str,
-) -> (Arc<Mutex<HashMap<String, Instant>>>, tokio::task::JoinHandle<()>) {
+async fn watch_resolved(admin: &Client, tag: &str) -> (Arc<Mutex<HashMap<String, At>>>, tokio::task::JoinHandle<()>) {
     let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource("SandboxLease"));
-    let seen: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let seen: Arc<Mutex<HashMap<String, At>>> = Arc::default();
     let (listed, is_listed) = oneshot::channel();
     let record = seen.clone();
     let config = watcher::Config::default().labels(&format!("bench/round={tag}"));
@@ -53,7 +62,7 @@ async fn watch_resolved(
         let mut listed = Some(listed);
         let mut events = std::pin::pin!(watcher(api, config));
         while let Some(event) = events.next().await {
-            let at = Instant::now();
+            let at = now();
             match event {
                 Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
                     let value = serde_json::to_value(&obj).expect("json");
@@ -70,8 +79,8 @@ async fn watch_resolved(
     (seen, task)
 }
 
-/// The limit: for each new lease of round `tag`, one merge patch of `status`, sandcap's own (the
-/// fastest write of a whole status this apiserver serves, and sandcap's own kind of write).
+/// A baseline: for each new lease of round `tag`, one merge patch of `status` (sandcap's own for
+/// the limit, [`smallest`] for the smallest).
 async fn trivial_controller(admin: &Client, tag: &str, status: &Value) -> tokio::task::JoinHandle<()> {
     let status = Arc::new(status.clone());
     let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource("SandboxLease"));
@@ -99,6 +108,15 @@ async fn trivial_controller(admin: &Client, tag: &str, status: &Value) -> tokio:
     task
 }
 
+/// The smallest status [`is_resolved`] accepts of a new lease (generation 1): what a controller
+/// that wrote nothing else would write.
+fn smallest() -> Value {
+    json!({"status": {"observedGeneration": 1, "conditions": [{
+        "type": "Resolved", "status": "True", "reason": "Resolved", "message": "",
+        "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1,
+    }]}})
+}
+
 /// Lease `name` of round `tag` (labelled so that the round's watches see it), with `spec`.
 fn round_lease(tag: &str, name: &str, spec: Value) -> DynamicObject {
     let mut object = lease(NS, name, PROVIDER, spec);
@@ -108,13 +126,7 @@ fn round_lease(tag: &str, name: &str, spec: Value) -> DynamicObject {
 
 /// Creates `count` leases of round `tag` at `rate` a second (each on time, not after the one
 /// before); returns when each create was answered.
-async fn create_at_rate(
-    admin: &Client,
-    tag: &str,
-    rate: u32,
-    count: usize,
-    config_from: bool,
-) -> HashMap<String, Instant> {
+async fn create_at_rate(admin: &Client, tag: &str, rate: u32, count: usize, config_from: bool) -> HashMap<String, At> {
     let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource("SandboxLease"));
     let spec = if config_from {
         json!({"configFrom": [{"secretKeyRef": {"name": "churn-creds", "key": "config.json"}}]})
@@ -130,7 +142,7 @@ async fn create_at_rate(
         let api = api.clone();
         creates.push(tokio::spawn(async move {
             // An apiserver past its capacity may drop a connection: that lease counts as not resolved.
-            api.create(&PostParams::default(), &object).await.ok().map(|_| (name, Instant::now()))
+            api.create(&PostParams::default(), &object).await.ok().map(|_| (name, now()))
         }));
     }
     let mut answered = HashMap::new();
@@ -144,7 +156,7 @@ async fn create_at_rate(
 /// test is past its own start (sandcap's first reconciles after `controllers started` share the
 /// CPU with what its start still does; the limit's first writes open its connections), so that
 /// the round measures a running controller, as the cold start bench measures a starting one.
-async fn warm_up(admin: &Client, tag: &str, resolved: &Mutex<HashMap<String, Instant>>) {
+async fn warm_up(admin: &Client, tag: &str, resolved: &Mutex<HashMap<String, At>>) {
     let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource("SandboxLease"));
     let name = format!("{tag}-warm-up");
     api.create(&PostParams::default(), &round_lease(tag, &name, json!({}))).await.expect("warm-up lease");
@@ -154,9 +166,24 @@ async fn warm_up(admin: &Client, tag: &str, resolved: &Mutex<HashMap<String, Ins
     .await;
 }
 
-/// One round: (p50, p99, leases not resolved within 60 s).
-async fn round(admin: &Client, tag: &str, rate: u32, config_from: bool) -> (Duration, Duration, usize) {
+/// What one round measured.
+struct Round {
+    /// Create answered to seen resolved: p50, p99.
+    total: (Duration, Duration),
+    /// Leases not resolved within 60 s.
+    missed: usize,
+    /// Where each lease's time went, by the apiserver's audit log: create answered to the status
+    /// write received (the watch's delivery to the controller and the controller's own time), the
+    /// write itself, and written to seen resolved (the watch's delivery to the bench); p50s, p99s.
+    parts: [(Duration, Duration); 3],
+    /// Status writes per lease (conflicts included).
+    writes: f64,
+}
+
+/// One round, its leases deleted after it.
+async fn round(c: &Cluster, admin: &Client, tag: &str, rate: u32, config_from: bool) -> Round {
     let count = (rate as usize * ROUND.as_millis() as usize / 1000).max(200);
+    collect_garbage(admin).await;
     let (resolved, watch) = watch_resolved(admin, tag).await;
     warm_up(admin, tag, &resolved).await;
     let created = create_at_rate(admin, tag, rate, count, config_from).await;
@@ -168,77 +195,170 @@ async fn round(admin: &Client, tag: &str, rate: u32, config_from: bool) -> (Dura
     watch.abort();
     let resolved = resolved.lock().unwrap().clone();
     let mut times: Vec<Duration> =
-        created.iter().filter_map(|(name, at)| Some(resolved.get(name)?.saturating_duration_since(*at))).collect();
+        created.iter().filter_map(|(name, at)| Some(resolved.get(name)?.0.saturating_duration_since(at.0))).collect();
     times.sort();
+    let (parts, writes) = parts(&c.audit(), &created, &resolved);
     let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource("SandboxLease"));
     let selector = ListParams::default().labels(&format!("bench/round={tag}"));
     api.delete_collection(&DeleteParams::default(), &selector).await.expect("delete the round's leases");
-    (quantile(&times, 0.5), quantile(&times, 0.99), count - times.len())
+    Round { total: (quantile(&times, 0.5), quantile(&times, 0.99)), missed: count - times.len(), parts, writes }
 }
 
-/// Pairs of rounds per rate, in the order limit, sandcap, sandcap, limit, limit, ...: the
-/// apiserver's heap grows round after round, and with it its garbage collector's mark phases, in
-/// which creates and writes wait (docs/controller.md, "Scale"); a side that always ran second
-/// would always meet the longer ones. Past this apiserver's capacity (400/s) one pair says what
-/// there is to say.
-fn pairs(rate: u32) -> usize {
+/// Has the apiserver collect its heap (Go's profiling handler runs the collector first when asked,
+/// `gc=1`; the apiserver serves it to the admin by default), so that each round starts from a heap
+/// without the garbage of what ran before it: a controller's start (sandcap's lists and watches,
+/// once per round of its own) would otherwise be collected during its round, in pauses the
+/// creates and writes of that round wait through.
+async fn collect_garbage(admin: &Client) {
+    let request = http::Request::get("/debug/pprof/heap?gc=1&debug=1").body(Vec::new()).expect("a request");
+    admin.request_text(request).await.expect("the apiserver collects its heap");
+}
+
+/// [`Round::parts`] and [`Round::writes`] of the leases `created`, from the apiserver's `audit`
+/// log (every request of a ServiceAccount: sandcap's and the baselines', which use its token):
+/// each lease's first successful status write.
+fn parts(
+    audit: &[Value],
+    created: &HashMap<String, At>,
+    resolved: &HashMap<String, At>,
+) -> ([(Duration, Duration); 3], f64) {
+    let stamp = |event: &Value, field: &str| -> Option<SystemTime> {
+        let time: k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime =
+            serde_json::from_value(event[field].clone()).ok()?;
+        Some(time.0.into())
+    };
+    let mut written: HashMap<&str, (SystemTime, SystemTime)> = HashMap::new();
+    let mut writes = 0;
+    for event in audit {
+        let object = &event["objectRef"];
+        let name = object["name"].as_str().unwrap_or_default();
+        if event["verb"] != "patch" || object["subresource"] != "status" || !created.contains_key(name) {
+            continue;
+        }
+        writes += 1;
+        if event["responseStatus"]["code"] == 200 && !written.contains_key(name) {
+            if let (Some(received), Some(done)) =
+                (stamp(event, "requestReceivedTimestamp"), stamp(event, "stageTimestamp"))
+            {
+                written.insert(name, (received, done));
+            }
+        }
+    }
+    let since = |later: SystemTime, earlier: SystemTime| later.duration_since(earlier).unwrap_or_default();
+    let mut parts: [Vec<Duration>; 3] = Default::default();
+    for (name, created) in created {
+        let (Some((received, done)), Some(seen)) = (written.get(name.as_str()), resolved.get(name)) else { continue };
+        parts[0].push(since(*received, created.1));
+        parts[1].push(since(*done, *received));
+        parts[2].push(since(seen.1, *done));
+    }
+    let quantiles = parts.map(|mut part| {
+        part.sort();
+        if part.is_empty() { (Duration::ZERO, Duration::ZERO) } else { (quantile(&part, 0.5), quantile(&part, 0.99)) }
+    });
+    (quantiles, writes as f64 / created.len().max(1) as f64)
+}
+
+/// Triples of rounds per rate, in the order limit, sandcap, smallest, then smallest, sandcap,
+/// limit, and so on: the apiserver's heap grows round after round, and with it its garbage
+/// collector's mark phases, in which creates and writes wait (docs/controller.md, "Scale"); a
+/// side that always ran later would always meet the longer ones. Past this apiserver's capacity
+/// (400/s) one triple says what there is to say.
+fn triples(rate: u32) -> usize {
     if rate < 400 { 4 } else { 1 }
 }
 
 /// The rates, with and without `configFrom`, in the order they run: the rounds past this
 /// apiserver's capacity last, since the heap they leave the apiserver with (about twice the
-/// size) lengthens every garbage collection after them, for both sides.
+/// size) lengthens every garbage collection after them, for all sides.
 const RATES: [(u32, bool); 6] = [(20, false), (100, false), (20, true), (100, true), (400, false), (400, true)];
 
-/// Prints the table: for each of [`RATES`], sandcap next to the limit, each the median of its
-/// rounds' p50s and p99s.
+/// Who writes the statuses of a round.
+#[derive(Clone, Copy, PartialEq)]
+enum Side {
+    Limit,
+    Sandcap,
+    Smallest,
+}
+
+/// Prints the table: for each of [`RATES`], sandcap next to both baselines, each the median of
+/// its rounds' p50s and p99s.
 pub async fn create_to_resolved(c: &Cluster, install: &Install, admin: &Client, status: &Value) {
     let worker = Worker::with_methods(&sandcap_core::versions::V1.worker_methods());
     let creds = secret(NS, "churn-creds", "config.json", r#"{"apiToken": "s3cr3t-token-value"}"#, true);
-    install::apply(c, &[provider(PROVIDER, &worker.url, all_true()), creds]);
-    println!("create -> resolved (ms), leases created at a steady rate for {} s each round:", ROUND.as_secs());
+    let mut jobs = provider(JOBS_PROVIDER, &worker.url, all_true());
+    jobs["spec"]["workloads"] =
+        json!([{"kind": "Job", "selector": {"matchLabels": {"bench/observed": "yes"}}, "driverKey": "kubernetes"}]);
+    install::apply(c, &[provider(PROVIDER, &worker.url, all_true()), jobs, creds]);
     println!(
-        "| creates/s | configFrom | rounds | sandcap p50 / p99 | limit p50 / p99 | ratio p50 / p99 | each pair's p50 ratio |"
+        "create -> resolved (ms), leases created at a steady rate for {} s each round, a provider binding Jobs present:",
+        ROUND.as_secs()
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| creates/s | configFrom | rounds | sandcap p50 / p99 | limit p50 / p99 | smallest p50 / p99 | to the limit p50 / p99 | to the smallest p50 / p99 | each triple's p50 ratio to the limit |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
     let as_sandcap = cluster::client_from(&install.kubeconfig).await;
+    let small = smallest();
+    let mut parts = Vec::new();
     let mut n = 0;
     for (rate, config_from) in RATES {
-        let (mut ours, mut limits) = (Vec::new(), Vec::new());
-        for pair in 0..pairs(rate) {
+        let (mut ours, mut limits, mut smalls) = (Vec::new(), Vec::new(), Vec::new());
+        for triple in 0..triples(rate) {
             n += 1;
-            for sandcaps_turn in [pair % 2 == 1, pair % 2 == 0] {
-                if sandcaps_turn {
+            let mut order = [Side::Limit, Side::Sandcap, Side::Smallest];
+            if triple % 2 == 1 {
+                order.reverse();
+            }
+            for side in order {
+                if side == Side::Sandcap {
                     let sandcap = started(c, install, admin, n).await;
-                    ours.push(round(admin, &format!("sandcap-{n}"), rate, config_from).await);
+                    ours.push(round(c, admin, &format!("sandcap-{n}"), rate, config_from).await);
                     drop(sandcap);
-                } else {
-                    let tag = format!("limit-{n}");
-                    let controller = trivial_controller(&as_sandcap, &tag, status).await;
-                    limits.push(round(admin, &tag, rate, config_from).await);
-                    controller.abort();
+                    continue;
                 }
+                let (name, payload, rounds) = if side == Side::Limit {
+                    ("limit", status, &mut limits)
+                } else {
+                    ("smallest", &small, &mut smalls)
+                };
+                let tag = format!("{name}-{n}");
+                let controller = trivial_controller(&as_sandcap, &tag, payload).await;
+                rounds.push(round(c, admin, &tag, rate, config_from).await);
+                controller.abort();
             }
         }
-        let pairs: Vec<String> =
-            ours.iter().zip(&limits).map(|(o, l)| format!("{:.2}", o.0.as_secs_f64() / l.0.as_secs_f64())).collect();
-        let (ours, limit) = (Medians::of(&ours), Medians::of(&limits));
-        let missed = |m: usize| if m > 0 { format!(" ({m} not resolved)") } else { String::new() };
-        println!(
-            "| {rate} | {} | {} | {} / {}{} | {} / {}{} | {:.2} / {:.2} | {} |",
+        let triples: Vec<String> = ours
+            .iter()
+            .zip(&limits)
+            .map(|(o, l)| format!("{:.2}", o.total.0.as_secs_f64() / l.total.0.as_secs_f64()))
+            .collect();
+        parts.push(format!(
+            "| {rate} | {} | {} | {} | {} |",
             if config_from { "yes" } else { "no" },
-            pairs.len(),
-            ms(ours.p50),
-            ms(ours.p99),
-            missed(ours.missed),
-            ms(limit.p50),
-            ms(limit.p99),
-            missed(limit.missed),
-            ours.p50.as_secs_f64() / limit.p50.as_secs_f64(),
-            ours.p99.as_secs_f64() / limit.p99.as_secs_f64(),
-            pairs.join(", "),
+            Parts::of(&ours).show(),
+            Parts::of(&limits).show(),
+            Parts::of(&smalls).show(),
+        ));
+        let (ours, limit, small) = (Medians::of(&ours), Medians::of(&limits), Medians::of(&smalls));
+        println!(
+            "| {rate} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            if config_from { "yes" } else { "no" },
+            triples.len(),
+            ours.show(),
+            limit.show(),
+            small.show(),
+            ours.ratios(&limit),
+            ours.ratios(&small),
+            triples.join(", "),
         );
     }
+    println!(
+        "where each lease's time goes (ms, p50 / p99; the apiserver's audit log): create answered to its status write received (the controller's watch and the controller), the write, written to seen resolved (the bench's watch); status writes per lease"
+    );
+    println!("| creates/s | configFrom | sandcap | limit | smallest |");
+    println!("|---|---|---|---|---|");
+    parts.iter().for_each(|row| println!("{row}"));
 }
 
 /// The medians of rounds' p50s and p99s, and the leases not resolved in all of them.
@@ -249,12 +369,49 @@ struct Medians {
 }
 
 impl Medians {
-    fn of(rounds: &[(Duration, Duration, usize)]) -> Medians {
+    fn of(rounds: &[Round]) -> Medians {
         Medians {
-            p50: median(rounds.iter().map(|r| r.0).collect()),
-            p99: median(rounds.iter().map(|r| r.1).collect()),
-            missed: rounds.iter().map(|r| r.2).sum(),
+            p50: median(rounds.iter().map(|r| r.total.0).collect()),
+            p99: median(rounds.iter().map(|r| r.total.1).collect()),
+            missed: rounds.iter().map(|r| r.missed).sum(),
         }
+    }
+
+    /// "p50 / p99", and how many leases were not resolved, if any.
+    fn show(&self) -> String {
+        let missed = if self.missed > 0 { format!(" ({} not resolved)", self.missed) } else { String::new() };
+        format!("{} / {}{missed}", ms(self.p50), ms(self.p99))
+    }
+
+    /// Both ratios to `baseline`'s.
+    fn ratios(&self, baseline: &Medians) -> String {
+        let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+        format!("{:.2} / {:.2}", ratio(self.p50, baseline.p50), ratio(self.p99, baseline.p99))
+    }
+}
+
+/// The medians of rounds' [`Round::parts`] and [`Round::writes`].
+struct Parts {
+    parts: [(Duration, Duration); 3],
+    writes: f64,
+}
+
+impl Parts {
+    fn of(rounds: &[Round]) -> Parts {
+        let part = |i: usize| {
+            let p50 = median(rounds.iter().map(|r| r.parts[i].0).collect());
+            (p50, median(rounds.iter().map(|r| r.parts[i].1).collect()))
+        };
+        let mut writes: Vec<f64> = rounds.iter().map(|r| r.writes).collect();
+        writes.sort_by(f64::total_cmp);
+        Parts { parts: [part(0), part(1), part(2)], writes: writes[writes.len() / 2] }
+    }
+
+    /// "to the write, the write, to the watch (p50 / p99 each); writes per lease".
+    fn show(&self) -> String {
+        let [a, b, c] =
+            self.parts.map(|(p50, p99)| format!("{:.1} / {:.1}", p50.as_secs_f64() * 1e3, p99.as_secs_f64() * 1e3));
+        format!("{a}, {b}, {c}; {:.2}", self.writes)
     }
 }
 

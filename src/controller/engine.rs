@@ -10,6 +10,10 @@
 //! error policy returns, and reconciles in flight finished at shutdown. The optional safety net is
 //! one pass over the cache, not a timer per object. The queue-depth gauge counts what waits here,
 //! so it is kept where the waiting is.
+//!
+//! An object's own change (a new lease, a new generation: what a host waits for) goes before the
+//! re-triggers of what it reads, the resync and the retries ([`Cause`]): a provider's change
+//! re-triggers every lease of it, and a lease created meanwhile does not wait behind them.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
@@ -33,6 +37,15 @@ use super::error::Error;
 /// (every object at a start, the hourly resync) grows it to the number of objects, and a hash
 /// table never shrinks by itself.
 pub const KEPT_CAPACITY: usize = 1024;
+
+/// Why an object is triggered, which decides its place in the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// The object itself changed (new, or a new generation): reconciled before any [`Cause::Related`].
+    Own,
+    /// Something it reads changed, or the resync, a retry or a scheduled reconcile came.
+    Related,
+}
 
 /// What a successful reconcile asks of the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,11 +106,17 @@ pub struct Settings {
 
 /// What is waiting, running and scheduled.
 struct State<Q> {
+    /// Triggered by their own change, in order.
+    own: VecDeque<Q>,
+    /// Triggered otherwise, in order. A key that its own change moved to `own` while it waited
+    /// here stays behind, and is skipped when its turn comes (its cause in `queued` says `Own`,
+    /// or it is no longer queued).
     waiting: VecDeque<Q>,
-    queued: HashSet<Q>,
+    /// What is queued, and for what.
+    queued: HashMap<Q, Cause>,
     running: HashSet<Q>,
-    /// Triggered while running: queued again once the reconcile ends.
-    again: HashSet<Q>,
+    /// Triggered while running: queued again, for that cause, once the reconcile ends.
+    again: HashMap<Q, Cause>,
     scheduled: DelayQueue<Q>,
     schedule_keys: HashMap<Q, delay_queue::Key>,
 }
@@ -105,30 +124,71 @@ struct State<Q> {
 impl<Q: Hash + Eq + Clone> State<Q> {
     fn new() -> Self {
         State {
+            own: VecDeque::new(),
             waiting: VecDeque::new(),
-            queued: HashSet::new(),
+            queued: HashMap::new(),
             running: HashSet::new(),
-            again: HashSet::new(),
+            again: HashMap::new(),
             scheduled: DelayQueue::new(),
             schedule_keys: HashMap::new(),
         }
     }
 
-    fn trigger(&mut self, object: Q) {
+    fn trigger(&mut self, object: Q, cause: Cause) {
         if let Some(key) = self.schedule_keys.remove(&object) {
             self.scheduled.remove(&key);
         }
         if self.running.contains(&object) {
-            self.again.insert(object);
-        } else if self.queued.insert(object.clone()) {
-            self.waiting.push_back(object);
+            let again = self.again.entry(object).or_insert(cause);
+            *again = first(*again, cause);
+            return;
         }
+        match (self.queued.get_mut(&object), cause) {
+            (None, _) => {
+                self.queued.insert(object.clone(), cause);
+                self.queue(cause).push_back(object);
+            }
+            (Some(queued @ Cause::Related), Cause::Own) => {
+                *queued = Cause::Own;
+                self.own.push_back(object);
+            }
+            (Some(_), _) => {}
+        }
+    }
+
+    fn queue(&mut self, cause: Cause) -> &mut VecDeque<Q> {
+        match cause {
+            Cause::Own => &mut self.own,
+            Cause::Related => &mut self.waiting,
+        }
+    }
+
+    /// The next object to reconcile, own changes first; `None` once nothing waits.
+    fn next(&mut self) -> Option<Q> {
+        while let Some(object) = self.own.pop_front() {
+            if self.queued.remove(&object).is_some() {
+                return Some(object);
+            }
+        }
+        while let Some(object) = self.waiting.pop_front() {
+            // Skipped if its own change queued it again in `own` (taken above), or already ran it.
+            if self.queued.get(&object) == Some(&Cause::Related) {
+                self.queued.remove(&object);
+                return Some(object);
+            }
+        }
+        self.drained();
+        None
     }
 
     /// A burst of triggers has drained: its capacity goes back (see [`KEPT_CAPACITY`]).
     fn drained(&mut self) {
-        if self.waiting.is_empty() && self.waiting.capacity() > KEPT_CAPACITY {
-            self.waiting.shrink_to_fit();
+        for queue in [&mut self.own, &mut self.waiting] {
+            if queue.capacity() > KEPT_CAPACITY {
+                queue.shrink_to_fit();
+            }
+        }
+        if self.queued.capacity() > KEPT_CAPACITY {
             self.queued.shrink_to_fit();
         }
     }
@@ -142,11 +202,16 @@ impl<Q: Hash + Eq + Clone> State<Q> {
     }
 }
 
+/// The cause that goes first of two.
+fn first(a: Cause, b: Cause) -> Cause {
+    if a == Cause::Own || b == Cause::Own { Cause::Own } else { Cause::Related }
+}
+
 /// Reconciles the objects `triggers` names (looked up in `objects` when their turn comes: a
 /// deleted one is skipped) until `shutdown`; then lets the reconciles in flight finish.
 pub async fn run<O: Objects, Ctx>(
     objects: O,
-    triggers: impl Stream<Item = O::Key>,
+    triggers: impl Stream<Item = (O::Key, Cause)>,
     settings: Settings,
     mut reconcile: impl FnMut(Arc<O::Object>, Arc<Ctx>) -> ReconcileFuture,
     retry_delay: impl Fn(Arc<O::Object>, &Error, Arc<Ctx>) -> Duration,
@@ -160,11 +225,7 @@ pub async fn run<O: Objects, Ctx>(
     let mut resync = settings.resync.map(|every| tokio::time::interval_at(tokio::time::Instant::now() + every, every));
     loop {
         while in_flight.len() < settings.concurrency.max(1) && !shutdown.is_cancelled() {
-            let Some(object) = state.waiting.pop_front() else {
-                state.drained();
-                break;
-            };
-            state.queued.remove(&object);
+            let Some(object) = state.next() else { break };
             let Some(obj) = objects.get(&object) else { continue };
             state.running.insert(object.clone());
             let task = tokio::spawn(reconcile(obj.clone(), ctx.clone()));
@@ -194,20 +255,20 @@ pub async fn run<O: Objects, Ctx>(
                     Ok(Next::After(after)) => state.schedule(object.clone(), *after),
                     Err(error) => state.schedule(object.clone(), retry_delay(obj, error, ctx.clone())),
                 }
-                if state.again.remove(&object) {
-                    state.trigger(object);
+                if let Some(cause) = state.again.remove(&object) {
+                    state.trigger(object, cause);
                 }
             }
             next = triggers.next(), if triggers_open => match next {
-                Some(object) => state.trigger(object),
+                Some((object, cause)) => state.trigger(object, cause),
                 None => triggers_open = false,
             },
             Some(expired) = state.scheduled.next() => {
                 let object = expired.into_inner();
                 state.schedule_keys.remove(&object);
-                state.trigger(object);
+                state.trigger(object, Cause::Related);
             }
-            _ = tick(&mut resync) => objects.keys().into_iter().for_each(|key| state.trigger(key)),
+            _ = tick(&mut resync) => objects.keys().into_iter().for_each(|key| state.trigger(key, Cause::Related)),
             _ = shutdown.cancelled() => {}
         }
     }

@@ -233,7 +233,7 @@ impl Controller {
         self,
         ctx: &Arc<Context>,
         objects: O,
-        triggers: UnboundedReceiver<O::Key>,
+        triggers: UnboundedReceiver<(O::Key, engine::Cause)>,
         reconcile: impl Fn(Arc<O::Object>, Arc<Context>) -> Fut,
         shutdown: CancellationToken,
     ) -> impl Future<Output = ()>

@@ -36,7 +36,7 @@ impl<F: Fn(&str)> ProviderEvents<F> {
         forget_deleted(&event, &changed, &self.forget);
         // A deleted object has nothing left to reconcile: its trigger would stay counted as waiting.
         if !matches!(event, Event::Delete(_) | Event::InitDone) {
-            changed.into_iter().for_each(|p| self.own.send(p));
+            changed.into_iter().for_each(|p| self.own.send_own(p));
         }
         let listed = self.view.listed();
         let changed = self.view.observe(&event);
@@ -68,7 +68,7 @@ impl<J: Fn(&LeaseKey)> LeaseEvents<J> {
         if live {
             triggered.iter().for_each(|key| (self.judge_early)(key));
         }
-        triggered.into_iter().for_each(|l| self.own.send(l));
+        triggered.into_iter().for_each(|l| self.own.send_own(l));
     }
 }
 

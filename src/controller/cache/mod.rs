@@ -48,6 +48,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::audit::Audits;
 use super::cached::CachedLease;
+use super::engine::Cause;
 use super::error::Error;
 use super::known;
 use crate::metrics::Metrics;
@@ -75,10 +76,10 @@ pub struct Caches {
     pub provider_queue: Queue<SandboxProvider>,
 }
 
-/// What re-triggers reconciles.
+/// What re-triggers reconciles, and why.
 pub struct Triggers {
-    pub providers: UnboundedReceiver<ObjectRef<SandboxProvider>>,
-    pub leases: UnboundedReceiver<LeaseKey>,
+    pub providers: UnboundedReceiver<(ObjectRef<SandboxProvider>, Cause)>,
+    pub leases: UnboundedReceiver<(LeaseKey, Cause)>,
 }
 
 /// An object the controllers queue, and the key it is queued by.
@@ -94,10 +95,10 @@ impl Queued for CachedLease {
     type Key = LeaseKey;
 }
 
-/// Where the triggers of one kind go: to its controller's engine, which deduplicates them and
-/// counts what waits (`sandcap_reconcile_queue_depth`).
+/// Where the triggers of one kind go: to its controller's engine, which deduplicates them, runs
+/// own changes first and counts what waits (`sandcap_reconcile_queue_depth`).
 pub struct Queue<K: Queued> {
-    tx: UnboundedSender<K::Key>,
+    tx: UnboundedSender<(K::Key, Cause)>,
 }
 
 impl<K: Queued> Clone for Queue<K> {
@@ -107,14 +108,24 @@ impl<K: Queued> Clone for Queue<K> {
 }
 
 impl<K: Queued> Queue<K> {
-    pub(super) fn new() -> (Queue<K>, UnboundedReceiver<K::Key>) {
+    pub(super) fn new() -> (Queue<K>, UnboundedReceiver<(K::Key, Cause)>) {
         let (tx, rx) = unbounded_channel();
         (Queue { tx }, rx)
     }
 
+    /// Triggers `object` for a change of something it reads.
     pub(super) fn send(&self, object: K::Key) {
+        self.trigger(object, Cause::Related);
+    }
+
+    /// Triggers `object` for a change of its own (new, or a new generation).
+    pub(super) fn send_own(&self, object: K::Key) {
+        self.trigger(object, Cause::Own);
+    }
+
+    fn trigger(&self, object: K::Key, cause: Cause) {
         // Only fails once the controller is gone, when nothing is left to trigger.
-        let _ = self.tx.send(object);
+        let _ = self.tx.send((object, cause));
     }
 }
 

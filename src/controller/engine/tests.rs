@@ -73,7 +73,7 @@ fn start(
     fake: &Arc<Fake>,
     settings: Settings,
     retry: Duration,
-) -> (UnboundedSender<LeaseKey>, CancellationToken, JoinHandle<()>) {
+) -> (UnboundedSender<(LeaseKey, Cause)>, CancellationToken, JoinHandle<()>) {
     let (reader, mut writer) = leases::table(Default::default());
     writer.apply(watcher::Event::Init);
     for name in names {
@@ -87,8 +87,14 @@ fn start(
     (tx, shutdown, run)
 }
 
-fn key(name: &str) -> LeaseKey {
-    LeaseKey::of(&lease("team-a", name).build().into())
+/// A trigger of lease `name` for a change of what it reads.
+fn key(name: &str) -> (LeaseKey, Cause) {
+    (LeaseKey::of(&lease("team-a", name).build().into()), Cause::Related)
+}
+
+/// A trigger of lease `name` for its own change.
+fn own(name: &str) -> (LeaseKey, Cause) {
+    (key(name).0, Cause::Own)
 }
 
 /// Waits until `done` holds (at most 10 s).
@@ -199,12 +205,65 @@ async fn the_depth_gauge_counts_what_was_triggered_and_has_not_started() {
 async fn a_drained_burst_gives_its_memory_back() {
     let mut state = State::new();
     for i in 0..4 * KEPT_CAPACITY {
-        state.trigger(format!("team-a/l-{i}"));
+        let cause = if i % 2 == 0 { Cause::Own } else { Cause::Related };
+        state.trigger(format!("team-a/l-{i}"), cause);
     }
-    while let Some(object) = state.waiting.pop_front() {
-        state.queued.remove(&object);
+    assert!(state.waiting.capacity() > KEPT_CAPACITY / 2 && state.own.capacity() > KEPT_CAPACITY / 2);
+    assert!(state.queued.capacity() > KEPT_CAPACITY);
+    let mut ran = 0;
+    while state.next().is_some() {
+        ran += 1;
     }
-    assert!(state.waiting.capacity() > KEPT_CAPACITY && state.queued.capacity() > KEPT_CAPACITY);
-    state.drained();
-    assert!(state.waiting.capacity() <= KEPT_CAPACITY && state.queued.capacity() <= KEPT_CAPACITY);
+    assert_eq!(ran, 4 * KEPT_CAPACITY);
+    assert!(state.waiting.capacity() <= KEPT_CAPACITY && state.own.capacity() <= KEPT_CAPACITY);
+    assert!(state.queued.capacity() <= KEPT_CAPACITY);
+}
+
+#[test]
+fn own_changes_go_before_related_ones_and_nothing_runs_twice() {
+    let mut state = State::new();
+    for name in ["r1", "r2", "both", "r3"] {
+        state.trigger(name, Cause::Related);
+    }
+    state.trigger("new", Cause::Own);
+    // Queued for a related change, then changed itself: moved ahead, once.
+    state.trigger("both", Cause::Own);
+    state.trigger("both", Cause::Related);
+    state.trigger("new", Cause::Related);
+    assert_eq!(state.queued.len(), 5);
+    let order: Vec<&str> = std::iter::from_fn(|| state.next()).collect();
+    assert_eq!(order, ["new", "both", "r1", "r2", "r3"]);
+    assert!(state.queued.is_empty());
+}
+
+#[test]
+fn a_trigger_while_running_keeps_its_cause_for_the_next_run() {
+    let mut state = State::new();
+    state.running.insert("a");
+    state.trigger("a", Cause::Related);
+    state.trigger("a", Cause::Own);
+    state.trigger("a", Cause::Related);
+    assert_eq!(state.again.get("a"), Some(&Cause::Own));
+}
+
+#[tokio::test]
+async fn a_new_lease_does_not_wait_behind_a_burst_of_related_triggers() {
+    let names: Vec<String> = (0..200).map(|i| format!("l-{i}")).chain(["new".to_string()]).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let fake = Arc::new(Fake::default());
+    let (tx, shutdown, run) = start(&names, &fake, settings(1, None), HOUR);
+    // A provider's change: its 200 leases; the first starts and holds the only slot.
+    for name in &names[..200] {
+        tx.send(key(name)).unwrap();
+    }
+    until(|| fake.started().len() == 1).await;
+    tx.send(own("new")).unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    fake.gate.add_permits(1);
+    until(|| fake.started().len() == 2).await;
+    assert_eq!(fake.started()[1], "new", "the new lease ran next");
+    fake.gate.add_permits(300);
+    until(|| fake.started().len() == 201).await;
+    shutdown.cancel();
+    run.await.unwrap();
 }

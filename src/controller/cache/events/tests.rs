@@ -10,6 +10,7 @@ use super::*;
 use crate::controller::cache::LeaseKey;
 use crate::controller::cache::leases::table;
 use crate::controller::cache::{Queues, Triggers};
+use crate::controller::engine::Cause;
 use crate::controller::fixtures::{LeaseFixture, ProviderFixture, lease, provider, secret};
 use sandcap_core::api::SandboxLease;
 use sandcap_core::vocabulary::CONFIG_SOURCE_LABEL;
@@ -65,11 +66,16 @@ impl Outputs {
 
     /// Each of the calls below tells what happened since the last one.
     fn provider_triggers(&mut self) -> Vec<String> {
-        drain(&mut self.triggers.providers).into_iter().map(|p| p.name).collect()
+        drain(&mut self.triggers.providers).into_iter().map(|(p, _)| p.name).collect()
     }
 
     fn lease_triggers(&mut self) -> Vec<String> {
-        names(drain(&mut self.triggers.leases))
+        names(drain(&mut self.triggers.leases).into_iter().map(|(l, _)| l).collect())
+    }
+
+    /// The lease triggers since the last call, each with its cause.
+    fn lease_causes(&mut self) -> Vec<(String, Cause)> {
+        drain(&mut self.triggers.leases).into_iter().map(|(l, cause)| (format!("{l:?}"), cause)).collect()
     }
 
     fn forgotten(&self) -> Vec<String> {
@@ -149,6 +155,16 @@ fn a_providers_spec_change_triggers_it_and_its_leases() {
     on.handle(Event::Apply(probed().generation(2).declares(&["nativeSyncIn"]).build()));
     assert_eq!(out.provider_triggers(), ["p"]);
     assert_eq!(out.lease_triggers(), ["team-a/l"]);
+}
+
+#[test]
+fn a_leases_own_change_goes_first_and_a_providers_change_is_related() {
+    let (mut out, mut on) = listed_provider();
+    on.handle(Event::Apply(probed().generation(2).declares(&["nativeSyncIn"]).build()));
+    assert_eq!(out.lease_causes(), [("team-a/l".to_string(), Cause::Related)]);
+    let mut leases = out.leases();
+    leases.handle(Event::Apply(cached(lease("team-a", "new").of("p", "k"))));
+    assert_eq!(out.lease_causes(), [("team-a/new".to_string(), Cause::Own)]);
 }
 
 #[test]
