@@ -236,12 +236,11 @@ fn parts(
             continue;
         }
         writes += 1;
-        if event["responseStatus"]["code"] == 200 && !written.contains_key(name) {
-            if let (Some(received), Some(done)) =
-                (stamp(event, "requestReceivedTimestamp"), stamp(event, "stageTimestamp"))
-            {
-                written.insert(name, (received, done));
-            }
+        let first = event["responseStatus"]["code"] == 200 && !written.contains_key(name);
+        if let (true, Some(received), Some(done)) =
+            (first, stamp(event, "requestReceivedTimestamp"), stamp(event, "stageTimestamp"))
+        {
+            written.insert(name, (received, done));
         }
     }
     let since = |later: SystemTime, earlier: SystemTime| later.duration_since(earlier).unwrap_or_default();
