@@ -64,8 +64,9 @@ TARGET_LABELS = {"namespace", "pod", "service", "endpoint", "container", "job", 
 
 
 def exported_metrics() -> dict[str, set[str]]:
-    """Every series name sandcap exports (src/metrics/mod.rs) with its labels, as the Prometheus
-    client writes them: counters get `_total`, histograms `_bucket` (with `le`), `_sum`, `_count`."""
+    """Every series name sandcap exports (src/metrics/mod.rs, and the process collector's) with its
+    labels, as the Prometheus client writes them: counters get `_total`, histograms `_bucket` (with
+    `le`), `_sum`, `_count`."""
     source = (REPO / "src" / "metrics" / "mod.rs").read_text()
     label_sets = {
         name: set(re.findall(r"pub (\w+):", body))
@@ -86,6 +87,12 @@ def exported_metrics() -> dict[str, set[str]]:
             assert kind == "Gauge", kind
             metrics[base] = labels
     assert len(metrics) >= 11, metrics
+    # The process collector's (src/metrics/process.rs), without the prefix, as client_golang names them.
+    process = (REPO / "src" / "metrics" / "process.rs").read_text()
+    counters = set(re.findall(r'encode_descriptor\(\s*"(process_\w+)"', process))
+    gauges = set(re.findall(r'\(\s*"(process_\w+)",', process)) - counters
+    assert counters and gauges, "the process collector's names"
+    metrics |= {f"{name}_total": set() for name in counters} | {name: set() for name in gauges}
     return metrics
 
 
