@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use kube::{Client, Resource, ResourceExt};
 use prometheus_client::metrics::gauge::Gauge;
 use serde::Serialize;
+use tracing::Instrument;
 
 use super::audit::{Audits, Finding, judged};
 use super::cache::endpoints::EndpointTrust;
@@ -127,8 +128,16 @@ where
     Fut: Future<Output = Result<Next, Error>> + Send + 'static,
 {
     move |obj, ctx| {
+        // Every line logged within the reconcile (its status write, its probe, its findings)
+        // names its object, and a tracing layer sees one span per reconcile.
+        let span = tracing::info_span!(
+            "reconcile",
+            kind = kind_label::<K>(),
+            namespace = obj.namespace(),
+            name = %obj.name_any()
+        );
         let work = reconcile(obj.clone(), ctx.clone());
-        Box::pin(async move { ctx.observe(obj.as_ref(), work).await })
+        Box::pin(async move { ctx.observe(obj.as_ref(), work).await }.instrument(span))
     }
 }
 

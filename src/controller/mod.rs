@@ -299,6 +299,19 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn every_line_a_reconcile_logs_names_its_object() {
+        let (lines, _guard) = capture();
+        let lease = Arc::new(cached::CachedLease::from(fixtures::lease("team-a", "run-42").of("p", "k").build()));
+        let mut run = reconciler(|_lease: Arc<cached::CachedLease>, _ctx| async {
+            tracing::warn!("a line with no field of the object");
+            Ok(engine::Next::Change)
+        });
+        run(lease, fixtures::context(&fixtures::metrics()).ctx).await.unwrap();
+        let logs = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
+        assert!(logs.contains(r#"reconcile{kind="SandboxLease" namespace="team-a" name=run-42}"#), "{logs}");
+    }
+
+    #[tokio::test]
     async fn a_failed_reconcile_is_logged_once_with_the_object_the_error_and_the_retry_delay() {
         let (lines, _guard) = capture();
         let ctx = fixtures::context(&fixtures::metrics()).ctx;

@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use reqwest::Url;
+use tracing::Instrument;
 
 use sandcap_core::api::{MAX_CA_BUNDLE_BYTES, SandboxProvider, SandboxProviderSpec, WorkerPlugin, WorkerRef};
 use sandcap_core::contract::{Verified, check_worker_plugin};
@@ -182,8 +183,15 @@ impl Prober {
         self.probe_at(Target { url, address: None, ca: None }, spec).await
     }
 
-    /// Probes the worker at `target` with the manifest built from `spec`.
+    /// Probes the worker at `target` with the manifest built from `spec`, in a span that names
+    /// the endpoint (within the provider's reconcile span).
     pub async fn probe_at(&self, target: Target<'_>, spec: &SandboxProviderSpec) -> ProbeOutcome {
+        let span =
+            tracing::info_span!("probe", url = %target.url, address = target.address.map(tracing::field::display));
+        self.probe_in_span(target, spec).instrument(span).await
+    }
+
+    async fn probe_in_span(&self, target: Target<'_>, spec: &SandboxProviderSpec) -> ProbeOutcome {
         // An address given or an IP literal is connected to without resolving, so it is checked
         // here; a name is checked by the resolver, on every address it resolves to.
         let ip = target.address.map(|a| a.ip()).or_else(|| literal_ip(target.url));
