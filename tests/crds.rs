@@ -105,3 +105,66 @@ fn every_spec_node_is_bounded() {
     }
     assert!(found.is_empty(), "unbounded in the CRDs:\n  {}", found.join("\n  "));
 }
+
+/// The formats the apiserver knows (k8s.io/apiextensions-apiserver's validation formats, and the
+/// numeric ones of OpenAPI): any other makes `kubectl apply` print `Warning: unrecognized format`,
+/// as `uint32` did from the provider status's endpoint counters.
+const KNOWN_FORMATS: [&str; 29] = [
+    "int32",
+    "int64",
+    "float",
+    "double",
+    "byte",
+    "bsonobjectid",
+    "password",
+    "date",
+    "date-time",
+    "datetime",
+    "duration",
+    "uri",
+    "email",
+    "hostname",
+    "ipv4",
+    "ipv6",
+    "cidr",
+    "mac",
+    "uuid",
+    "uuid3",
+    "uuid4",
+    "uuid5",
+    "isbn",
+    "isbn10",
+    "isbn13",
+    "creditcard",
+    "ssn",
+    "hexcolor",
+    "rgbcolor",
+];
+
+fn formats(node: &Value, path: &str, found: &mut Vec<String>) {
+    match node {
+        Value::Object(map) => {
+            if let Some(Value::String(format)) = map.get("format")
+                && !KNOWN_FORMATS.contains(&format.as_str())
+            {
+                found.push(format!("{path}: {format}"));
+            }
+            for (key, child) in map {
+                formats(child, &format!("{path}.{key}"), found);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| formats(item, &format!("{path}[]"), found)),
+        _ => {}
+    }
+}
+
+/// Every `format` in every CRD is one the apiserver recognizes, so the CRDs apply without a warning.
+#[test]
+fn every_format_is_one_the_apiserver_knows() {
+    let mut found = Vec::new();
+    for (file, yaml) in ContractVersion::ALL.into_iter().flat_map(sandcap::cli::crds) {
+        let crd: Value = serde_saphyr::from_str(&yaml).unwrap();
+        formats(&crd["spec"], &file, &mut found);
+    }
+    assert!(found.is_empty(), "formats the apiserver does not know:\n  {}", found.join("\n  "));
+}

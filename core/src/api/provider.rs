@@ -303,11 +303,14 @@ pub const MAX_NAMED_ENDPOINTS: usize = 8;
 pub struct EndpointsStatus {
     /// Endpoints that may serve a run: those the Service's EndpointSlices mark serving (ready, or
     /// still serving while terminating), at the Service port's target port.
+    #[schemars(extend("format" = "int32"))]
     pub serving: u32,
     /// Of those, how many answered `ok: true`.
+    #[schemars(extend("format" = "int32"))]
     pub answered: u32,
     /// Of those that answered, how many advertised no method beyond the ones every endpoint
     /// advertises.
+    #[schemars(extend("format" = "int32"))]
     pub agreeing: u32,
     /// Up to 8 endpoints that failed their probe or lack a method another endpoint advertises.
     #[serde(default)]

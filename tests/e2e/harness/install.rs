@@ -28,18 +28,23 @@ pub fn crds(cluster: &Cluster) {
     crds_of(cluster, ContractVersion::V1);
 }
 
-/// Applies the CRDs of contract `version` as crds/ holds them and waits until both are served.
+/// Applies the CRDs of contract `version` as crds/ holds them and waits until both are served;
+/// they apply without a warning (an unknown `format` makes `kubectl apply` print one).
 pub fn crds_of(cluster: &Cluster, version: ContractVersion) {
-    crds_from(cluster, &repo_root().join("crds").join(sandcap::cli::crd_dir(version)));
+    let warnings = crds_from(cluster, &repo_root().join("crds").join(sandcap::cli::crd_dir(version)));
+    assert!(!warnings.contains("Warning:"), "the CRDs apply without a warning: {warnings}");
 }
 
 /// Applies the CRDs in `dir` as an admin following docs/install.md's `kubectl apply --server-side -f crds/`
 /// would, and waits until both are served. Forced: earlier scenarios of the same cluster change
 /// the CRDs under their own field manager (a stale CRD for `sandcap check`), and the admin's apply
-/// takes the fields back, as kubectl's own conflict message advises.
-pub fn crds_from(cluster: &Cluster, dir: &Path) {
+/// takes the fields back, as kubectl's own conflict message advises. Returns what the apply
+/// printed on stderr.
+pub fn crds_from(cluster: &Cluster, dir: &Path) -> String {
     let args = ["apply", "--server-side", "--force-conflicts", "-f", path_str(dir)];
-    ok("apply the CRDs", cluster.kubectl(&args));
+    let applied = cluster.kubectl(&args);
+    let stderr = String::from_utf8_lossy(&applied.stderr).into_owned();
+    ok("apply the CRDs", applied);
     ok(
         "wait for the CRDs",
         cluster.kubectl(&[
@@ -50,6 +55,7 @@ pub fn crds_from(cluster: &Cluster, dir: &Path) {
             "crd/sandboxleases.sandcap.dev",
         ]),
     );
+    stderr
 }
 
 /// Namespaces, created if missing (no namespace controller runs here, so none is ever deleted).
