@@ -17,7 +17,8 @@
 //!    10,000 hand-made leases, run before and again at the end; peak RSS of both; 100 new Jobs at
 //!    50/s until each lease is resolved; a restart with nothing changed (the observer's writes).
 //!
-//! Part 1 is `cluster/webhook.rs` (with `cluster/echo.rs`), part 2 `cluster/churn.rs`, part 3
+//! Part 1 is `cluster/webhook.rs` (with `cluster/echo.rs`), part 2 `cluster/churn.rs` (with
+//! `cluster/rounds.rs`), part 3
 //! `cluster/scale.rs`, part 4 `cluster/workloads.rs`; this file holds what they share and runs
 //! them.
 //!
@@ -35,6 +36,8 @@ mod echo;
 #[path = "../tests/e2e/harness/mod.rs"]
 #[allow(dead_code)]
 mod harness;
+#[path = "cluster/rounds.rs"]
+mod rounds;
 #[path = "cluster/scale.rs"]
 mod scale;
 #[path = "../tests/support/mod.rs"]
