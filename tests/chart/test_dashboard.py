@@ -168,3 +168,15 @@ def test_operations_md_names_every_panel() -> None:
     documented = section((REPO / "docs" / "operations.md").read_text(), "Dashboard")
     for panel in panels(dashboard(ON)):
         assert f"**{panel['title']}**" in documented, panel["title"]
+
+
+def test_every_alerts_runbook_points_at_its_panels() -> None:
+    from test_alerts import ALERTS_ON, rules
+
+    titles = {p["title"] for p in panels(dashboard(ON))}
+    operations = (REPO / "docs" / "operations.md").read_text()
+    for rule in rules(ALERTS_ON):
+        runbook = section(operations, rule["alert"])
+        line = next((l for l in runbook.splitlines() if l.startswith("On the [dashboard](#dashboard):")), "")
+        named = set(re.findall(r"\*\*(.+?)\*\*", line))
+        assert named and named <= titles, f"{rule['alert']}: {named - titles or 'no panel named'}"
