@@ -4,8 +4,9 @@
 //! 1. the webhook's added latency: 200 sequential creates of a SandboxLease and of a
 //!    SandboxProvider, without a webhook, through a webhook that only echoes the uid, and through
 //!    sandcap's, three rounds of each in turn (median, p99);
-//! 2. create -> resolved at 20, 100 and 400 creates/s, with and without `configFrom`, next to a
-//!    trivial controller's (`cluster/churn.rs`);
+//! 2. create -> resolved at 20, 100 and 400 creates/s, with and without `configFrom`, next to two
+//!    trivial controllers', one writing sandcap's status and one the smallest, and where each
+//!    lease's time went by the apiserver's audit log (`cluster/churn.rs`);
 //! 3. 100 providers and 10,000 leases (half with a `configFrom` Secret): a cold controller start
 //!    until every lease is resolved (as a watch shows it), against a plain loop of 10,000 status
 //!    PATCHes with the same concurrency, run before and again at the end (the ratio is to the
