@@ -11,10 +11,11 @@ import json
 import re
 from typing import Any
 
+import helm_python as helm
 import promql_parser
 import pytest
 
-from test_alerts import OPERATIONS, TARGET_LABELS, exported_metrics, groupings, label_values, selectors
+from test_alerts import ALERTS_ON, groupings, read_problems, rules
 from test_chart import KUBE_VERSION_RANGE, NAMESPACE, assert_lints_strict, of_kind, one, render, validate_object
 from test_conventions import REPO, section
 
@@ -41,12 +42,9 @@ def panels(board: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def problems(board: dict[str, Any]) -> list[str]:
-    """What is wrong with the queries of `board`: each must parse, read only series sandcap serves
-    with labels those series have (or a scrape target's) and values those labels take, select this
-    release's namespace, group by labels its series have, and name in its legend only labels its
+    """What is wrong with the queries of `board`: each must parse, read only what sandcap serves
+    (test_alerts.read_problems, as the alerts' expressions), and name in its legend only labels its
     result keeps."""
-    metrics, values = exported_metrics(), label_values()
-    documented = set(re.findall(r"^\| `(sandcap_\w+)`", section(OPERATIONS, "Metrics"), re.M))
     found: list[str] = []
     for panel in panels(board):
         for target in panel["targets"]:
@@ -59,29 +57,8 @@ def problems(board: dict[str, Any]) -> list[str]:
             except ValueError as error:
                 found.append(f"{where}: does not parse: {error}")
                 continue
-            read = selectors(tree)
-            if not read:
-                found.append(f"{where}: reads no series")
-            for name, matchers in read:
-                if name not in metrics:
-                    found.append(f"{where}: {name} is not a series sandcap serves")
-                    continue
-                if name.startswith("sandcap_") and re.sub(r"_(bucket|sum|count)$", "", name) not in documented:
-                    found.append(f"{where}: {name} is not in docs/operations.md's metrics")
-                if not set(matchers) <= metrics[name] | TARGET_LABELS:
-                    found.append(f"{where}: {name} has no label {set(matchers) - metrics[name] - TARGET_LABELS}")
-                if matchers.get("namespace") != ("=", NAMESPACE):
-                    found.append(f"{where}: {name} is not selected by the release namespace")
-                for label, (op, value) in matchers.items():
-                    alternatives = value.split("|") if op == "=~" else [value]
-                    if label in values and not set(alternatives) <= values[label]:
-                        found.append(f"{where}: {label} never takes {value}")
-            kept: set[str] = set()
-            for labels, under in groupings(tree):
-                known = set().union(TARGET_LABELS, *(metrics.get(name, set()) for name, _ in under))
-                if not labels <= known:
-                    found.append(f"{where}: groups by {labels - known}, on none of {[n for n, _ in under]}")
-                kept |= labels
+            found += read_problems(where, tree)
+            kept = set().union(*(labels for labels, _ in groupings(tree)))
             legend = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", target.get("legendFormat", "")))
             if not legend <= kept - {"le"}:
                 found.append(f"{where}: the legend names {legend - kept}, which the query does not keep")
@@ -115,8 +92,6 @@ def test_the_sidecar_finds_it_where_asked() -> None:
 
 @pytest.mark.parametrize("values", [{"dashboard": {"enable": True}}, {"dashboard": {"namespace": "Not_A_Name"}}])
 def test_schema_rejects_bad_dashboard_values(values: dict[str, Any]) -> None:
-    import helm_python as helm
-
     with pytest.raises(helm.HelmValuesError):
         render(values)
 
@@ -171,8 +146,6 @@ def test_operations_md_names_every_panel() -> None:
 
 
 def test_every_alerts_runbook_points_at_its_panels() -> None:
-    from test_alerts import ALERTS_ON, rules
-
     titles = {p["title"] for p in panels(dashboard(ON))}
     operations = (REPO / "docs" / "operations.md").read_text()
     for rule in rules(ALERTS_ON):
