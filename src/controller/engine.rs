@@ -38,8 +38,8 @@ use super::error::Error;
 /// table never shrinks by itself.
 pub const KEPT_CAPACITY: usize = 1024;
 
-/// Why an object is triggered, which decides its place in the queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Why an object is triggered, which decides its place in the queue (the lesser goes first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Cause {
     /// The object itself changed (new, or a new generation): reconciled before any [`Cause::Related`].
     Own,
@@ -140,7 +140,7 @@ impl<Q: Hash + Eq + Clone> State<Q> {
         }
         if self.running.contains(&object) {
             let again = self.again.entry(object).or_insert(cause);
-            *again = first(*again, cause);
+            *again = (*again).min(cause);
             return;
         }
         match (self.queued.get_mut(&object), cause) {
@@ -200,11 +200,6 @@ impl<Q: Hash + Eq + Clone> State<Q> {
             self.scheduled.remove(&old);
         }
     }
-}
-
-/// The cause that goes first of two.
-fn first(a: Cause, b: Cause) -> Cause {
-    if a == Cause::Own || b == Cause::Own { Cause::Own } else { Cause::Related }
 }
 
 /// Reconciles the objects `triggers` names (looked up in `objects` when their turn comes: a
