@@ -31,12 +31,8 @@ use tokio_util::time::{DelayQueue, delay_queue};
 
 use super::cache::{LeaseKey, Leases};
 use super::cached::CachedLease;
+use super::capacity::give_back;
 use super::error::Error;
-
-/// A set or queue of triggers larger than this gives its memory back once it is empty: a burst
-/// (every object at a start, the hourly resync) grows it to the number of objects, and a hash
-/// table never shrinks by itself.
-pub const KEPT_CAPACITY: usize = 1024;
 
 /// Why an object is triggered, which decides its place in the queue (the lesser goes first).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -181,16 +177,11 @@ impl<Q: Hash + Eq + Clone> State<Q> {
         None
     }
 
-    /// A burst of triggers has drained: its capacity goes back (see [`KEPT_CAPACITY`]).
+    /// A burst of triggers has drained: its capacity goes back (see [`give_back`]).
     fn drained(&mut self) {
-        for queue in [&mut self.own, &mut self.waiting] {
-            if queue.capacity() > KEPT_CAPACITY {
-                queue.shrink_to_fit();
-            }
-        }
-        if self.queued.capacity() > KEPT_CAPACITY {
-            self.queued.shrink_to_fit();
-        }
+        give_back(&mut self.own);
+        give_back(&mut self.waiting);
+        give_back(&mut self.queued);
     }
 
     /// `object` is triggered after `after`, unless it is triggered first.

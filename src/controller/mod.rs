@@ -18,7 +18,7 @@
 mod audit;
 pub mod cache;
 mod cached;
-mod changes;
+mod capacity;
 mod context;
 mod engine;
 mod error;

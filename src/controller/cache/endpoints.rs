@@ -14,16 +14,16 @@
 //! provider's status can say what was left out, and so that an operator's `--endpoint-slices=any`
 //! reads it.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use ipnet::IpNet;
 
+use super::relist::{self, Shared, shared};
+use crate::controller::capacity::give_back;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
-use kube::runtime::watcher::Event;
-use tokio::sync::watch;
 
 /// The label that ties a slice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -98,7 +98,7 @@ struct Slice {
 }
 
 #[derive(Default)]
-struct Table {
+pub struct Table {
     /// By namespace and slice name.
     slices: HashMap<(String, String), Slice>,
     /// The slices of each Service.
@@ -108,29 +108,23 @@ struct Table {
 /// Read side of the cache.
 #[derive(Clone)]
 pub struct Endpoints {
-    table: Arc<RwLock<Table>>,
-    listed: watch::Receiver<bool>,
+    table: Shared<Table>,
 }
 
-/// Write side: applies the watch's events.
-pub struct Writer {
-    table: Arc<RwLock<Table>>,
-    listed: watch::Sender<bool>,
-    /// The slices of the list in progress (between `Init` and `InitDone`).
-    listing: Option<HashSet<(String, String)>>,
-}
+/// Write side: applies the watch's events, and returns the Services whose serving endpoints or
+/// ports each changed.
+pub(crate) type Writer = relist::Writer<Table>;
 
-pub fn table() -> (Endpoints, Writer) {
-    let (listed_tx, listed) = watch::channel(false);
-    let table = Arc::new(RwLock::new(Table::default()));
-    (Endpoints { table: table.clone(), listed }, Writer { table, listed: listed_tx, listing: None })
+pub(crate) fn table() -> (Endpoints, Writer) {
+    let (table, writer) = shared(Table::default());
+    (Endpoints { table }, writer)
 }
 
 impl Endpoints {
     /// The serving members of Service `service` at the port named `port_name` (empty: the
     /// unnamed port) that `trust` lets be probed, sorted and without duplicates.
     pub fn serving(&self, service: &ServiceKey, port_name: &str, trust: &EndpointTrust) -> Serving {
-        let table = self.table.read().expect("not poisoned");
+        let table = self.table.read();
         let Some(names) = table.by_service.get(service) else { return Serving::default() };
         let (vouched, unvouched): (Vec<_>, Vec<_>) = names
             .iter()
@@ -149,52 +143,22 @@ impl Endpoints {
 
     /// Waits until the first list has completed; `false` if the writer is gone first.
     pub async fn listed(&self) -> bool {
-        self.listed.clone().wait_for(|listed| *listed).await.is_ok()
+        self.table.listed().await
     }
 }
 
-impl Writer {
-    /// Applies one watch event; returns the Services whose serving endpoints or ports it changed.
-    pub fn apply(&mut self, event: Event<EndpointSlice>) -> Vec<ServiceKey> {
-        let mut table = self.table.write().expect("not poisoned");
-        let mut changed = BTreeSet::new();
-        match event {
-            Event::Init => self.listing = Some(HashSet::new()),
-            Event::InitApply(slice) | Event::Apply(slice) => {
-                let key = (slice.namespace().unwrap_or_default(), slice.name_any());
-                if let Some(listing) = self.listing.as_mut() {
-                    listing.insert(key.clone());
-                }
-                table.put(key, kept(&slice), &mut changed);
-            }
-            Event::Delete(slice) => {
-                table.remove(&(slice.namespace().unwrap_or_default(), slice.name_any()), &mut changed);
-            }
-            Event::InitDone => {
-                if let Some(listing) = self.listing.take() {
-                    let gone: Vec<_> = table.slices.keys().filter(|k| !listing.contains(*k)).cloned().collect();
-                    gone.iter().for_each(|key| table.remove(key, &mut changed));
-                    table.slices.shrink_to_fit();
-                    table.by_service.shrink_to_fit();
-                }
-                self.listed.send_replace(true);
-            }
-        }
-        changed.into_iter().collect()
-    }
-}
+impl relist::Table for Table {
+    type Object = EndpointSlice;
+    type Key = (String, String);
+    type Changes = BTreeSet<ServiceKey>;
 
-impl Table {
-    fn put(&mut self, key: (String, String), slice: Option<Slice>, changed: &mut BTreeSet<ServiceKey>) {
-        let Some(slice) = slice else { return self.remove(&key, changed) };
-        if self.slices.get(&key) == Some(&slice) {
-            return;
+    fn put(&mut self, slice: EndpointSlice, changed: &mut BTreeSet<ServiceKey>) -> (String, String) {
+        let key = Self::key(&slice);
+        match kept(&slice) {
+            Some(slice) => self.keep(key.clone(), slice, changed),
+            None => self.remove(&key, changed),
         }
-        self.remove(&key, changed);
-        let service = (key.0.clone(), slice.service.clone());
-        self.by_service.entry(service.clone()).or_default().insert(key.1.clone());
-        self.slices.insert(key, slice);
-        changed.insert(service);
+        key
     }
 
     fn remove(&mut self, key: &(String, String), changed: &mut BTreeSet<ServiceKey>) {
@@ -206,6 +170,29 @@ impl Table {
                 self.by_service.remove(&service);
             }
         }
+        changed.insert(service);
+        give_back(&mut self.slices);
+        give_back(&mut self.by_service);
+    }
+
+    fn key(slice: &EndpointSlice) -> (String, String) {
+        (slice.namespace().unwrap_or_default(), slice.name_any())
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &(String, String)> {
+        self.slices.keys()
+    }
+}
+
+impl Table {
+    fn keep(&mut self, key: (String, String), slice: Slice, changed: &mut BTreeSet<ServiceKey>) {
+        if self.slices.get(&key) == Some(&slice) {
+            return;
+        }
+        relist::Table::remove(self, &key, changed);
+        let service = (key.0.clone(), slice.service.clone());
+        self.by_service.entry(service.clone()).or_default().insert(key.1.clone());
+        self.slices.insert(key, slice);
         changed.insert(service);
     }
 }
@@ -249,6 +236,8 @@ fn kept(slice: &EndpointSlice) -> Option<Slice> {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    use kube::runtime::watcher::Event;
 
     use super::*;
 
@@ -328,7 +317,7 @@ mod tests {
                 endpoint("10.0.0.5", "gone", json!({"ready": false, "serving": false, "terminating": true})),
             ]),
         )));
-        assert_eq!(changed, vec![key.clone()]);
+        assert_eq!(changed, BTreeSet::from([key.clone()]));
         let pods: Vec<_> =
             serving(&endpoints, &key, "rpc").iter().map(|m| (m.address(), m.pod.clone().unwrap())).collect();
         let expected = [("10.0.0.1:8080", "ready"), ("10.0.0.2:8080", "unknown"), ("10.0.0.3:8080", "draining")];
@@ -351,10 +340,10 @@ mod tests {
 
         writer.apply(Event::Init);
         writer.apply(Event::InitApply(one));
-        assert_eq!(writer.apply(Event::InitDone), vec![key.clone()]);
+        assert_eq!(writer.apply(Event::InitDone), BTreeSet::from([key.clone()]));
         assert_eq!(serving(&endpoints, &key, "rpc").len(), 1, "acme-2 went during the gap");
         writer.apply(Event::Delete(slice("acme-1", json!([]))));
         assert!(serving(&endpoints, &key, "rpc").is_empty());
-        assert!(writer.table.read().unwrap().by_service.is_empty());
+        assert!(endpoints.table.read().by_service.is_empty());
     }
 }

@@ -9,16 +9,15 @@
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::watcher::Event;
 
+use super::changes::{Change, ProviderView, Seen, provider_view, secret_view};
 use super::leases::{Leases, Writer};
 use super::{LeaseKey, Queue};
 use crate::controller::cached::CachedLease;
-use crate::controller::changes::{Seen, forget_deleted, generation, lease_view, secret_view};
 use sandcap_core::api::SandboxProvider;
 
 /// Provider events: a provider's own spec changes, and the leases that read a changed provider.
 pub(super) struct ProviderEvents<F> {
-    spec: Seen<SandboxProvider>,
-    view: Seen<SandboxProvider>,
+    seen: Seen<SandboxProvider, ProviderView>,
     own: Queue<SandboxProvider>,
     related: Queue<CachedLease>,
     leases: Leases,
@@ -27,22 +26,23 @@ pub(super) struct ProviderEvents<F> {
 
 impl<F: Fn(&str)> ProviderEvents<F> {
     pub(super) fn new(own: Queue<SandboxProvider>, related: Queue<CachedLease>, leases: Leases, forget: F) -> Self {
-        let (spec, view) = (Seen::new(generation), Seen::new(lease_view));
-        ProviderEvents { spec, view, own, related, leases, forget }
+        ProviderEvents { seen: Seen::new(provider_view), own, related, leases, forget }
     }
 
     pub(super) fn handle(&mut self, event: Event<SandboxProvider>) {
-        let changed = self.spec.observe(&event);
-        forget_deleted(&event, &changed, &self.forget);
-        // A deleted object has nothing left to reconcile: its trigger would stay counted as waiting.
-        if !matches!(event, Event::Delete(_) | Event::InitDone) {
-            changed.into_iter().for_each(|p| self.own.send_own(p));
-        }
-        let listed = self.view.listed();
-        let changed = self.view.observe(&event);
-        if listed {
-            for provider in changed {
-                self.leases.of_provider(&provider.name).into_iter().for_each(|l| self.related.send(l));
+        let listed = self.seen.listed();
+        for change in self.seen.observe(event) {
+            let (before, after) = (change.before, change.after);
+            match after {
+                // A deleted object has nothing left to reconcile: its trigger would stay counted as waiting.
+                None => change.key.extra.uid.as_deref().into_iter().for_each(&self.forget),
+                Some(after) if before.map(|b| b.generation) != Some(after.generation) => {
+                    self.own.send_own(change.key.clone());
+                }
+                Some(_) => {}
+            }
+            if listed && before.map(|b| b.lease_view) != after.map(|a| a.lease_view) {
+                self.leases.of_provider(&change.key.name).into_iter().for_each(|l| self.related.send(l));
             }
         }
     }
@@ -75,7 +75,7 @@ impl<J: Fn(&LeaseKey)> LeaseEvents<J> {
 /// The events of one Secret watch: the leases that read a changed Secret (its data changed, or it
 /// was deleted, or lost its label, which the watch's selector shows as a deletion).
 pub(super) struct SecretEvents {
-    content: Seen<Secret>,
+    content: Seen<Secret, u64>,
     related: Queue<CachedLease>,
     leases: Leases,
 }
@@ -87,9 +87,9 @@ impl SecretEvents {
 
     pub(super) fn handle(&mut self, event: Event<Secret>) {
         let listed = self.content.listed();
-        let changed = self.content.observe(&event);
+        let changed = self.content.observe(event);
         if listed {
-            for secret in changed {
+            for Change { key: secret, .. } in changed {
                 let namespace = secret.namespace.as_deref().unwrap_or_default();
                 let leases = self.leases.of_secret(namespace, &secret.name);
                 leases.into_iter().for_each(|l| self.related.send(l));

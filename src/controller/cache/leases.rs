@@ -9,18 +9,20 @@
 //! one namespace and provider hold one copy of each. Only the lease watch writes the leases
 //! ([`Writer::apply`]); a reconcile writes what is known of its lease ([`Leases::known`]).
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use kube::runtime::watcher::Event;
 use kube::{Resource, ResourceExt};
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 
 use super::index::Index;
 use super::names::{Interned, LeaseKey};
+use super::relist::{self, Shared, shared};
 use crate::controller::audit::{Audits, Pending};
 use crate::controller::cached::{CachedLease, Kept};
+use crate::controller::capacity::give_back;
 use crate::controller::known::Known;
 
 /// Early judgments waiting for their reconcile, at most (a burst beyond it, or a start's listing,
@@ -30,23 +32,19 @@ pub const EARLY_MAX: usize = 64;
 /// The table, shared between the lease watch that writes it and everything that reads it.
 #[derive(Clone)]
 pub struct Leases {
-    table: Arc<RwLock<Table>>,
-    listed: watch::Receiver<bool>,
+    table: Shared<Table>,
     /// Notified on every event the watch applies (the observer's wake-up).
     changed: Arc<Notify>,
 }
 
 /// The lease watch's end: [`Leases::apply`] takes its events.
 pub struct Writer {
-    table: Arc<RwLock<Table>>,
-    listed: watch::Sender<bool>,
+    table: relist::Writer<Table>,
     changed: Arc<Notify>,
-    /// The keys of the list in progress (between `Init` and `InitDone`).
-    listing: Option<HashSet<LeaseKey>>,
 }
 
 #[derive(Default)]
-struct Table {
+pub(super) struct Table {
     entries: HashMap<LeaseKey, Entry>,
     index: Index,
     names: Interned,
@@ -66,24 +64,22 @@ struct Entry {
 /// The table and the writer that fills it; `nonconforming` counts the leases whose finding does
 /// not conform.
 pub fn table(nonconforming: Gauge) -> (Leases, Writer) {
-    let (listed_tx, listed) = watch::channel(false);
-    let table = Arc::new(RwLock::new(Table { nonconforming, ..Table::default() }));
+    let (table, writer) = shared(Table { nonconforming, ..Table::default() });
     let changed = Arc::new(Notify::new());
-    let leases = Leases { table: table.clone(), listed, changed: changed.clone() };
-    (leases, Writer { table, listed: listed_tx, changed, listing: None })
+    (Leases { table, changed: changed.clone() }, Writer { table: writer, changed })
 }
 
 impl Leases {
     /// The lease as the next reconcile reads it.
     pub fn get(&self, key: &LeaseKey) -> Option<Arc<CachedLease>> {
-        let table = self.table.read().expect("not poisoned");
+        let table = self.table.read();
         table.entries.get(key)?.kept.view(key.namespace(), key.name()).map(Arc::new)
     }
 
     /// Runs `f` on what is known of `lease`, with the leases' gauge; `None` if the table no longer
     /// holds it (deleted, or created again under its name).
     pub fn known<R>(&self, lease: &CachedLease, f: impl FnOnce(&mut Known, &Gauge) -> R) -> Option<R> {
-        let mut table = self.table.write().expect("not poisoned");
+        let mut table = self.table.write();
         let Table { entries, nonconforming, early, .. } = &mut *table;
         let entry = entries.get_mut(&LeaseKey::of(lease)).filter(|e| e.kept.uid() == lease.meta().uid.as_deref())?;
         let waited = entry.known.waits_early();
@@ -98,7 +94,7 @@ impl Leases {
     /// (off the lock the reconciles take).
     pub fn judge_early(&self, key: &LeaseKey, audits: &Audits) {
         let room = {
-            let table = self.table.read().expect("not poisoned");
+            let table = self.table.read();
             table.early < EARLY_MAX || table.entries.get(key).is_some_and(|e| e.known.waits_early())
         };
         let Some(lease) = room.then(|| self.get(key)).flatten() else { return };
@@ -108,7 +104,7 @@ impl Leases {
 
     /// Every lease's key (the hourly pass).
     pub fn keys(&self) -> Vec<LeaseKey> {
-        self.table.read().expect("not poisoned").entries.keys().cloned().collect()
+        self.table.read().entries.keys().cloned().collect()
     }
 
     /// The lease named `name` in `namespace`.
@@ -118,7 +114,7 @@ impl Leases {
 
     /// The keys of the leases labelled as observed.
     pub fn observed(&self) -> Vec<LeaseKey> {
-        let table = self.table.read().expect("not poisoned");
+        let table = self.table.read();
         table.entries.iter().filter(|(_, e)| e.kept.is_observed()).map(|(k, _)| k.clone()).collect()
     }
 
@@ -130,22 +126,22 @@ impl Leases {
     }
 
     pub fn count(&self) -> usize {
-        self.table.read().expect("not poisoned").entries.len()
+        self.table.read().entries.len()
     }
 
     /// The leases that resolve against provider `name`.
     pub fn of_provider(&self, name: &str) -> Vec<LeaseKey> {
-        self.table.read().expect("not poisoned").index.of_provider(name)
+        self.table.read().index.of_provider(name)
     }
 
     /// The leases whose `configFrom` reads Secret `name` in `namespace`.
     pub fn of_secret(&self, namespace: &str, name: &str) -> Vec<LeaseKey> {
-        self.table.read().expect("not poisoned").index.of_secret(namespace, name)
+        self.table.read().index.of_secret(namespace, name)
     }
 
     /// Waits until the first list has completed; `false` if the writer is gone first.
     pub async fn listed(&self) -> bool {
-        self.listed.clone().wait_for(|listed| *listed).await.is_ok()
+        self.table.listed().await
     }
 }
 
@@ -154,37 +150,50 @@ impl Writer {
     /// generation moved. A deleted one (also one a re-list no longer holds) leaves the table and
     /// the index, and what is known of it with it.
     pub fn apply(&mut self, event: Event<CachedLease>) -> Vec<LeaseKey> {
-        let mut triggered = Vec::new();
-        let mut table = self.table.write().expect("not poisoned");
-        let mut moved = true;
-        match event {
-            Event::Init => self.listing = Some(HashSet::new()),
-            Event::InitApply(lease) | Event::Apply(lease) => {
-                let (key, observed_moved) = table.insert(lease, &mut triggered);
-                moved = observed_moved || !triggered.is_empty();
-                if let Some(listing) = self.listing.as_mut() {
-                    listing.insert(key);
-                }
-            }
-            Event::Delete(lease) => table.remove(&LeaseKey::of(&lease)),
-            Event::InitDone => {
-                if let Some(listing) = self.listing.take() {
-                    let gone: Vec<LeaseKey> = table.entries.keys().filter(|k| !listing.contains(*k)).cloned().collect();
-                    gone.iter().for_each(|key| table.remove(key));
-                }
-                self.listed.send_replace(true);
-            }
-        }
-        if moved {
+        let changes = self.table.apply(event);
+        if changes.moved {
             self.changed.notify_one();
         }
-        triggered
+        changes.triggered
     }
 }
 
-/// A table or set larger than this gives memory back once it holds less than a quarter of its
-/// capacity (a hash table never shrinks by itself).
-const SHRINK_ABOVE: usize = 1024;
+/// What a lease event changed.
+#[derive(Default)]
+pub(super) struct Changes {
+    /// The leases to reconcile.
+    triggered: Vec<LeaseKey>,
+    /// Whether what the observer reads moved.
+    moved: bool,
+}
+
+impl relist::Table for Table {
+    type Object = CachedLease;
+    type Key = LeaseKey;
+    type Changes = Changes;
+
+    fn put(&mut self, lease: CachedLease, changes: &mut Changes) -> LeaseKey {
+        let (key, moved) = self.insert(lease, &mut changes.triggered);
+        changes.moved |= moved || !changes.triggered.is_empty();
+        key
+    }
+
+    fn remove(&mut self, key: &LeaseKey, changes: &mut Changes) {
+        changes.moved |= self.forget(key);
+    }
+
+    fn key(lease: &CachedLease) -> LeaseKey {
+        LeaseKey::of(lease)
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &LeaseKey> {
+        self.entries.keys()
+    }
+
+    fn relisted(&mut self, changes: &mut Changes) {
+        changes.moved = true;
+    }
+}
 
 impl Table {
     /// Keeps `lease`, replacing what was kept of it; returns its key (the one kept, when there was)
@@ -203,7 +212,7 @@ impl Table {
         // A lease deleted and created again under its name while the watch was away (a uid of its
         // own) is a new lease: its generations count afresh, and nothing judged of the old holds.
         if self.entries.get(&probe).is_some_and(|old| old.kept.uid() != kept.uid()) {
-            self.remove(&probe);
+            self.forget(&probe);
         }
         let (key, mut old) = match self.entries.remove_entry(&probe) {
             Some((key, old)) => (key, Some(old)),
@@ -238,21 +247,16 @@ impl Table {
         same.then(|| key.clone())
     }
 
-    /// Forgets the lease at `key`, and what is known of it.
-    fn remove(&mut self, key: &LeaseKey) {
-        let Some((key, old)) = self.entries.remove_entry(key) else { return };
+    /// Forgets the lease at `key`, and what is known of it; whether it was kept.
+    fn forget(&mut self, key: &LeaseKey) -> bool {
+        let Some((key, old)) = self.entries.remove_entry(key) else { return false };
         self.index.unlink(&key, &old.provider, &old.secrets);
         self.early -= usize::from(old.known.waits_early());
         old.known.forgotten(&self.nonconforming);
-        self.shrink();
-    }
-
-    fn shrink(&mut self) {
-        let capacity = self.entries.capacity();
-        if capacity > SHRINK_ABOVE && capacity / 4 > self.entries.len() {
-            self.entries.shrink_to_fit();
+        if give_back(&mut self.entries) {
             self.index.shrink();
         }
+        true
     }
 }
 

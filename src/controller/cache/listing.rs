@@ -19,12 +19,18 @@ use kube::runtime::watcher::{self, Event};
 use serde::de::DeserializeOwned;
 
 /// The watch of `api`, by streaming lists, falling back to the paged lists of `config` when the
-/// apiserver refuses them.
-pub(super) fn watch<K>(api: Api<K>, config: watcher::Config) -> impl Stream<Item = watcher::Result<Event<K>>> + Send
+/// apiserver refuses them; `dyntype` names the kind (`&()` for a kind known at compile time). An
+/// `Api<PartialObjectMeta<K>>` watches the objects' metadata alone: the apiserver sends nothing
+/// else of them.
+pub(crate) fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    dyntype: &K::DynamicType,
+) -> impl Stream<Item = watcher::Result<Event<K>>> + Send + use<K>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    let watched = Watched { kind: K::kind(&()).into_owned(), namespace: api.namespace().map(String::from) };
+    let watched = Watched { kind: K::kind(dyntype).into_owned(), namespace: api.namespace().map(String::from) };
     falling_back(config, watched, move |config| watcher::watcher(api.clone(), config))
 }
 

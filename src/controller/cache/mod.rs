@@ -16,18 +16,22 @@
 //! the queues and what the controllers keep, in `events.rs`.
 //!
 //! Leases are kept in sandcap's own table (`leases.rs`), which also holds what each lease reads and
-//! the index from each provider and Secret to its leases. After a watch re-list, objects deleted
-//! during the gap are found by comparing with the list.
+//! the index from each provider and Secret to its leases. Every table a watch fills follows one
+//! protocol (`relist.rs`): what a re-list no longer holds was deleted during the gap, and is
+//! forgotten.
 //!
-//! Each watch lists by a streaming list, or in pages where the apiserver refuses those (`listing.rs`).
+//! Every watch (these and the observer's) lists by a streaming list, or in pages where the
+//! apiserver refuses those (`listing.rs`).
 
+mod changes;
 pub mod endpoints;
 mod events;
 mod index;
 pub(super) mod leases;
-mod listing;
+pub(crate) mod listing;
 mod names;
 pub mod providers;
+pub(crate) mod relist;
 mod secrets;
 
 use std::hash::Hash;
@@ -157,7 +161,7 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store();
-    (store, logged(listing::watch(api, config).default_backoff().modify(trim).reflect(writer)))
+    (store, logged(listing::watch(api, config, &()).default_backoff().modify(trim).reflect(writer)))
 }
 
 /// The events of a watch, its errors logged: the watcher retries with backoff on its own.
@@ -194,7 +198,7 @@ impl Caches {
         // version (a list "from any version", `resourceVersion=0`, would be served whole from the
         // apiserver's cache, every lease in one response).
         let lease_events = logged(
-            listing::watch(Api::<CachedLease>::all(client.clone()), watcher::Config::default()).default_backoff(),
+            listing::watch(Api::<CachedLease>::all(client.clone()), watcher::Config::default(), &()).default_backoff(),
         );
         let (leases, lease_table) = leases::table(known::nonconforming(metrics, Kind::SandboxLease));
         // Pages of 16 Secrets where streaming lists are refused: a Secret may hold 1 MiB, and a page
@@ -219,7 +223,7 @@ impl Caches {
         // Slices hold up to 100 endpoints (1,000 at most) each: pages of 50.
         let slice_selector = watcher::Config::default().labels(endpoints::SERVICE_NAME_LABEL).page_size(50);
         let slice_events =
-            logged(listing::watch(Api::<EndpointSlice>::all(client.clone()), slice_selector).default_backoff());
+            logged(listing::watch(Api::<EndpointSlice>::all(client.clone()), slice_selector, &()).default_backoff());
         let (endpoints, mut slice_table) = endpoints::table();
         let providers_changed = Arc::new(Notify::new());
         let provider_queue = queues.providers.clone();

@@ -11,6 +11,7 @@ use kube::ResourceExt;
 
 use super::*;
 use crate::controller::cache::{leases, stream};
+use crate::controller::capacity::KEPT_CAPACITY;
 use crate::controller::fixtures::lease;
 
 /// A fake reconcile: it records which lease started, waits for a permit of `gate`, and fails

@@ -59,14 +59,13 @@ async fn a_pass_creates_what_is_missing_leaves_the_hand_made_and_the_unknown_kin
     ] {
         parts.leases.apply(Event::Apply(stored.into()));
     }
-    let namespaces = watches::Namespaces::default();
     let enabled = |name: &str| {
         let mut meta = kube::core::PartialObjectMeta::<k8s_openapi::api::core::v1::Namespace>::default();
         meta.metadata.name = Some(name.into());
         meta.metadata.labels = Some(BTreeMap::from([(NAMESPACE_LABEL.into(), NAMESPACE_ENABLED.into())]));
         meta
     };
-    namespaces.apply_for_tests(vec![enabled("ns")]);
+    let namespaces = watches::Namespaces::listed_for_tests(vec![enabled("ns")]);
     let jobs = Workloads::listed_with(
         WorkloadKind::Job,
         "batch/v1",

@@ -4,110 +4,114 @@
 //! opts in, the workload watches list again (what they dropped of it is not kept anywhere).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Namespace;
+use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::PartialObjectMeta;
-use kube::runtime::watcher::{self, Event};
-use kube::runtime::{WatchStreamExt, watcher as watch};
-use kube::{Client, Resource};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher;
+#[cfg(test)]
+use kube::runtime::watcher::Event;
 use tokio::sync::Notify;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use crate::controller::cache::listing;
+use crate::controller::cache::relist::{Shared, Table, Writer, shared};
 use crate::controller::cache::{logged, spawn_until};
+use crate::controller::capacity::give_back;
 use sandcap_core::workloads::{NAMESPACE_ENABLED, NAMESPACE_LABEL, WorkloadKind, namespace_observed};
 
-/// The opted-in namespaces; `None` until first listed.
-#[derive(Clone, Default)]
+/// The opted-in namespaces, once first listed.
+#[derive(Clone)]
 pub struct Namespaces {
-    state: Arc<RwLock<NamespaceState>>,
+    table: Shared<Opted>,
 }
 
-#[derive(Default)]
-struct NamespaceState {
-    observed: Option<HashSet<String>>,
-    listing: Option<HashSet<String>>,
+/// The namespaces' table.
+pub struct Opted {
+    /// sandcap's own namespace, never observed.
+    own: String,
+    observed: HashSet<String>,
     /// Counts the namespaces that opted in: each one asks the workload watches to list again.
     opted_in: u64,
 }
 
 impl Namespaces {
+    /// The namespaces, and the watch's end that fills them; `own` is never observed.
+    fn new(own: String) -> (Namespaces, Writer<Opted>) {
+        let (table, writer) = shared(Opted { own, observed: HashSet::new(), opted_in: 0 });
+        (Namespaces { table }, writer)
+    }
+
     pub fn listed(&self) -> bool {
-        self.state.read().expect("not poisoned").observed.is_some()
+        self.table.is_listed()
     }
 
     pub fn contains(&self, namespace: &str) -> bool {
-        self.state.read().expect("not poisoned").observed.as_ref().is_some_and(|o| o.contains(namespace))
+        self.listed() && self.table.read().observed.contains(namespace)
     }
 
     pub fn opted_in(&self) -> u64 {
-        self.state.read().expect("not poisoned").opted_in
+        self.table.read().opted_in
     }
 
     /// As if the watch had listed `namespaces` (the observer's tests).
     #[cfg(test)]
-    pub fn apply_for_tests(&self, namespaces: Vec<PartialObjectMeta<Namespace>>) {
-        self.apply(Event::Init, "");
-        for ns in namespaces {
-            self.apply(Event::InitApply(ns), "");
+    pub fn listed_for_tests(namespaces: Vec<PartialObjectMeta<Namespace>>) -> Namespaces {
+        let (listed, mut writer) = Namespaces::new(String::new());
+        writer.apply(Event::Init);
+        namespaces.into_iter().for_each(|ns| _ = writer.apply(Event::InitApply(ns)));
+        writer.apply(Event::InitDone);
+        listed
+    }
+}
+
+impl Table for Opted {
+    type Object = PartialObjectMeta<Namespace>;
+    type Key = String;
+    /// Whether the namespaces observed changed.
+    type Changes = bool;
+
+    fn put(&mut self, ns: PartialObjectMeta<Namespace>, changed: &mut bool) -> String {
+        let name = Self::key(&ns);
+        let labels = ns.metadata.labels.unwrap_or_default();
+        if !namespace_observed(&name, &labels, &self.own) {
+            self.remove(&name, changed);
+        } else if self.observed.insert(name.clone()) {
+            self.opted_in += 1;
+            *changed = true;
         }
-        self.apply(Event::InitDone, "");
+        name
     }
 
-    fn apply(&self, event: Event<PartialObjectMeta<Namespace>>, own: &str) -> bool {
-        let observed = |ns: &PartialObjectMeta<Namespace>| {
-            let name = ns.metadata.name.clone().unwrap_or_default();
-            let labels = ns.metadata.labels.clone().unwrap_or_default();
-            namespace_observed(&name, &labels, own).then_some(name)
-        };
-        let mut state = self.state.write().expect("not poisoned");
-        match event {
-            Event::Init => state.listing = Some(HashSet::new()),
-            Event::InitApply(ns) => {
-                if let (Some(listing), Some(name)) = (state.listing.as_mut(), observed(&ns)) {
-                    listing.insert(name);
-                }
-            }
-            Event::InitDone => {
-                let listed = state.listing.take().unwrap_or_default();
-                let before = state.observed.replace(listed).unwrap_or_default();
-                let now = state.observed.as_ref().expect("just set");
-                if now.iter().any(|ns| !before.contains(ns)) {
-                    state.opted_in += 1;
-                }
-                return true;
-            }
-            Event::Apply(ns) => {
-                let name = ns.metadata.name.clone().unwrap_or_default();
-                let Some(set) = state.observed.as_mut() else { return false };
-                let changed = match observed(&ns) {
-                    Some(name) => set.insert(name),
-                    None => set.remove(&name),
-                };
-                if changed && set.contains(&name) {
-                    state.opted_in += 1;
-                }
-                return changed;
-            }
-            Event::Delete(ns) => {
-                let name = ns.metadata.name.unwrap_or_default();
-                return state.observed.as_mut().is_some_and(|set| set.remove(&name));
-            }
-        }
-        false
+    fn remove(&mut self, name: &String, changed: &mut bool) {
+        *changed |= self.observed.remove(name);
+    }
+
+    fn key(ns: &PartialObjectMeta<Namespace>) -> String {
+        ns.metadata.name.clone().unwrap_or_default()
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &String> {
+        self.observed.iter()
+    }
+
+    fn relisted(&mut self, changed: &mut bool) {
+        *changed = true;
     }
 }
 
 /// Watches the namespaces labelled [`NAMESPACE_LABEL`]`=enabled` until `shutdown` (`own` is never
 /// observed), notifying `changed` on each change.
 pub fn namespaces(client: &Client, own: String, changed: Arc<Notify>, shutdown: &CancellationToken) -> Namespaces {
-    let namespaces = Namespaces::default();
+    let (namespaces, mut writer) = Namespaces::new(own);
     let config = watcher::Config::default().labels(&format!("{NAMESPACE_LABEL}={NAMESPACE_ENABLED}"));
-    let events = watch(Api::<PartialObjectMeta<Namespace>>::all(client.clone()), config).default_backoff();
-    let state = namespaces.clone();
+    let events =
+        listing::watch(Api::<PartialObjectMeta<Namespace>>::all(client.clone()), config, &()).default_backoff();
     spawn_until(shutdown, logged(events), move |event| {
-        if state.apply(event, &own) {
+        if writer.apply(event) {
             changed.notify_one();
         }
     });
@@ -124,15 +128,14 @@ pub struct Item {
 pub struct Workloads {
     pub kind: WorkloadKind,
     pub api_version: String,
-    table: Arc<RwLock<Table>>,
+    table: Shared<Items>,
     _stop: DropGuard,
 }
 
-#[derive(Default)]
-struct Table {
-    listed: bool,
+/// The workloads of one watch, of the namespaces observed.
+pub struct Items {
+    namespaces: Namespaces,
     items: HashMap<(String, String), Item>,
-    listing: Option<HashMap<(String, String), Item>>,
 }
 
 impl Workloads {
@@ -156,12 +159,11 @@ impl Workloads {
             plural: row.plural.to_string(),
         };
         let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), &resource);
-        let events = watch(api, watcher::Config::default().labels(selector)).default_backoff();
-        let table = Arc::new(RwLock::new(Table::default()));
+        let events = listing::watch(api, watcher::Config::default().labels(selector), &resource).default_backoff();
+        let (table, mut writer) = shared(Items { namespaces, items: HashMap::new() });
         let stop = shutdown.child_token();
-        let writer = table.clone();
         spawn_until(&stop, logged(events), move |event| {
-            if writer.write().expect("not poisoned").apply(event, &namespaces) {
+            if writer.apply(event) {
                 changed.notify_one();
             }
         });
@@ -172,19 +174,21 @@ impl Workloads {
     #[cfg(test)]
     pub fn listed_with(kind: WorkloadKind, api_version: &str, items: Vec<(&str, &str, Item)>) -> Workloads {
         let items = items.into_iter().map(|(ns, name, item)| ((ns.to_string(), name.to_string()), item)).collect();
-        let table = Arc::new(RwLock::new(Table { listed: true, items, listing: None }));
+        let (table, mut writer) = shared(Items { namespaces: Namespaces::new(String::new()).0, items });
+        // An end of a list whose start was never seen: it takes nothing away.
+        writer.apply(Event::InitDone);
         let stop = CancellationToken::new().drop_guard();
         Workloads { kind, api_version: api_version.to_string(), table, _stop: stop }
     }
 
     /// Whether it has listed once.
     pub fn listed(&self) -> bool {
-        self.table.read().expect("not poisoned").listed
+        self.table.is_listed()
     }
 
     /// Calls `f` with every workload it holds: namespace, name, what is kept of it.
     pub fn each(&self, mut f: impl FnMut(&str, &str, &Item)) {
-        let table = self.table.read().expect("not poisoned");
+        let table = self.table.read();
         for ((namespace, name), item) in &table.items {
             f(namespace, name, item);
         }
@@ -192,51 +196,48 @@ impl Workloads {
 
     /// Forgets the workloads of namespaces no longer observed.
     pub fn retain(&self, namespaces: &Namespaces) {
-        self.table.write().expect("not poisoned").items.retain(|(ns, _), _| namespaces.contains(ns));
+        self.table.write().items.retain(|(ns, _), _| namespaces.contains(ns));
     }
 }
 
-impl Table {
-    /// Applies one event; whether what is held changed.
-    fn apply(&mut self, event: Event<PartialObjectMeta<DynamicObject>>, namespaces: &Namespaces) -> bool {
-        // A workload being deleted has no lease to get: the garbage collector takes it meanwhile.
-        let keep = |meta: &PartialObjectMeta<DynamicObject>| {
-            if meta.metadata.deletion_timestamp.is_some() {
-                return None;
+impl Table for Items {
+    type Object = PartialObjectMeta<DynamicObject>;
+    type Key = (String, String);
+    /// Whether what is held changed.
+    type Changes = bool;
+
+    fn put(&mut self, meta: PartialObjectMeta<DynamicObject>, changed: &mut bool) -> (String, String) {
+        let key = Self::key(&meta);
+        let metadata = meta.metadata;
+        // A workload being deleted has no lease to get: the garbage collector takes it meanwhile;
+        // one of a namespace not observed is dropped as it arrives.
+        let kept = metadata.deletion_timestamp.is_none() && self.namespaces.contains(&key.0);
+        match metadata.uid.filter(|_| kept) {
+            Some(uid) => {
+                self.items.insert(key.clone(), Item { uid, labels: metadata.labels.unwrap_or_default() });
+                *changed = true;
             }
-            let namespace = meta.metadata.namespace.clone().filter(|ns| namespaces.contains(ns))?;
-            let name = meta.metadata.name.clone()?;
-            let item =
-                Item { uid: meta.metadata.uid.clone()?, labels: meta.metadata.labels.clone().unwrap_or_default() };
-            Some(((namespace, name), item))
-        };
-        match event {
-            Event::Init => self.listing = Some(HashMap::new()),
-            Event::InitApply(meta) => {
-                if let (Some(listing), Some((key, item))) = (self.listing.as_mut(), keep(&meta)) {
-                    listing.insert(key, item);
-                }
-            }
-            Event::InitDone => {
-                self.items = self.listing.take().unwrap_or_default();
-                self.listed = true;
-                return true;
-            }
-            Event::Apply(meta) => match keep(&meta) {
-                Some((key, item)) => {
-                    self.items.insert(key, item);
-                    return true;
-                }
-                None => return self.items.remove(&key_of(&meta)).is_some(),
-            },
-            Event::Delete(meta) => return self.items.remove(&key_of(&meta)).is_some(),
+            None => self.remove(&key, changed),
         }
-        false
+        key
     }
-}
 
-fn key_of<K: Resource>(meta: &K) -> (String, String) {
-    (meta.meta().namespace.clone().unwrap_or_default(), meta.meta().name.clone().unwrap_or_default())
+    fn remove(&mut self, key: &(String, String), changed: &mut bool) {
+        *changed |= self.items.remove(key).is_some();
+        give_back(&mut self.items);
+    }
+
+    fn key(meta: &PartialObjectMeta<DynamicObject>) -> (String, String) {
+        (meta.metadata.namespace.clone().unwrap_or_default(), meta.metadata.name.clone().unwrap_or_default())
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &(String, String)> {
+        self.items.keys()
+    }
+
+    fn relisted(&mut self, changed: &mut bool) {
+        *changed = true;
+    }
 }
 
 #[cfg(test)]
@@ -258,49 +259,46 @@ mod tests {
 
     #[test]
     fn namespaces_are_observed_once_listed_never_the_own_or_the_clusters_and_each_opt_in_counts() {
-        let ns = Namespaces::default();
         let own = "sandcap-system";
-        ns.apply(Event::Init, own);
+        let (ns, mut writer) = Namespaces::new(own.into());
+        writer.apply(Event::Init);
         for name in ["paperclip-acme", "kube-system", own] {
-            ns.apply(Event::InitApply(meta(None, name, &[ENABLED])), own);
+            writer.apply(Event::InitApply(meta(None, name, &[ENABLED])));
         }
-        assert!(!ns.listed());
-        assert!(ns.apply(Event::InitDone, own));
+        assert!(!ns.listed() && !ns.contains("paperclip-acme"));
+        assert!(writer.apply(Event::InitDone));
         assert!(ns.listed() && ns.contains("paperclip-acme"));
         assert!(!ns.contains("kube-system") && !ns.contains(own));
         let before = ns.opted_in();
-        assert!(ns.apply(Event::Apply(meta(None, "paperclip-beta", &[ENABLED])), own));
+        assert!(writer.apply(Event::Apply(meta(None, "paperclip-beta", &[ENABLED]))));
         assert_eq!(ns.opted_in(), before + 1);
         // Relabelled out: the watch's selector reports it as deleted, or as changed without the label.
-        assert!(ns.apply(Event::Apply(meta(None, "paperclip-beta", &[])), own));
-        assert!(ns.apply(Event::Delete(meta(None, "paperclip-acme", &[ENABLED])), own));
+        assert!(writer.apply(Event::Apply(meta(None, "paperclip-beta", &[]))));
+        assert!(writer.apply(Event::Delete(meta(None, "paperclip-acme", &[ENABLED]))));
         assert!(!ns.contains("paperclip-acme") && !ns.contains("paperclip-beta"));
         assert_eq!(ns.opted_in(), before + 1, "leaving asks for no new list");
     }
 
     #[test]
     fn workloads_of_namespaces_not_observed_are_dropped_as_they_arrive() {
-        let ns = Namespaces::default();
-        ns.apply(Event::Init, "");
-        ns.apply(Event::InitApply(meta(None, "paperclip-acme", &[ENABLED])), "");
-        ns.apply(Event::InitDone, "");
-        let mut table = Table::default();
-        table.apply(Event::Init, &ns);
-        table.apply(Event::InitApply(meta(Some("paperclip-acme"), "pc-1", &[("a", "b")])), &ns);
-        table.apply(Event::InitApply(meta(Some("other"), "pc-2", &[])), &ns);
-        assert!(!table.listed);
-        assert!(table.apply(Event::InitDone, &ns));
-        let keys: Vec<_> = table.items.keys().cloned().collect();
+        let ns = Namespaces::listed_for_tests(vec![meta(None, "paperclip-acme", &[ENABLED])]);
+        let (table, mut writer) = shared(Items { namespaces: ns, items: HashMap::new() });
+        writer.apply(Event::Init);
+        writer.apply(Event::InitApply(meta(Some("paperclip-acme"), "pc-1", &[("a", "b")])));
+        writer.apply(Event::InitApply(meta(Some("other"), "pc-2", &[])));
+        assert!(!table.is_listed());
+        assert!(writer.apply(Event::InitDone));
+        let keys: Vec<_> = table.read().items.keys().cloned().collect();
         assert_eq!(keys, [("paperclip-acme".to_string(), "pc-1".to_string())]);
-        assert_eq!(table.items[&keys[0]].labels["a"], "b");
-        assert!(!table.apply(Event::Apply(meta(Some("other"), "pc-3", &[])), &ns));
-        assert!(table.apply(Event::Delete(meta(Some("paperclip-acme"), "pc-1", &[])), &ns));
-        assert!(table.items.is_empty());
-        table.apply(Event::Apply(meta(Some("paperclip-acme"), "pc-4", &[])), &ns);
+        assert_eq!(table.read().items[&keys[0]].labels["a"], "b");
+        assert!(!writer.apply(Event::Apply(meta(Some("other"), "pc-3", &[]))));
+        assert!(writer.apply(Event::Delete(meta(Some("paperclip-acme"), "pc-1", &[]))));
+        assert!(table.read().items.is_empty());
+        writer.apply(Event::Apply(meta(Some("paperclip-acme"), "pc-4", &[])));
         let mut deleting = meta(Some("paperclip-acme"), "pc-4", &[]);
         deleting.metadata.deletion_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()));
-        assert!(table.apply(Event::Apply(deleting), &ns), "a workload being deleted is dropped");
-        assert!(table.items.is_empty());
+        assert!(writer.apply(Event::Apply(deleting)), "a workload being deleted is dropped");
+        assert!(table.read().items.is_empty());
     }
 }

@@ -36,7 +36,7 @@ fn one_key_and_one_copy_of_each_name_are_kept_per_lease() {
     let (leases, mut writer) = table(Gauge::default());
     apply(&mut writer, lease("team-a", "one").of("p", "k").config_from("s", "a"));
     apply(&mut writer, lease("team-a", "two").of("p", "k").config_from("s", "a"));
-    let table = leases.table.read().unwrap();
+    let table = leases.table.read();
     let [one, two] = ["one", "two"].map(|n| table.entries.get_key_value(&LeaseKey::new("team-a".into(), n)).unwrap());
     assert!(Arc::ptr_eq(&one.0.0.0, &two.0.0.0), "one namespace");
     assert!(Arc::ptr_eq(&one.1.provider, &two.1.provider) && Arc::ptr_eq(&one.1.secrets[0], &two.1.secrets[0]));
@@ -57,7 +57,7 @@ fn a_lease_is_triggered_when_new_or_when_its_generation_moves_not_by_a_status_wr
     assert_eq!(names(writer.apply(Event::Apply(moved.into()))), ["team-a/l"]);
     assert!(leases.of_provider("p").is_empty());
     assert_eq!(names(leases.of_provider("q")), ["team-a/l"]);
-    assert!(leases.table.read().unwrap().index.is_empty_but(1), "no empty entry is kept");
+    assert!(leases.table.read().index.is_empty_but(1), "no empty entry is kept");
 }
 
 #[test]
@@ -65,7 +65,7 @@ fn a_status_write_changes_the_published_status_alone() {
     let (leases, mut writer) = table(Gauge::default());
     apply(&mut writer, lease("team-a", "l").of("p", "k").config_from("s", "a"));
     let key = LeaseKey::new("team-a".into(), "l");
-    let spec = |leases: &Leases| leases.table.read().unwrap().entries[&key].kept.spec().as_ptr();
+    let spec = |leases: &Leases| leases.table.read().entries[&key].kept.spec().as_ptr();
     let before = spec(&leases);
     let mut written = lease("team-a", "l").of("p", "k").config_from("s", "a").build();
     let mut status = SandboxLeaseStatus::default();
@@ -100,7 +100,7 @@ fn a_deleted_lease_is_in_no_relation_and_nothing_of_it_is_kept() {
     assert_eq!(names(leases.of_provider("p")), ["team-a/two"]);
     assert_eq!(names(leases.of_secret("team-a", "s")), ["team-a/two"]);
     writer.apply(Event::Delete(lease("team-a", "two").of("p", "k").build().into()));
-    let table = leases.table.read().unwrap();
+    let table = leases.table.read();
     assert!(table.entries.is_empty() && table.index.is_empty_but(0));
 }
 
@@ -115,7 +115,7 @@ fn names_no_lease_reads_any_more_are_dropped() {
             );
         }
     }
-    let held = leases.table.read().unwrap().names.names.len();
+    let held = leases.table.read().names.names.len();
     assert!(held <= 2 * 1002, "{held} names held for 1002 in use");
 }
 

@@ -1,9 +1,9 @@
-//! Change detection for the watches of [`super::cache`]: what of an object each reader reads (a
+//! Change detection for the caches' watches: what of an object each reader reads (a
 //! view), and which objects a watch event changed for them, deletions included (those a re-list
 //! no longer holds too).
 
+use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 
 use k8s_openapi::api::core::v1::Secret;
@@ -11,6 +11,8 @@ use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
+use super::relist::{Relist, Table};
+use crate::controller::capacity::give_back;
 use sandcap_core::api::SandboxProvider;
 
 /// What of a provider a lease reads: its identity, its drivers and the worker's verdict. A probe
@@ -42,72 +44,84 @@ pub(super) fn generation<K: Resource>(obj: &K) -> u64 {
     obj.meta().generation.map_or(0, |g| g as u64)
 }
 
-/// Remembers a view of every object of one watch and tells which objects it changed for.
-pub(super) struct Seen<K: Resource<DynamicType = ()>> {
-    view: fn(&K) -> u64,
-    values: HashMap<ObjectRef<K>, u64>,
-    /// The objects of the list in progress (between `Init` and `InitDone`).
-    listing: Option<HashSet<ObjectRef<K>>>,
-    listed: bool,
+/// What is read of a provider: its generation (by its own reconcile) and its [`lease_view`].
+#[derive(Clone, Copy, PartialEq)]
+pub(super) struct ProviderView {
+    pub generation: u64,
+    pub lease_view: u64,
 }
 
-impl<K: Resource<DynamicType = ()> + Clone> Seen<K> {
-    pub(super) fn new(view: fn(&K) -> u64) -> Self {
-        Seen { view, values: HashMap::new(), listing: None, listed: false }
+pub(super) fn provider_view(provider: &SandboxProvider) -> ProviderView {
+    ProviderView { generation: generation(provider), lease_view: lease_view(provider) }
+}
+
+/// Remembers a view of every object of one watch and tells what each event changed of it.
+pub(super) struct Seen<K: Resource<DynamicType = ()>, V> {
+    views: Views<K, V>,
+    relist: Relist<ObjectRef<K>>,
+}
+
+/// What one event changed of one object's view: `before` is `None` for a new object, `after` for
+/// a deleted one (also one a re-list no longer holds), whose key holds the uid first seen.
+pub(super) struct Change<K: Resource<DynamicType = ()>, V> {
+    pub key: ObjectRef<K>,
+    pub before: Option<V>,
+    pub after: Option<V>,
+}
+
+struct Views<K: Resource<DynamicType = ()>, V> {
+    view: fn(&K) -> V,
+    values: HashMap<ObjectRef<K>, V>,
+}
+
+impl<K: Resource<DynamicType = ()> + Clone, V: Clone + PartialEq> Seen<K, V> {
+    pub(super) fn new(view: fn(&K) -> V) -> Self {
+        Seen { views: Views { view, values: HashMap::new() }, relist: Relist::default() }
     }
 
     /// Whether the first list has completed (before that, every object is new to every reader).
     pub(super) fn listed(&self) -> bool {
-        self.listed
+        self.relist.listed()
     }
 
-    /// The objects whose view this event changed, deletions included: for `Delete` and
-    /// `InitDone` (the objects a re-list no longer holds) every object returned is deleted.
-    pub(super) fn observe(&mut self, event: &watcher::Event<K>) -> Vec<ObjectRef<K>> {
-        match event {
-            watcher::Event::Init => {
-                self.listing = Some(HashSet::new());
-                Vec::new()
-            }
-            watcher::Event::InitApply(obj) | watcher::Event::Apply(obj) => {
-                let key = key_of(obj);
-                if let (watcher::Event::InitApply(_), Some(listing)) = (event, self.listing.as_mut()) {
-                    listing.insert(key.clone());
-                }
-                let view = (self.view)(obj);
-                if self.values.insert(key.clone(), view) == Some(view) { Vec::new() } else { vec![key] }
-            }
-            watcher::Event::Delete(obj) => {
-                let key = key_of(obj);
-                self.values.remove(&key);
-                vec![key]
-            }
-            watcher::Event::InitDone => {
-                self.listed = true;
-                let Some(listing) = self.listing.take() else { return Vec::new() };
-                let gone: Vec<ObjectRef<K>> = self.values.keys().filter(|k| !listing.contains(*k)).cloned().collect();
-                for key in &gone {
-                    self.values.remove(key);
-                }
-                gone
-            }
+    /// The objects whose view `event` changed, deletions included.
+    pub(super) fn observe(&mut self, event: watcher::Event<K>) -> Vec<Change<K, V>> {
+        self.relist.apply(&mut self.views, event)
+    }
+}
+
+impl<K: Resource<DynamicType = ()> + Clone, V: Clone + PartialEq> Table for Views<K, V> {
+    type Object = K;
+    type Key = ObjectRef<K>;
+    type Changes = Vec<Change<K, V>>;
+
+    fn put(&mut self, object: K, changes: &mut Self::Changes) -> ObjectRef<K> {
+        let key = Self::key(&object);
+        let after = (self.view)(&object);
+        let before = self.values.insert(key.clone(), after.clone());
+        if before.as_ref() != Some(&after) {
+            changes.push(Change { key: key.clone(), before, after: Some(after) });
         }
+        key
     }
-}
 
-/// An object's reference with its uid (to forget it by when it is deleted) and without its
-/// resourceVersion: one is kept per object, and the version changes with every write.
-fn key_of<K: Resource<DynamicType = ()>>(obj: &K) -> ObjectRef<K> {
-    let mut key = ObjectRef::from_obj(obj);
-    key.extra.resource_version = None;
-    key
-}
+    fn remove(&mut self, key: &ObjectRef<K>, changes: &mut Self::Changes) {
+        if let Some((key, before)) = self.values.remove_entry(key) {
+            changes.push(Change { key, before: Some(before), after: None });
+        }
+        give_back(&mut self.values);
+    }
 
-/// Calls `forget` with the uid of each object `event` deleted (for `Delete` and `InitDone`,
-/// [`Seen::observe`] returns deleted objects only, each reference with the uid first seen).
-pub(super) fn forget_deleted<K: Resource>(event: &watcher::Event<K>, changed: &[ObjectRef<K>], forget: &impl Fn(&str)) {
-    if matches!(event, watcher::Event::Delete(_) | watcher::Event::InitDone) {
-        changed.iter().filter_map(|r| r.extra.uid.as_deref()).for_each(forget);
+    /// An object's reference with its uid (to forget it by when it is deleted) and without its
+    /// resourceVersion: one is kept per object, and the version changes with every write.
+    fn key(object: &K) -> ObjectRef<K> {
+        let mut key = ObjectRef::from_obj(object);
+        key.extra.resource_version = None;
+        key
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &ObjectRef<K>> {
+        self.values.keys()
     }
 }
 
@@ -119,6 +133,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
     use crate::controller::fixtures::{T0, lease, provider, secret, time};
+    use sandcap_core::api::SandboxLease;
     use sandcap_core::vocabulary::CONFIG_SOURCE_LABEL;
 
     #[test]
@@ -164,19 +179,25 @@ mod tests {
         assert_ne!(secret_view(&secret(json!({"other.json": "e30="}), json!({}))), view);
     }
 
+    fn keys<V>(changes: Vec<Change<SandboxLease, V>>) -> Vec<ObjectRef<SandboxLease>> {
+        changes.into_iter().map(|change| change.key).collect()
+    }
+
     #[test]
     fn a_status_write_triggers_nothing_a_spec_change_or_a_deletion_does() {
         let mut spec = Seen::new(generation);
         let first = lease("team-a", "l").of("p", "k").build();
         let key = ObjectRef::from_obj(&first);
-        assert_eq!(spec.observe(&watcher::Event::Apply(first.clone())), std::slice::from_ref(&key), "new");
+        assert_eq!(keys(spec.observe(watcher::Event::Apply(first.clone()))), std::slice::from_ref(&key), "new");
         let mut status_only = first.clone();
         status_only.status = Some(Default::default());
-        assert!(spec.observe(&watcher::Event::Apply(status_only)).is_empty(), "status write");
+        assert!(spec.observe(watcher::Event::Apply(status_only)).is_empty(), "status write");
         let mut edited = first.clone();
         edited.metadata.generation = Some(2);
-        assert_eq!(spec.observe(&watcher::Event::Apply(edited.clone())), std::slice::from_ref(&key), "spec change");
-        assert_eq!(spec.observe(&watcher::Event::Delete(edited)), [key], "deletion");
+        let changed = spec.observe(watcher::Event::Apply(edited.clone()));
+        assert_eq!((changed[0].before, changed[0].after), (Some(1), Some(2)), "spec change");
+        let deleted = spec.observe(watcher::Event::Delete(edited));
+        assert_eq!((&deleted[0].key, deleted[0].after), (&key, None), "deletion");
     }
 
     #[test]
@@ -185,22 +206,19 @@ mod tests {
         let kept = lease("team-a", "kept").build();
         let gone = lease("team-a", "gone").build();
         assert!(!spec.listed());
-        spec.observe(&watcher::Event::Init);
-        spec.observe(&watcher::Event::InitApply(kept.clone()));
-        spec.observe(&watcher::Event::InitApply(gone.clone()));
-        assert!(spec.observe(&watcher::Event::InitDone).is_empty(), "the first list deletes nothing");
+        spec.observe(watcher::Event::Init);
+        spec.observe(watcher::Event::InitApply(kept.clone()));
+        spec.observe(watcher::Event::InitApply(gone.clone()));
+        assert!(spec.observe(watcher::Event::InitDone).is_empty(), "the first list deletes nothing");
         assert!(spec.listed());
 
-        spec.observe(&watcher::Event::Init);
-        assert!(spec.observe(&watcher::Event::InitApply(kept.clone())).is_empty(), "unchanged");
-        let deleted = spec.observe(&watcher::Event::InitDone);
-        assert_eq!(deleted, [ObjectRef::from_obj(&gone)]);
-        assert!(spec.values.len() == 1, "the deleted object is forgotten");
-        // ... and so is everything the controllers kept about it, by its uid.
-        let forgotten = std::cell::RefCell::new(Vec::new());
-        let forget = |uid: &str| forgotten.borrow_mut().push(uid.to_string());
-        forget_deleted(&watcher::Event::InitDone, &deleted, &forget);
-        forget_deleted(&watcher::Event::Apply(kept.clone()), &[ObjectRef::from_obj(&kept)], &forget);
-        assert_eq!(*forgotten.borrow(), ["team-a-gone-uid"]);
+        spec.observe(watcher::Event::Init);
+        assert!(spec.observe(watcher::Event::InitApply(kept.clone())).is_empty(), "unchanged");
+        let deleted = spec.observe(watcher::Event::InitDone);
+        assert_eq!(deleted.iter().map(|c| &c.key).collect::<Vec<_>>(), [&ObjectRef::from_obj(&gone)]);
+        assert_eq!(deleted[0].after, None);
+        // ... with the uid first seen, by which everything the controllers kept about it is forgotten.
+        assert_eq!(deleted[0].key.extra.uid.as_deref(), Some("team-a-gone-uid"));
+        assert!(spec.views.values.len() == 1, "the deleted object is forgotten");
     }
 }
