@@ -4,6 +4,9 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+#[path = "shape/functions.rs"]
+mod functions;
+
 const MAX_LINES: usize = 400;
 
 fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) {

@@ -164,80 +164,130 @@ where
     F: Fn(CancellationToken, Fence) -> Fut,
     Fut: Future<Output = Result<(), Error>> + Send + 'static,
 {
-    let mut term: Option<Term> = None;
-    // After a failed renewal: when to try again (the renew deadline decides when to give up).
-    let mut renew_again: Option<Instant> = None;
+    let mut follower = Follower { election, metrics, shutdown, lead, term: None, renew_again: None };
     tokio::pin!(report);
     let ended = loop {
-        let done = term.as_ref().map(|t| t.done.clone());
-        let leading = term.is_some();
-        tokio::select! {
-            _ = shutdown.cancelled() => break Ended::Shutdown,
+        let done = follower.term.as_ref().map(|t| t.done.clone());
+        let (leading, renew_again) = (done.is_some(), follower.renew_again);
+        let ended = tokio::select! {
+            _ = shutdown.cancelled() => Some(Ended::Shutdown),
             never = &mut report => match never {},
-            () = lapsed(election.clock.clone(), election.timing.renew_deadline), if leading => {
-                tracing::error!(
-                    renew_deadline = ?election.timing.renew_deadline,
-                    "the leader lease was not renewed within the renew deadline; stopping the controllers before another replica may lead"
-                );
-                break Ended::ElectionFailed;
-            }
+            () = lapsed(election.clock.clone(), election.timing.renew_deadline), if leading => Some(follower.lapsed()),
             () = async { if let Some(done) = done { done.cancelled_owned().await } }, if leading => {
-                if shutdown.is_cancelled() {
-                    break Ended::Shutdown;
-                }
-                let ran = term.as_ref().map_or(Duration::ZERO, |t| t.started.elapsed());
-                let outcome = stop(&mut term, metrics).await;
-                tracing::error!(
-                    outcome = %outcome.unwrap_or_else(|| "finished".into()),
-                    ran = ?ran,
-                    "the controllers stopped by themselves; stepping down from the leader lease, to stand again after a backoff"
-                );
-                break Ended::ControllersStopped(ran);
+                Some(follower.controllers_ended().await)
             }
             () = async { if let Some(at) = renew_again { tokio::time::sleep_until(at).await } }, if renew_again.is_some() => {
-                renew_again = None;
+                follower.renew_again = None;
+                None
             }
-            changed = manager.changed(), if renew_again.is_none() => match changed {
-                Ok(true) => {
-                    tracing::info!("acquired the leader lease; starting the controllers");
-                    metrics.leader.set(1);
-                    let token = shutdown.child_token();
-                    let fence = Fence::Lease {
-                        clock: election.clock.clone(),
-                        deadline: election.timing.renew_deadline,
-                        closed: token.clone(),
-                    };
-                    let done = CancellationToken::new();
-                    let guard = done.clone().drop_guard();
-                    let work = lead(token.clone(), fence);
-                    let handle = tokio::spawn(async move {
-                        let _guard = guard;
-                        work.await
-                    });
-                    term = Some(Term { token, done, started: Instant::now(), handle });
-                }
-                Ok(false) => {
-                    tracing::warn!("lost the leader lease; stopping the controllers");
-                    log_stopped(stop(&mut term, metrics).await);
-                }
-                // As client-go: a leader retries its renewal until the renew deadline (`lapsed`).
-                Err(error) if leading => {
-                    tracing::warn!(%error, "cannot renew the leader lease; trying again until the renew deadline");
-                    renew_again = Some(Instant::now() + RENEW_RETRY);
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "leader election failed; trying again after a backoff");
-                    break Ended::ElectionFailed;
-                }
-            },
+            changed = manager.changed(), if renew_again.is_none() => follower.elected(changed).await,
+        };
+        if let Some(ended) = ended {
+            break ended;
         }
     };
-    log_stopped(stop(&mut term, metrics).await);
+    log_stopped(follower.stop().await);
     // Soft release: only if this replica still holds it. Failing here only delays the next holder.
     if let Err(error) = manager.release().await {
         tracing::warn!(%error, "cannot release the leader lease; it will expire");
     }
     ended
+}
+
+/// A replica following one election: its term while it leads, and when it retries a failed
+/// renewal. Each method is one transition of [`follow`]'s loop; those that end the loop return how.
+struct Follower<'a, F> {
+    election: &'a Election,
+    metrics: &'a Metrics,
+    shutdown: &'a CancellationToken,
+    lead: &'a F,
+    term: Option<Term>,
+    /// After a failed renewal: when to try again (the renew deadline decides when to give up).
+    renew_again: Option<Instant>,
+}
+
+impl<F, Fut> Follower<'_, F>
+where
+    F: Fn(CancellationToken, Fence) -> Fut,
+    Fut: Future<Output = Result<(), Error>> + Send + 'static,
+{
+    /// The election's answer: this replica leads (`Ok(true)`), does not, or cannot tell.
+    async fn elected(&mut self, changed: Result<bool, impl std::fmt::Display>) -> Option<Ended> {
+        match changed {
+            Ok(true) => self.start(),
+            Ok(false) => {
+                tracing::warn!("lost the leader lease; stopping the controllers");
+                log_stopped(self.stop().await);
+            }
+            // As client-go: a leader retries its renewal until the renew deadline (`lapsed`).
+            Err(error) if self.term.is_some() => {
+                tracing::warn!(%error, "cannot renew the leader lease; trying again until the renew deadline");
+                self.renew_again = Some(Instant::now() + RENEW_RETRY);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "leader election failed; trying again after a backoff");
+                return Some(Ended::ElectionFailed);
+            }
+        }
+        None
+    }
+
+    /// Starts a term: the controllers with a fresh token and the term's fence.
+    fn start(&mut self) {
+        tracing::info!("acquired the leader lease; starting the controllers");
+        self.metrics.leader.set(1);
+        let token = self.shutdown.child_token();
+        let fence = Fence::Lease {
+            clock: self.election.clock.clone(),
+            deadline: self.election.timing.renew_deadline,
+            closed: token.clone(),
+        };
+        let done = CancellationToken::new();
+        let guard = done.clone().drop_guard();
+        let work = (self.lead)(token.clone(), fence);
+        let handle = tokio::spawn(async move {
+            let _guard = guard;
+            work.await
+        });
+        self.term = Some(Term { token, done, started: Instant::now(), handle });
+    }
+
+    /// The Lease was not renewed within the renew deadline.
+    fn lapsed(&self) -> Ended {
+        tracing::error!(
+            renew_deadline = ?self.election.timing.renew_deadline,
+            "the leader lease was not renewed within the renew deadline; stopping the controllers before another replica may lead"
+        );
+        Ended::ElectionFailed
+    }
+
+    /// The controllers' task ended (by itself, unless the replica shuts down).
+    async fn controllers_ended(&mut self) -> Ended {
+        if self.shutdown.is_cancelled() {
+            return Ended::Shutdown;
+        }
+        let ran = self.term.as_ref().map_or(Duration::ZERO, |t| t.started.elapsed());
+        let outcome = self.stop().await;
+        tracing::error!(
+            outcome = %outcome.unwrap_or_else(|| "finished".into()),
+            ran = ?ran,
+            "the controllers stopped by themselves; stepping down from the leader lease, to stand again after a backoff"
+        );
+        Ended::ControllersStopped(ran)
+    }
+
+    /// Ends the term, if one runs: no longer the leader (at once, also for the fence), then the
+    /// controllers are cancelled and awaited. Returns how they ended, if not well.
+    async fn stop(&mut self) -> Option<String> {
+        let term = self.term.take()?;
+        self.metrics.leader.set(0);
+        term.token.cancel();
+        match term.handle.await {
+            Ok(Ok(())) => None,
+            Ok(Err(error)) => Some(format!("error: {error}")),
+            Err(error) => Some(format!("task failed: {error}")),
+        }
+    }
 }
 
 /// Resolves once `clock`'s last renewal is `deadline` old.
@@ -282,19 +332,6 @@ fn holder_to_report(seen: &mut Option<String>, holder: Option<String>, identity:
     holder.filter(|h| h != identity)
 }
 
-/// Ends the term: no longer the leader (at once, also for the fence), then the controllers are
-/// cancelled and awaited. Returns how they ended, if not well.
-async fn stop(term: &mut Option<Term>, metrics: &Metrics) -> Option<String> {
-    let term = term.take()?;
-    metrics.leader.set(0);
-    term.token.cancel();
-    match term.handle.await {
-        Ok(Ok(())) => None,
-        Ok(Err(error)) => Some(format!("error: {error}")),
-        Err(error) => Some(format!("task failed: {error}")),
-    }
-}
-
 fn log_stopped(outcome: Option<String>) {
     if let Some(outcome) = outcome {
         tracing::warn!(%outcome, "the controllers stopped with an error");
@@ -302,37 +339,4 @@ fn log_stopped(outcome: Option<String>) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_renewal_is_due_before_the_renew_deadline_and_the_deadline_before_the_lease_ends() {
-        let secs = |duration, grace, renew_deadline| Timing {
-            duration: Duration::from_secs(duration),
-            grace: Duration::from_secs(grace),
-            renew_deadline: Duration::from_secs(renew_deadline),
-        };
-        assert!(Timing::default().check().is_ok());
-        for (timing, why) in [
-            (secs(15, 5, 10), "renewed only at the deadline"),
-            (secs(15, 8, 15), "a deadline as long as the Lease"),
-            (secs(15, 0, 10), "no grace"),
-            (secs(15, 15, 10), "a grace as long as the Lease"),
-        ] {
-            assert!(timing.check().is_err(), "{why}: {timing:?}");
-        }
-    }
-
-    #[test]
-    fn a_standby_reports_the_holder_once_and_again_when_it_changes() {
-        let mut seen = None;
-        let mut read = |holder: Option<&str>| holder_to_report(&mut seen, holder.map(String::from), "me");
-        assert_eq!(read(Some("pod-a")), Some("pod-a".into()));
-        assert_eq!(read(Some("pod-a")), None, "the same holder is reported once");
-        assert_eq!(read(Some("pod-b")), Some("pod-b".into()));
-        assert_eq!(read(None), None, "a free Lease is taken at once");
-        assert_eq!(read(Some("me")), None, "the leader logs that it acquired the Lease instead");
-        assert_eq!(read(Some("me")), None);
-        assert_eq!(read(Some("pod-b")), Some("pod-b".into()), "lost to pod-b: reported again");
-    }
-}
+mod tests;

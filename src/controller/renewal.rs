@@ -28,7 +28,7 @@ impl RenewalClock {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn record(&self, sent: Instant) {
+    pub(super) fn record(&self, sent: Instant) {
         let mut last = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         // Responses may come back out of order; the newest send is what counts.
         if last.is_none_or(|last| last < sent) {

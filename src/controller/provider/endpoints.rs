@@ -25,7 +25,7 @@ use crate::controller::context::{Context, RECONCILE_DEADLINE};
 use crate::controller::error::Error;
 use crate::metrics::ProbeLabels;
 use crate::probe::{ProbeError, ProbeFailure, ProbeOutcome, Target, ca_bundle};
-use sandcap_core::api::{ProbeResult, SandboxProvider, ServiceRef, WorkerScheme, WorkerStatus};
+use sandcap_core::api::{ProbeResult, SandboxProvider, ServiceRef, WorkerPlugin, WorkerScheme, WorkerStatus};
 use sandcap_core::contract::{self, EndpointAnswer, EndpointProbe};
 
 /// A Service with more serving endpoints than this verifies nothing: probing them all, 16 at a
@@ -61,29 +61,16 @@ pub async fn probe_endpoints(
     ctx: &Context,
     now: &Time,
 ) -> Result<Option<(WorkerStatus, Duration)>, Error> {
-    let uid = provider.uid().unwrap_or_default();
-    let failed = |message: String| {
-        let worker = WorkerStatus {
-            probe: ProbeResult::Failed,
-            last_probe_time: Some(now.clone()),
-            address: provider.spec.worker.address(),
-            message,
-            ..WorkerStatus::default()
-        };
-        ctx.provider_table.with(&uid, |known, _| known.endpoints = Vec::new());
-        Ok(Some((worker, ctx.probe_interval)))
-    };
+    let round = Round { provider, service, ctx, uid: provider.uid().unwrap_or_default() };
     let port_name = match service_port(ctx, service).await? {
-        Port::Named(name) => Some(name),
-        Port::Missing => None,
+        Port::Named(name) => name,
         Port::ExternalName => return Ok(None),
-    };
-    let Some(port_name) = port_name else {
-        let message = format!(
-            "the Service {}/{} does not exist or has no port {}, so nothing is verified",
-            service.namespace, service.name, service.port
-        );
-        return failed(message);
+        Port::Missing => {
+            let (namespace, name, port) = (&service.namespace, &service.name, &service.port);
+            let message =
+                format!("the Service {namespace}/{name} does not exist or has no port {port}, so nothing is verified");
+            return Ok(Some(round.failed(message, now)));
+        }
     };
     let key = (service.namespace.clone(), service.name.clone());
     let Serving { members, unvouched } = ctx.caches.endpoints.serving(&key, &port_name, &ctx.endpoint_trust);
@@ -94,130 +81,176 @@ pub async fn probe_endpoints(
             service.name,
             members.len()
         );
-        return failed(message);
-    }
-
-    let interval = ctx.probe_interval;
-    let started = Instant::now();
-    let mut previous: HashMap<Member, Probed> = ctx
-        .provider_table
-        .with(&uid, |known, _| std::mem::take(&mut known.endpoints))
-        .into_iter()
-        .map(|p| (p.member.clone(), p))
-        .collect();
-    let mut kept = Vec::with_capacity(members.len());
-    let mut due = Vec::new();
-    for member in members {
-        match previous.remove(&member) {
-            // An answer judged against another plugin identity than the spec's now is due.
-            Some(p)
-                if started.duration_since(p.at) < due_after(&p, interval, share_of(&uid, &member.address()))
-                    && p.outcome.judged_for(&provider.spec) =>
-            {
-                kept.push(p)
-            }
-            last => due.push((member, last.and_then(|p| p.failing_since))),
-        }
+        return Ok(Some(round.failed(message, now)));
     }
     let ca = match ca_bundle(&provider.spec.worker) {
         Ok(ca) => ca,
-        Err(error) => return failed(error.to_string()),
+        Err(error) => return Ok(Some(round.failed(error.to_string(), now))),
     };
-    let path = service.path.as_deref().unwrap_or("/");
-    let scheme = service.scheme.unwrap_or_default();
-    let (ca, host) = (ca.as_deref(), &service.host());
-    let unanswered_if_cut = due.clone();
-    let probes = futures::stream::iter(due)
-        .map(|(member, failing_before)| async move {
-            // Over https the certificate is verified for the Service's name, at the endpoint.
-            let (url, address) = match scheme {
-                WorkerScheme::Http => (format!("http://{}{path}", member.address()), None),
-                WorkerScheme::Https => {
-                    (format!("https://{host}:{}{path}", member.port), Some(SocketAddr::new(member.ip, member.port)))
-                }
-            };
-            let outcome = match Url::parse(&url) {
-                Ok(url) => ctx.prober.probe_at(Target { url: &url, address, ca }, &provider.spec).await,
-                Err(e) => {
-                    ProbeOutcome::Failed(ProbeError::Endpoint(format!("no URL for {}: {e}", member.address())).into())
-                }
-            };
-            count(ctx, provider, &member, &outcome);
-            let at = Instant::now();
-            let failing_since = match outcome {
-                ProbeOutcome::Failed(_) => Some(failing_before.unwrap_or(at)),
-                ProbeOutcome::Succeeded { .. } => None,
-            };
-            Probed { member, outcome, at, failing_since }
-        })
-        .buffer_unordered(ENDPOINTS_AT_ONCE);
-    let budget = tokio::time::sleep_until((started + PROBE_BUDGET).into());
-    let mut probed_now: Vec<Probed> = probes.take_until(budget).collect().await;
-    for cut in unanswered(unanswered_if_cut, &probed_now, Instant::now()) {
-        count(ctx, provider, &cut.member, &cut.outcome);
-        probed_now.push(cut);
-    }
+    let (mut kept, due) = round.due(members);
+    let probed_now = round.probe_all(due, ca.as_deref()).await;
     let any_probed = !probed_now.is_empty();
     kept.extend(probed_now);
     kept.sort_by(|a, b| a.member.cmp(&b.member));
-
-    let addresses: Vec<String> = kept.iter().map(|p| p.member.address()).collect();
-    let classes: Vec<String> = kept.iter().map(|p| failure_class(&p.outcome)).collect();
-    let endpoints: Vec<EndpointProbe> = kept
-        .iter()
-        .zip(&addresses)
-        .zip(&classes)
-        .map(|((p, address), class)| EndpointProbe {
-            address,
-            pod: p.member.pod.as_deref(),
-            answer: match &p.outcome {
-                ProbeOutcome::Succeeded { methods, .. } => EndpointAnswer::Methods(methods),
-                ProbeOutcome::Failed(_) => EndpointAnswer::Failed(class),
-            },
-        })
-        .collect();
-    let agreement = contract::agree(ctx.contract.contract(), &endpoints);
-    let next = kept
-        .iter()
-        .map(|p| {
-            let after = due_after(p, interval, share_of(&uid, &p.member.address()));
-            (p.at + after).saturating_duration_since(Instant::now())
-        })
-        .min()
-        .unwrap_or(interval)
-        .max(Duration::from_millis(100));
-    // The plugin the endpoints say they are: one that is another plugin's, else the first that said.
-    let other =
-        kept.iter().find(|p| matches!(&p.outcome, ProbeOutcome::Failed(f) if f.error.reason() == "other_plugin"));
-    let plugin = other.or_else(|| kept.iter().find(|p| p.outcome.plugin().is_some())).and_then(|p| p.outcome.plugin());
-    let plugin = plugin.cloned();
-    ctx.provider_table.with(&uid, |known, _| known.endpoints = kept);
-
-    let (probe, supported_methods) = match agreement.methods {
-        Some(methods) => (ProbeResult::Succeeded, methods),
-        None => (ProbeResult::Failed, Vec::new()),
-    };
-    let mut worker = WorkerStatus {
-        supported_methods,
-        probe,
-        last_probe_time: Some(now.clone()),
-        address: provider.spec.worker.address(),
-        message: left_out(agreement.message, unvouched),
-        endpoints: Some(agreement.status),
-        plugin,
-    };
+    let (mut worker, next) = round.worker(&kept, unvouched, now);
+    ctx.provider_table.with(&round.uid, |known, _| known.endpoints = kept);
     // A probe that found what status says moves lastProbeTime once per interval at most, so a
     // rollout's reconciles, or a new leader probing every endpoint once, write only what changed.
-    let published = provider.status.as_ref().filter(|s| s.observed_generation == provider.metadata.generation);
-    if let Some(published) = published.and_then(|s| s.worker.as_ref()) {
+    if let Some(published) = published_worker(provider) {
         let same = WorkerStatus { last_probe_time: published.last_probe_time.clone(), ..worker.clone() } == *published;
         let recent =
             published.last_probe_time.as_ref().and_then(|t| Duration::try_from(now.0.duration_since(t.0)).ok());
-        if same && (!any_probed || recent.is_some_and(|r| r < interval)) {
+        if same && (!any_probed || recent.is_some_and(|r| r < ctx.probe_interval)) {
             worker.last_probe_time = published.last_probe_time.clone();
         }
     }
     Ok(Some((worker, next)))
+}
+
+/// The worker status published for the provider's current generation.
+fn published_worker(provider: &SandboxProvider) -> Option<&WorkerStatus> {
+    let published = provider.status.as_ref().filter(|s| s.observed_generation == provider.metadata.generation);
+    published.and_then(|s| s.worker.as_ref())
+}
+
+/// One reconcile's probe of one provider's endpoints.
+struct Round<'a> {
+    provider: &'a SandboxProvider,
+    service: &'a ServiceRef,
+    ctx: &'a Context,
+    uid: String,
+}
+
+impl Round<'_> {
+    /// The status of a Service that verifies nothing, for `message`; what its endpoints answered is
+    /// forgotten.
+    fn failed(&self, message: String, now: &Time) -> (WorkerStatus, Duration) {
+        let worker = WorkerStatus {
+            probe: ProbeResult::Failed,
+            last_probe_time: Some(now.clone()),
+            address: self.provider.spec.worker.address(),
+            message,
+            ..WorkerStatus::default()
+        };
+        self.ctx.provider_table.with(&self.uid, |known, _| known.endpoints = Vec::new());
+        (worker, self.ctx.probe_interval)
+    }
+
+    /// Of `members`, the answers kept (not due yet), and those due, each with since when it has
+    /// been failing.
+    fn due(&self, members: Vec<Member>) -> (Vec<Probed>, Vec<(Member, Option<Instant>)>) {
+        let started = Instant::now();
+        let mut previous: HashMap<Member, Probed> = self
+            .ctx
+            .provider_table
+            .with(&self.uid, |known, _| std::mem::take(&mut known.endpoints))
+            .into_iter()
+            .map(|p| (p.member.clone(), p))
+            .collect();
+        let mut kept = Vec::with_capacity(members.len());
+        let mut due = Vec::new();
+        for member in members {
+            match previous.remove(&member) {
+                // An answer judged against another plugin identity than the spec's now is due.
+                Some(p)
+                    if started.duration_since(p.at) < self.due_after(&p)
+                        && p.outcome.judged_for(&self.provider.spec) =>
+                {
+                    kept.push(p)
+                }
+                last => due.push((member, last.and_then(|p| p.failing_since))),
+            }
+        }
+        (kept, due)
+    }
+
+    fn due_after(&self, probed: &Probed) -> Duration {
+        due_after(probed, self.ctx.probe_interval, share_of(&self.uid, &probed.member.address()))
+    }
+
+    /// Probes `due`, [`ENDPOINTS_AT_ONCE`] at a time, within [`PROBE_BUDGET`]: an endpoint not
+    /// answered by then counts as a probe that timed out.
+    async fn probe_all(&self, due: Vec<(Member, Option<Instant>)>, ca: Option<&[u8]>) -> Vec<Probed> {
+        let deadline = Instant::now() + PROBE_BUDGET;
+        let unanswered_if_cut = due.clone();
+        let probes = futures::stream::iter(due)
+            .map(|(member, failing_before)| self.probe(member, failing_before, ca))
+            .buffer_unordered(ENDPOINTS_AT_ONCE);
+        let mut probed = probes.take_until(tokio::time::sleep_until(deadline.into())).collect::<Vec<_>>().await;
+        for cut in unanswered(unanswered_if_cut, &probed, Instant::now()) {
+            count(self.ctx, self.provider, &cut.member, &cut.outcome);
+            probed.push(cut);
+        }
+        probed
+    }
+
+    /// Probes `member`, failing since `failing_before` if it was.
+    async fn probe(&self, member: Member, failing_before: Option<Instant>, ca: Option<&[u8]>) -> Probed {
+        let (path, host) = (self.service.path.as_deref().unwrap_or("/"), self.service.host());
+        // Over https the certificate is verified for the Service's name, at the endpoint.
+        let (url, address) = match self.service.scheme.unwrap_or_default() {
+            WorkerScheme::Http => (format!("http://{}{path}", member.address()), None),
+            WorkerScheme::Https => {
+                (format!("https://{host}:{}{path}", member.port), Some(SocketAddr::new(member.ip, member.port)))
+            }
+        };
+        let outcome = match Url::parse(&url) {
+            Ok(url) => self.ctx.prober.probe_at(Target { url: &url, address, ca }, &self.provider.spec).await,
+            Err(e) => {
+                ProbeOutcome::Failed(ProbeError::Endpoint(format!("no URL for {}: {e}", member.address())).into())
+            }
+        };
+        count(self.ctx, self.provider, &member, &outcome);
+        let at = Instant::now();
+        let failing_since = match outcome {
+            ProbeOutcome::Failed(_) => Some(failing_before.unwrap_or(at)),
+            ProbeOutcome::Succeeded { .. } => None,
+        };
+        Probed { member, outcome, at, failing_since }
+    }
+
+    /// The worker status the answers of `kept` agree on (the contract's rule), and how long until
+    /// the next endpoint is due.
+    fn worker(&self, kept: &[Probed], unvouched: usize, now: &Time) -> (WorkerStatus, Duration) {
+        let addresses: Vec<String> = kept.iter().map(|p| p.member.address()).collect();
+        let classes: Vec<String> = kept.iter().map(|p| failure_class(&p.outcome)).collect();
+        let endpoints: Vec<EndpointProbe> = kept
+            .iter()
+            .zip(&addresses)
+            .zip(&classes)
+            .map(|((p, address), class)| EndpointProbe {
+                address,
+                pod: p.member.pod.as_deref(),
+                answer: match &p.outcome {
+                    ProbeOutcome::Succeeded { methods, .. } => EndpointAnswer::Methods(methods),
+                    ProbeOutcome::Failed(_) => EndpointAnswer::Failed(class),
+                },
+            })
+            .collect();
+        let agreement = contract::agree(self.ctx.contract.contract(), &endpoints);
+        let (probe, supported_methods) = match agreement.methods {
+            Some(methods) => (ProbeResult::Succeeded, methods),
+            None => (ProbeResult::Failed, Vec::new()),
+        };
+        let worker = WorkerStatus {
+            supported_methods,
+            probe,
+            last_probe_time: Some(now.clone()),
+            address: self.provider.spec.worker.address(),
+            message: left_out(agreement.message, unvouched),
+            endpoints: Some(agreement.status),
+            plugin: claimed_plugin(kept),
+        };
+        let next = kept.iter().map(|p| (p.at + self.due_after(p)).saturating_duration_since(Instant::now())).min();
+        (worker, next.unwrap_or(self.ctx.probe_interval).max(Duration::from_millis(100)))
+    }
+}
+
+/// The plugin the endpoints say they are: one that is another plugin's, else the first that said.
+fn claimed_plugin(kept: &[Probed]) -> Option<WorkerPlugin> {
+    let other =
+        kept.iter().find(|p| matches!(&p.outcome, ProbeOutcome::Failed(f) if f.error.reason() == "other_plugin"));
+    other.or_else(|| kept.iter().find(|p| p.outcome.plugin().is_some())).and_then(|p| p.outcome.plugin()).cloned()
 }
 
 /// The endpoints of `due` that have no answer in `probed` (the probe budget ran out first), each
