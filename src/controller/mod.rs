@@ -44,6 +44,7 @@ use tokio_util::sync::CancellationToken;
 use audit::Audits;
 /// The form of a stored object the controllers judge, which `sandcap plan` judges too.
 pub(crate) use audit::stored;
+use cache::Triggers;
 pub use cache::endpoints::{EndpointSlices, EndpointTrust};
 pub use cache::{Caches, SecretScope};
 use context::{Context, Stateful, Writes, reconciler, retry_delay};
@@ -142,10 +143,8 @@ async fn controllers(
     let audits = Arc::new(Audits::new(options.rules.clone()));
     known::count_none(&metrics);
     let provider_table = Arc::new(cache::ProviderTable::new(&metrics));
-    let forget = {
-        let provider_table = provider_table.clone();
-        move |uid: &str| provider_table.forget(uid)
-    };
+    let forget = provider_table.clone();
+    let forget = move |uid: &str| forget.forget(uid);
     // The watches end with the controllers, also when they stop for a lost leader lease.
     let watches = shutdown.child_token();
     let _stop_watches = watches.clone().drop_guard();
@@ -163,10 +162,7 @@ async fn controllers(
         return Ok(());
     }
     // Before the first provider reconcile, so that its `WorkloadsObserved` is right from the start.
-    let served = if options.observer.is_some() { observe::Served::observed() } else { observe::Served::default() };
-    if served.on() {
-        served.update(observe::discover(&client).await);
-    }
+    let served = served(&client, options.observer.is_some()).await;
     metrics.controllers_running.set(1);
     let _running = running(&metrics);
     let (events, publisher) =
@@ -174,43 +170,20 @@ async fn controllers(
     let publishing = CancellationToken::new();
     let publisher = tokio::spawn(publisher.run(publishing.clone()));
     let writes = Writes { fence, events };
-    let contract = audits.contract();
-    let probe_interval = options.probe_interval;
     let ctx = Context {
         client,
         caches: caches.clone(),
         prober,
         writes,
         metrics: metrics.clone(),
-        probe_interval,
+        probe_interval: options.probe_interval,
         endpoint_trust: options.endpoint_trust.clone(),
-        contract,
+        contract: audits.contract(),
         audits,
         provider_table,
         served,
     };
-    let ctx = Arc::new(ctx);
-    let observer = {
-        let (ctx, shutdown, options) = (ctx.clone(), shutdown.clone(), options.observer.clone());
-        async move {
-            if let Some(options) = options {
-                observe::run(ctx, options, shutdown).await
-            }
-        }
-    };
-    // Providers need no resync: each reconcile schedules the next probe.
-    let providers = Controller { kind: Kind::SandboxProvider, concurrency: PROVIDER_CONCURRENCY, resync: None };
-    let provider_controller =
-        providers.run(&ctx, caches.providers.clone(), triggers.providers, reconcile_provider, shutdown.clone());
-    let leases = Controller { kind: Kind::SandboxLease, concurrency: LEASE_CONCURRENCY, resync: Some(lease::RESYNC) };
-    let lease_controller = leases.run(&ctx, caches.leases.clone(), triggers.leases, reconcile_lease, shutdown);
-
-    tracing::info!(
-        providers = caches.providers.state().len(),
-        leases = caches.leases.count(),
-        "caches listed; controllers started"
-    );
-    futures::join!(provider_controller, lease_controller, observer);
+    run_on(Arc::new(ctx), triggers, options.observer, shutdown).await;
     publishing.cancel();
     // A publisher that panicked only lost Events, which are counted as dropped.
     let _ = publisher.await;
@@ -218,6 +191,40 @@ async fn controllers(
     known::count_none(&metrics);
     tracing::info!("controllers stopped");
     Ok(())
+}
+
+/// The observed kinds the apiserver serves, when the observer runs (`observed`).
+async fn served(client: &Client, observed: bool) -> observe::Served {
+    let served = if observed { observe::Served::observed() } else { observe::Served::default() };
+    if served.on() {
+        served.update(observe::discover(client).await);
+    }
+    served
+}
+
+/// Runs both controllers and the observer (when `observer` is set) on `ctx` until `shutdown`.
+async fn run_on(ctx: Arc<Context>, triggers: Triggers, observer: Option<ObserverOptions>, shutdown: CancellationToken) {
+    let observer = {
+        let (ctx, shutdown) = (ctx.clone(), shutdown.clone());
+        async move {
+            if let Some(options) = observer {
+                observe::run(ctx, options, shutdown).await
+            }
+        }
+    };
+    let caches = &ctx.caches;
+    // Providers need no resync: each reconcile schedules the next probe.
+    let providers = Controller { kind: Kind::SandboxProvider, concurrency: PROVIDER_CONCURRENCY, resync: None };
+    let provider_controller =
+        providers.run(&ctx, caches.providers.clone(), triggers.providers, reconcile_provider, shutdown.clone());
+    let leases = Controller { kind: Kind::SandboxLease, concurrency: LEASE_CONCURRENCY, resync: Some(lease::RESYNC) };
+    let lease_controller = leases.run(&ctx, caches.leases.clone(), triggers.leases, reconcile_lease, shutdown);
+    tracing::info!(
+        providers = caches.providers.state().len(),
+        leases = caches.leases.count(),
+        "caches listed; controllers started"
+    );
+    futures::join!(provider_controller, lease_controller, observer);
 }
 
 /// One kind's controller: its reconcile on the engine, wrapped as every reconcile is

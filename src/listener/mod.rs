@@ -188,20 +188,7 @@ pub(crate) async fn serve_connections(
     let app = app
         .layer(DefaultBodyLimit::max(limits.max_body))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, limits.request_timeout));
-    let mut http = auto::Builder::new(TokioExecutor::new());
-    // No hyper header timer: it runs between keep-alive requests too, and would close an idle
-    // HTTP/1.1 connection after `header_timeout` instead of `idle_timeout` (`activity.rs` times
-    // heads from their first byte instead).
-    // At most 100 header fields (hyper's default; setting it moves every head to the heap).
-    http.http1().timer(TokioTimer::new()).header_read_timeout(None).max_buf_size(MAX_HEAD as usize);
-    http.http2()
-        .timer(TokioTimer::new())
-        .initial_connection_window_size(H2_WINDOW)
-        .initial_stream_window_size(H2_WINDOW)
-        .max_concurrent_streams(H2_STREAMS)
-        .max_header_list_size(MAX_HEAD)
-        .max_pending_accept_reset_streams(H2_PENDING_RESETS)
-        .max_local_error_reset_streams(H2_ERROR_RESETS);
+    let http = http();
     let handshake = if tls.is_some() { limits.handshake_timeout } else { Duration::ZERO };
     let deadlines = Deadlines {
         first_request: handshake + limits.header_timeout,
@@ -242,15 +229,39 @@ pub(crate) async fn serve_connections(
         };
         connections.spawn(connection.serve(tcp, peer, ticket, shutdown.clone()));
     }
+    drain(listener, connections, limits.drain_timeout).await;
+}
+
+/// Stops accepting on `listener`, and waits for `connections` to close, at most `timeout`.
+async fn drain(listener: TcpListener, connections: TaskTracker, timeout: Duration) {
     if let Ok(addr) = listener.local_addr() {
         let open = connections.len();
         tracing::info!(%addr, open, "no longer accepting; open connections close once their requests are answered");
     }
     drop(listener);
     connections.close();
-    if tokio::time::timeout(limits.drain_timeout, connections.wait()).await.is_err() {
+    if tokio::time::timeout(timeout, connections.wait()).await.is_err() {
         tracing::warn!(open = connections.len(), "connections still open after the drain timeout; closing them");
     }
+}
+
+/// HTTP/1.1 and HTTP/2 as every connection serves them, within the limits above.
+fn http() -> auto::Builder<TokioExecutor> {
+    let mut http = auto::Builder::new(TokioExecutor::new());
+    // No hyper header timer: it runs between keep-alive requests too, and would close an idle
+    // HTTP/1.1 connection after `header_timeout` instead of `idle_timeout` (`activity.rs` times
+    // heads from their first byte instead).
+    // At most 100 header fields (hyper's default; setting it moves every head to the heap).
+    http.http1().timer(TokioTimer::new()).header_read_timeout(None).max_buf_size(MAX_HEAD as usize);
+    http.http2()
+        .timer(TokioTimer::new())
+        .initial_connection_window_size(H2_WINDOW)
+        .initial_stream_window_size(H2_WINDOW)
+        .max_concurrent_streams(H2_STREAMS)
+        .max_header_list_size(MAX_HEAD)
+        .max_pending_accept_reset_streams(H2_PENDING_RESETS)
+        .max_local_error_reset_streams(H2_ERROR_RESETS);
+    http
 }
 
 struct Connection {

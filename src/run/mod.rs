@@ -4,6 +4,7 @@
 
 mod client;
 mod flags;
+mod options;
 mod rules;
 mod signals;
 
@@ -16,8 +17,8 @@ use clap::ArgAction;
 use prometheus_client::registry::Registry;
 
 use crate::admin::{Readiness, admin_router, serve_admin};
-use crate::certs::{self, CertOptions};
-use crate::controller::{self, ControllerOptions, ObserverOptions, SecretScope};
+use crate::certs;
+use crate::controller::{self, SecretScope};
 use crate::listener::{BindError, Limits, Stop, bind};
 use crate::metrics::Metrics;
 use crate::telemetry::{LogFormat, init_tracing};
@@ -27,6 +28,7 @@ use client::Clients;
 pub use client::client_config;
 pub use flags::secret_scope;
 use flags::within;
+use options::{cert_options, controller_options};
 pub use rules::{EndpointArgs, RulesArgs, WorkerPolicyArgs, contract_version};
 pub use signals::Signals;
 
@@ -259,27 +261,11 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
     let controllers = async {
         match (&clients, args.webhook_only) {
             (Some(clients), false) => {
-                let options = ControllerOptions {
-                    probe_interval: args.probe_interval,
-                    probe_timeout: args.probe_timeout,
-                    endpoint_trust: args.endpoints.trust(),
-                    cache_sync_timeout: args.cache_sync_timeout,
-                    rules: args.rules.options(),
-                    leader_elect: args.leader_elect,
-                    lease_name: args.leader_election_name.clone(),
-                    lease_namespace: args.leader_election_namespace().to_string(),
-                    identity: args.identity(),
-                    secret_namespaces: args.secret_namespaces.clone(),
-                    observer: args.observe_workloads.then(|| ObserverOptions {
-                        own_namespace: args.pod_namespace.clone(),
-                        discovery_interval: args.discovery_interval,
-                    }),
-                };
                 // They serve no client, so there is nothing to drain: they stop at the first
                 // signal, and the leader releases its Lease at once, so that a standby takes over
                 // without waiting for the webhook's drain window.
                 let (client, election) = (clients.api.clone(), clients.election.clone());
-                controller::run(client, election, options, metrics.clone(), stop.terminating.clone())
+                controller::run(client, election, controller_options(args), metrics.clone(), stop.terminating.clone())
                     .await
                     .map_err(|e| RunError::Controller(Box::new(e)))
             }
@@ -288,14 +274,7 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
     };
     let certificates = async {
         if let (Some(clients), true) = (&clients, args.self_managed_certs) {
-            let options = CertOptions {
-                secret_name: args.cert_secret_name.clone(),
-                namespace: args.pod_namespace.clone(),
-                service_name: args.service_name.clone(),
-                webhook_config_name: args.webhook_config_name.clone(),
-                check_interval: CERT_CHECK_INTERVAL,
-            };
-            certs::run_self_managed(clients.api.clone(), options, stop.terminating.clone()).await;
+            certs::run_self_managed(clients.api.clone(), cert_options(args), stop.terminating.clone()).await;
         }
         Ok(())
     };
@@ -339,9 +318,6 @@ fn write_listen_report(
     std::fs::write(&partial, report)?;
     std::fs::rename(&partial, path)
 }
-
-/// Two GETs per replica per check; renewal starts months before expiry, so a minute is plenty.
-const CERT_CHECK_INTERVAL: Duration = Duration::from_secs(60);
 
 fn cert_source(args: &RunArgs) -> Result<CertSource, RunError> {
     match (&args.tls_cert, &args.tls_key) {

@@ -149,6 +149,33 @@ impl Queues {
     }
 }
 
+/// The labelled Secrets' cache: one watch of `scope`'s Secrets, or one per namespace.
+fn secret_watches(
+    client: &Client,
+    scope: &SecretScope,
+) -> (SecretCache, Vec<impl Stream<Item = watcher::Event<Secret>> + Send + use<>>) {
+    // Pages of 16 Secrets where streaming lists are refused: a Secret may hold 1 MiB, and a page
+    // is decoded whole before it is trimmed.
+    let selector = watcher::Config::default().labels(&format!("{CONFIG_SOURCE_LABEL}=true")).page_size(16);
+    let mut secrets = SecretCache::default();
+    let mut watches = Vec::new();
+    let apis: Vec<(Option<String>, Api<Secret>)> = match scope {
+        SecretScope::All => vec![(None, Api::all(client.clone()))],
+        SecretScope::Namespaces(namespaces) => {
+            namespaces.iter().map(|ns| (Some(ns.clone()), Api::namespaced(client.clone(), ns))).collect()
+        }
+    };
+    for (namespace, api) in apis {
+        let (store, events) = watch(api, selector.clone(), keep_config_values);
+        match namespace {
+            Some(ns) => secrets.namespaced.insert(ns, store),
+            None => secrets.all.replace(store),
+        };
+        watches.push(events);
+    }
+    (secrets, watches)
+}
+
 /// One watch of `api`, its events applied to a new cache before anything else sees them. `config`
 /// is that of the paged lists, should the apiserver refuse streaming ones; `trim` takes from each
 /// object what nothing reads.
@@ -201,25 +228,7 @@ impl Caches {
             listing::watch(Api::<CachedLease>::all(client.clone()), watcher::Config::default(), &()).default_backoff(),
         );
         let (leases, lease_table) = leases::table(known::nonconforming(metrics, Kind::SandboxLease));
-        // Pages of 16 Secrets where streaming lists are refused: a Secret may hold 1 MiB, and a page
-        // is decoded whole before it is trimmed.
-        let selector = watcher::Config::default().labels(&format!("{CONFIG_SOURCE_LABEL}=true")).page_size(16);
-        let mut secrets = SecretCache::default();
-        let mut secret_watches = Vec::new();
-        let apis: Vec<(Option<String>, Api<Secret>)> = match scope {
-            SecretScope::All => vec![(None, Api::all(client.clone()))],
-            SecretScope::Namespaces(namespaces) => {
-                namespaces.iter().map(|ns| (Some(ns.clone()), Api::namespaced(client.clone(), ns))).collect()
-            }
-        };
-        for (namespace, api) in apis {
-            let (store, events) = watch(api, selector.clone(), keep_config_values);
-            match namespace {
-                Some(ns) => secrets.namespaced.insert(ns, store),
-                None => secrets.all.replace(store),
-            };
-            secret_watches.push(events);
-        }
+        let (secrets, secret_watches) = secret_watches(client, scope);
         // Slices hold up to 100 endpoints (1,000 at most) each: pages of 50.
         let slice_selector = watcher::Config::default().labels(endpoints::SERVICE_NAME_LABEL).page_size(50);
         let slice_events =
