@@ -184,6 +184,18 @@ impl<Q: Hash + Eq + Clone> State<Q> {
         give_back(&mut self.queued);
     }
 
+    /// A reconcile of `object` ended: it runs again after `after` (if set), or at once if it was
+    /// triggered meanwhile.
+    fn finished(&mut self, object: Q, after: Option<Duration>) {
+        self.running.remove(&object);
+        if let Some(after) = after {
+            self.schedule(object.clone(), after);
+        }
+        if let Some(cause) = self.again.remove(&object) {
+            self.trigger(object, cause);
+        }
+    }
+
     /// `object` is triggered after `after`, unless it is triggered first.
     fn schedule(&mut self, object: Q, after: Duration) {
         let key = self.scheduled.insert(object.clone(), after);
@@ -215,18 +227,7 @@ pub async fn run<O: Objects, Ctx>(
             let Some(obj) = objects.get(&object) else { continue };
             state.running.insert(object.clone());
             let task = tokio::spawn(reconcile(obj.clone(), ctx.clone()));
-            in_flight.push(async move {
-                let result = match task.await {
-                    Ok(result) => result,
-                    // A panic is the loop's, as it was kube-runtime's controller's; a task is
-                    // cancelled only when the runtime shuts down, and the loop with it.
-                    Err(e) => match e.try_into_panic() {
-                        Ok(panic) => std::panic::resume_unwind(panic),
-                        Err(_) => std::future::pending().await,
-                    },
-                };
-                (object, obj, result)
-            });
+            in_flight.push(async move { (object, obj, joined(task).await) });
         }
         settings.depth.set(state.queued.len() as i64);
         if shutdown.is_cancelled() {
@@ -235,15 +236,12 @@ pub async fn run<O: Objects, Ctx>(
         }
         tokio::select! {
             Some((object, obj, result)) = in_flight.next() => {
-                state.running.remove(&object);
-                match &result {
-                    Ok(Next::Change) => {}
-                    Ok(Next::After(after)) => state.schedule(object.clone(), *after),
-                    Err(error) => state.schedule(object.clone(), retry_delay(obj, error, ctx.clone())),
-                }
-                if let Some(cause) = state.again.remove(&object) {
-                    state.trigger(object, cause);
-                }
+                let after = match &result {
+                    Ok(Next::Change) => None,
+                    Ok(Next::After(after)) => Some(*after),
+                    Err(error) => Some(retry_delay(obj, error, ctx.clone())),
+                };
+                state.finished(object, after);
             }
             next = triggers.next(), if triggers_open => match next {
                 Some((object, cause)) => state.trigger(object, cause),
@@ -257,6 +255,18 @@ pub async fn run<O: Objects, Ctx>(
             _ = tick(&mut resync) => objects.keys().into_iter().for_each(|key| state.trigger(key, Cause::Related)),
             _ = shutdown.cancelled() => {}
         }
+    }
+}
+
+/// What a spawned reconcile returned. A panic is the loop's, as it was kube-runtime's
+/// controller's; a task is cancelled only when the runtime shuts down, and the loop with it.
+async fn joined(task: tokio::task::JoinHandle<Result<Next, Error>>) -> Result<Next, Error> {
+    match task.await {
+        Ok(result) => result,
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(_) => std::future::pending().await,
+        },
     }
 }
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
@@ -16,7 +16,7 @@ use super::engine::Next;
 use super::error::Error;
 use super::publish::publish;
 use super::status::{Conditions, now};
-use sandcap_core::api::{ResolvableLease, SandboxLeaseStatus, SandboxProvider};
+use sandcap_core::api::{Pinned, ResolvableLease, SandboxLeaseStatus, SandboxProvider};
 use sandcap_core::config_schema;
 use sandcap_core::contract::{self, Contract, LeaseResolution, Reason, Refusals, Verified};
 use sandcap_core::vocabulary::{ConditionReason as Why, ConditionStatus, ConditionType as Type};
@@ -92,7 +92,23 @@ pub fn lease_status(lease: &CachedLease, r: &LeaseResolution, now: &Time) -> San
     let previous = lease.conditions();
     let conditions = Conditions { generation: lease.meta().generation, previous: &previous, now };
     let pinned = lease.pinned().cloned().or_else(|| r.pin.clone());
-    let identity = match (&r.identity, &pinned) {
+    let identity = identity_condition(&conditions, r, pinned.as_ref());
+    let config = config_condition(&conditions, lease, r);
+    let resolved = resolved_condition(&conditions, lease, r);
+    SandboxLeaseStatus {
+        observed_generation: lease.meta().generation,
+        conditions: vec![resolved, config, identity],
+        pinned,
+        effective_policy: Some(r.effective_policy),
+        contract: Some(r.contract),
+        capabilities: r.resolution.capabilities,
+        explanations: r.resolution.explanations.clone(),
+    }
+}
+
+/// `PluginIdentity`: whether the lease is pinned to the provider it resolved against.
+fn identity_condition(conditions: &Conditions, r: &LeaseResolution, pinned: Option<&Pinned>) -> Condition {
+    match (&r.identity, pinned) {
         (Ok(()), Some(p)) => {
             let message = format!(
                 "pinned to provider uid {}, pluginKey {}, driver {}",
@@ -106,8 +122,12 @@ pub fn lease_status(lease: &CachedLease, r: &LeaseResolution, now: &Time) -> San
             conditions.set(Type::PluginIdentity, false, Why::PluginIdentityFailed, message)
         }
         (Err(why), _) => conditions.set(Type::PluginIdentity, false, why.reason(), why.to_string()),
-    };
-    let config = match &r.config {
+    }
+}
+
+/// `ConfigResolved`: unknown until the identity check passes.
+fn config_condition(conditions: &Conditions, lease: &CachedLease, r: &LeaseResolution) -> Condition {
+    match &r.config {
         Some(Ok(())) => {
             let message = format!("config and {} configFrom entries resolved and valid", lease.spec.config_from.len());
             conditions.set_tri(Type::ConfigResolved, ConditionStatus::True, Why::ConfigResolved, message)
@@ -119,7 +139,11 @@ pub fn lease_status(lease: &CachedLease, r: &LeaseResolution, now: &Time) -> San
             let message = "config is resolved once the plugin identity check passes".to_string();
             conditions.set_tri(Type::ConfigResolved, ConditionStatus::Unknown, Why::PluginIdentityFailed, message)
         }
-    };
+    }
+}
+
+/// `Resolved`: the capabilities granted, or why every one is off.
+fn resolved_condition(conditions: &Conditions, lease: &CachedLease, r: &LeaseResolution) -> Condition {
     let caps = &r.resolution.capabilities;
     let keys = r.contract.contract().keys.len();
     let granted: Vec<&str> = caps.entries().filter(|(_, on)| *on).map(|(c, _)| c.key()).collect();
@@ -129,7 +153,7 @@ pub fn lease_status(lease: &CachedLease, r: &LeaseResolution, now: &Time) -> San
         .iter()
         .map(|e| e.reason)
         .find(|reason| matches!(reason, Reason::LeaseNotValid | Reason::ProviderNotValid));
-    let resolved = match (&r.identity, refused) {
+    match (&r.identity, refused) {
         (_, Some(Reason::LeaseNotValid)) => {
             let message = "every capability is off: today's rules refuse the lease (see its Valid condition)";
             conditions.set(Type::Resolved, false, Why::LeaseNotValid, message.into())
@@ -150,15 +174,6 @@ pub fn lease_status(lease: &CachedLease, r: &LeaseResolution, now: &Time) -> San
             let message = "every capability is off: the plugin identity check failed".to_string();
             conditions.set(Type::Resolved, false, Why::PluginIdentityFailed, message)
         }
-    };
-    SandboxLeaseStatus {
-        observed_generation: lease.meta().generation,
-        conditions: vec![resolved, config, identity],
-        pinned,
-        effective_policy: Some(r.effective_policy),
-        contract: Some(r.contract),
-        capabilities: r.resolution.capabilities,
-        explanations: r.resolution.explanations.clone(),
     }
 }
 

@@ -206,27 +206,7 @@ pub fn provider_status(
     let conditions = Conditions { generation, previous, now };
     let worker_verified = conditions.set(Type::WorkerVerified, verified_ok, reason, message);
     let schemas = config_schemas_condition(provider, &conditions);
-    let ready = if refused.is_some() {
-        let message = "today's rules refuse the provider, so it grants nothing (see its Valid condition)".to_string();
-        conditions.set(Type::Ready, false, Why::ProviderNotValid, message)
-    } else if verified_ok {
-        let granted: Vec<String> = drivers
-            .iter()
-            .map(|d| {
-                let on = d.capabilities.entries().filter(|(_, on)| *on).count();
-                format!("{} {on}/{}", d.driver_key, contract.keys.len())
-            })
-            .collect();
-        conditions.set(
-            Type::Ready,
-            true,
-            Why::CapabilitiesResolved,
-            format!("capabilities granted: {}", granted.join(", ")),
-        )
-    } else {
-        let message = "the worker is not verified, so every capability is off".to_string();
-        conditions.set(Type::Ready, false, Why::WorkerNotVerified, message)
-    };
+    let ready = ready_condition(&conditions, contract, &drivers, verified_ok, refused.is_some());
     let mut all = vec![worker_verified, ready, schemas];
     all.extend(manifest::declarations_condition(provider, &worker, other_plugin.is_some(), &conditions));
     SandboxProviderStatus {
@@ -236,6 +216,33 @@ pub fn provider_status(
         contract: Some(contract.version),
         drivers,
     }
+}
+
+/// `Ready`: the capabilities each driver grants, or why the provider grants nothing.
+fn ready_condition(
+    conditions: &Conditions,
+    contract: &Contract,
+    drivers: &[DriverStatus],
+    verified: bool,
+    refused: bool,
+) -> Condition {
+    if refused {
+        let message = "today's rules refuse the provider, so it grants nothing (see its Valid condition)".to_string();
+        return conditions.set(Type::Ready, false, Why::ProviderNotValid, message);
+    }
+    if !verified {
+        let message = "the worker is not verified, so every capability is off".to_string();
+        return conditions.set(Type::Ready, false, Why::WorkerNotVerified, message);
+    }
+    let granted: Vec<String> = drivers
+        .iter()
+        .map(|d| {
+            let on = d.capabilities.entries().filter(|(_, on)| *on).count();
+            format!("{} {on}/{}", d.driver_key, contract.keys.len())
+        })
+        .collect();
+    let message = format!("capabilities granted: {}", granted.join(", "));
+    conditions.set(Type::Ready, true, Why::CapabilitiesResolved, message)
 }
 
 /// `ConfigSchemasCompiled`: whether every driver's `configSchema` compiles within the budget

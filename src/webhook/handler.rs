@@ -61,19 +61,7 @@ async fn validate(State(state): State<Arc<WebhookState>>, request: Request) -> R
         .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |ConnectInfo(peer)| peer.ip());
     let place = match state.places.take(client, state.queue_timeout).await {
         Ok(place) => place,
-        Err(full) => {
-            let outcome = admission::Summary { verdict: Some(Decision::Overloaded), ..Default::default() };
-            count(&state.metrics, &outcome, started);
-            let free = state.places.available();
-            // A client past its own share is that client's doing, and a flood of them must not
-            // flood the log; a full pool is everybody's.
-            match full {
-                Full::Share => tracing::debug!(%client, "refused an admission review: its client holds its share"),
-                Full::Pool => tracing::warn!(%client, free, "refused an admission review: too many in flight"),
-            }
-            let message = "too many admission reviews in flight; retry shortly\n";
-            return (StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, "1")], message).into_response();
-        }
+        Err(full) => return overloaded(&state, client, full, started),
     };
     let read = tokio::time::timeout_at((started + state.body_timeout).into(), Bytes::from_request(request, &()));
     let body = match read.await {
@@ -112,6 +100,21 @@ async fn validate(State(state): State<Arc<WebhookState>>, request: Request) -> R
     count(&state.metrics, &outcome, started);
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// The answer to a review that found no place: 429, to retry after a second.
+fn overloaded(state: &WebhookState, client: IpAddr, full: Full, started: Instant) -> Response {
+    let outcome = admission::Summary { verdict: Some(Decision::Overloaded), ..Default::default() };
+    count(&state.metrics, &outcome, started);
+    let free = state.places.available();
+    // A client past its own share is that client's doing, and a flood of them must not flood the
+    // log; a full pool is everybody's.
+    match full {
+        Full::Share => tracing::debug!(%client, "refused an admission review: its client holds its share"),
+        Full::Pool => tracing::warn!(%client, free, "refused an admission review: too many in flight"),
+    }
+    let message = "too many admission reviews in flight; retry shortly\n";
+    (StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, "1")], message).into_response()
 }
 
 /// Allowed reviews are logged at debug level only. The span is built after the review and only

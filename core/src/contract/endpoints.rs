@@ -52,27 +52,7 @@ pub fn agree(contract: &Contract, endpoints: &[EndpointProbe<'_>]) -> Agreement 
         None => BTreeSet::new(),
     };
     let advertised: BTreeSet<&str> = answers.iter().flatten().copied().collect();
-    let known: BTreeSet<&str> = contract.keys.iter().flat_map(|k| k.methods.iter().map(|m| m.as_str())).collect();
-    let mut differing: Vec<EndpointDifference> = endpoints
-        .iter()
-        .filter_map(|e| {
-            let (lacks, failure) = match e.answer {
-                EndpointAnswer::Failed(class) => (Vec::new(), Some(class.to_string())),
-                EndpointAnswer::Methods(methods) => {
-                    let own: BTreeSet<&str> = methods.iter().map(String::as_str).collect();
-                    let lacks: Vec<String> =
-                        advertised.difference(&own).filter(|m| known.contains(*m)).map(|m| m.to_string()).collect();
-                    if lacks.is_empty() {
-                        return None;
-                    }
-                    (lacks, None)
-                }
-            };
-            Some(EndpointDifference { address: e.address.into(), pod: e.pod.map(Into::into), lacks, failure })
-        })
-        .collect();
-    differing.sort_by(|a, b| (a.failure.is_none(), &a.address).cmp(&(b.failure.is_none(), &b.address)));
-    differing.truncate(MAX_NAMED_ENDPOINTS);
+    let differing = differing(contract, endpoints, &advertised);
 
     let serving = endpoints.len();
     let failed = serving - answers.len();
@@ -105,6 +85,38 @@ pub fn agree(contract: &Contract, endpoints: &[EndpointProbe<'_>]) -> Agreement 
         (Some(common.iter().map(|m| m.to_string()).collect()), message)
     };
     Agreement { methods, status, message }
+}
+
+/// The endpoints to name in the status: those that failed, and those that lack a method of
+/// `contract`'s keys that another advertised (`advertised`); failures first, at most
+/// [`MAX_NAMED_ENDPOINTS`].
+fn differing(
+    contract: &Contract,
+    endpoints: &[EndpointProbe<'_>],
+    advertised: &BTreeSet<&str>,
+) -> Vec<EndpointDifference> {
+    let known: BTreeSet<&str> = contract.keys.iter().flat_map(|k| k.methods.iter().map(|m| m.as_str())).collect();
+    let mut differing: Vec<EndpointDifference> = endpoints
+        .iter()
+        .filter_map(|e| {
+            let (lacks, failure) = match e.answer {
+                EndpointAnswer::Failed(class) => (Vec::new(), Some(class.to_string())),
+                EndpointAnswer::Methods(methods) => {
+                    let own: BTreeSet<&str> = methods.iter().map(String::as_str).collect();
+                    let lacks: Vec<String> =
+                        advertised.difference(&own).filter(|m| known.contains(*m)).map(|m| m.to_string()).collect();
+                    if lacks.is_empty() {
+                        return None;
+                    }
+                    (lacks, None)
+                }
+            };
+            Some(EndpointDifference { address: e.address.into(), pod: e.pod.map(Into::into), lacks, failure })
+        })
+        .collect();
+    differing.sort_by(|a, b| (a.failure.is_none(), &a.address).cmp(&(b.failure.is_none(), &b.address)));
+    differing.truncate(MAX_NAMED_ENDPOINTS);
+    differing
 }
 
 #[cfg(test)]
