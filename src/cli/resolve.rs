@@ -15,7 +15,9 @@ use super::output::Output;
 use crate::probe::{self, ProbeOutcome, Prober};
 use crate::run::RulesArgs;
 use sandcap_core::addresses::WorkerPolicy;
-use sandcap_core::api::{Capabilities, Explanation, LeasePolicy, SandboxLease, SandboxProvider, SecretKeyRef};
+use sandcap_core::api::{
+    Capabilities, DriverDeclaration, Explanation, LeasePolicy, SandboxLease, SandboxProvider, SecretKeyRef,
+};
 use sandcap_core::contract::{self, Refusals, SecretLookup, Verified};
 use sandcap_core::judge::judge;
 use sandcap_core::schema;
@@ -80,61 +82,16 @@ pub(super) fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, Cl
         Some(lease_path) => {
             let (lease, lease_refused): (SandboxLease, _) =
                 load_one(&mut manifests, lease_path, Kind::SandboxLease, &options)?;
-            if let Some(driver) = &args.driver
-                && *driver != lease.spec.provider_ref.driver_key
-            {
-                return Err(CliError::Usage(format!(
-                    "--driver {driver} does not match the lease's providerRef.driverKey {}",
-                    lease.spec.provider_ref.driver_key
-                )));
+            if let Some(driver) = args.driver.as_ref().filter(|d| **d != lease.spec.provider_ref.driver_key) {
+                let key = &lease.spec.provider_ref.driver_key;
+                let message = format!("--driver {driver} does not match the lease's providerRef.driverKey {key}");
+                return Err(CliError::Usage(message));
             }
             let secrets = load_secrets(&mut manifests, &args.secrets)?;
-            // The lease names its provider: a file for another provider means that provider is absent.
-            let provider = (provider.metadata.name == Some(lease.spec.provider_ref.name.clone())).then_some(&provider);
             let refusals = Refusals { lease: lease_refused, provider: provider_refused };
-            let r = contract::resolve_lease(options.contract.contract(), &lease, provider, &verified, &refusals, |r| {
-                secrets.lookup(r)
-            });
-            vec![ResolveRecord {
-                driver_key: r.driver_key,
-                effective_policy: r.effective_policy,
-                capabilities: r.resolution.capabilities,
-                explanations: r.resolution.explanations,
-            }]
+            vec![lease_record(&lease, &provider, &verified, &refusals, &secrets, &options)]
         }
-        None => {
-            let drivers: Vec<_> = provider
-                .spec
-                .environment_drivers
-                .iter()
-                .filter(|d| args.driver.as_ref().is_none_or(|k| *k == d.driver_key))
-                .collect();
-            if drivers.is_empty() {
-                return Err(CliError::Usage(format!(
-                    "{}: the provider declares no driver {}",
-                    args.provider.display(),
-                    args.driver.as_deref().unwrap_or("at all")
-                )));
-            }
-            drivers
-                .into_iter()
-                .map(|d| {
-                    let r = contract::resolve_driver(
-                        options.contract.contract(),
-                        &verified,
-                        d,
-                        provider_refused.as_deref(),
-                    );
-                    let policy = contract::effective_policy(&r);
-                    ResolveRecord {
-                        driver_key: d.driver_key.clone(),
-                        effective_policy: policy,
-                        capabilities: r.capabilities,
-                        explanations: r.explanations,
-                    }
-                })
-                .collect()
-        }
+        None => driver_records(args, &provider, &verified, provider_refused.as_deref(), &options)?,
     };
     let written = match records.as_slice() {
         [one] => args.output.write_data(out, one)?,
@@ -144,6 +101,62 @@ pub(super) fn resolve(args: &ResolveArgs, out: &mut dyn Write) -> Result<i32, Cl
         records.iter().try_for_each(|r| write_table(out, r))?;
     }
     Ok(0)
+}
+
+/// What `lease` resolves to against `provider` (absent when the lease names another).
+fn lease_record(
+    lease: &SandboxLease,
+    provider: &SandboxProvider,
+    verified: &Verified,
+    refusals: &Refusals,
+    secrets: &Secrets,
+    options: &Options,
+) -> ResolveRecord {
+    // The lease names its provider: a file for another provider means that provider is absent.
+    let provider = (provider.metadata.name == Some(lease.spec.provider_ref.name.clone())).then_some(provider);
+    let r = contract::resolve_lease(options.contract.contract(), lease, provider, verified, refusals, |r| {
+        secrets.lookup(r)
+    });
+    ResolveRecord {
+        driver_key: r.driver_key,
+        effective_policy: r.effective_policy,
+        capabilities: r.resolution.capabilities,
+        explanations: r.resolution.explanations,
+    }
+}
+
+/// What each of `provider`'s drivers (or `--driver`'s alone) resolves to, for any lease.
+fn driver_records(
+    args: &ResolveArgs,
+    provider: &SandboxProvider,
+    verified: &Verified,
+    refused: Option<&str>,
+    options: &Options,
+) -> Result<Vec<ResolveRecord>, CliError> {
+    let drivers: Vec<_> = provider
+        .spec
+        .environment_drivers
+        .iter()
+        .filter(|d| args.driver.as_ref().is_none_or(|k| *k == d.driver_key))
+        .collect();
+    if drivers.is_empty() {
+        return Err(CliError::Usage(format!(
+            "{}: the provider declares no driver {}",
+            args.provider.display(),
+            args.driver.as_deref().unwrap_or("at all")
+        )));
+    }
+    let record = |d: &DriverDeclaration| {
+        let r = contract::resolve_driver(options.contract.contract(), verified, d, refused);
+        let policy = contract::effective_policy(&r);
+        ResolveRecord {
+            driver_key: d.driver_key.clone(),
+            effective_policy: policy,
+            capabilities: r.capabilities,
+            explanations: r.explanations,
+        }
+    };
+    Ok(drivers.into_iter().map(record).collect())
 }
 
 /// One live probe; a failure is reported on stderr and verifies nothing, as in the controller.

@@ -66,72 +66,99 @@ pub fn workloads(o: &Observation) -> (Level, String) {
             format!("{providers} workloads, but sandcap runs with --observe-workloads=false: no lease is observed"),
         );
     }
-    let mut fails = Vec::new();
-    let mut warns = Vec::new();
-    let mut found = Vec::new();
+    let mut lines = Lines::default();
     if let Rights::Asked { account, denied } = &o.rights
         && !denied.is_empty()
     {
-        fails.push(format!(
+        lines.fails.push(format!(
             "ServiceAccount {account} may not {}: the observer cannot work (grant them: the chart's ClusterRole with \
              workloads.enabled, docs/controller.md)",
             denied.join(", ")
         ));
     }
-    let mut served = Vec::new();
-    for (kind, version) in &o.served {
-        match version {
-            Some(version) => served.push(format!("{} (served as {version})", kind.as_str())),
-            None => {
+    lines.served(o, &providers);
+    lines.namespaces(o);
+    lines.rights(&o.rights);
+    lines.verdict()
+}
+
+/// The `workloads` line's parts, by level.
+#[derive(Default)]
+struct Lines {
+    fails: Vec<String>,
+    warns: Vec<String>,
+    found: Vec<String>,
+}
+
+impl Lines {
+    /// Which bound kinds the apiserver serves; `providers` says who binds them.
+    fn served(&mut self, o: &Observation, providers: &str) {
+        let mut served = Vec::new();
+        for (kind, version) in &o.served {
+            let Some(version) = version else {
                 let by: Vec<&str> = o
                     .bindings
                     .iter()
                     .filter(|(_, kinds)| kinds.contains(kind))
                     .map(|(name, _)| name.as_str())
                     .collect();
-                warns.push(format!(
+                self.warns.push(format!(
                     "{} is not served by the apiserver (no {} in discovery): the bindings of {} observe nothing",
                     shown(*kind),
                     kind.row().plural,
                     by.join(", ")
                 ));
+                continue;
+            };
+            served.push(format!("{} (served as {version})", kind.as_str()));
+        }
+        let what = if served.is_empty() { "workloads".into() } else { served.join(" and ") };
+        self.found.push(format!("{providers} {what}"));
+    }
+
+    /// Which namespaces opted in.
+    fn namespaces(&mut self, o: &Observation) {
+        let label = format!("{NAMESPACE_LABEL}={NAMESPACE_ENABLED}");
+        let never = if o.never_observed.is_empty() {
+            String::new()
+        } else {
+            format!(" ({} labelled too, never observed)", o.never_observed.join(", "))
+        };
+        if o.observed_namespaces == 0 {
+            self.warns.push(format!(
+                "no namespace is labelled {label}{never}: nothing is observed (kubectl label namespace NAME {label})"
+            ));
+        } else {
+            let namespaces = plural(o.observed_namespaces, "namespace", "namespaces");
+            self.found.push(format!("{namespaces} labelled {label} observed{never}"));
+        }
+    }
+
+    /// What sandcap's ServiceAccount may do (a denial is a failure, said first).
+    fn rights(&mut self, rights: &Rights) {
+        match rights {
+            Rights::Asked { account, denied } if denied.is_empty() => self.found.push(format!(
+                "ServiceAccount {account} may list and watch them and create, patch and delete SandboxLeases"
+            )),
+            Rights::Asked { .. } => {}
+            Rights::NotAsked => self.found.push("sandcap's rights not asked about (--service-account \"\")".into()),
+            Rights::Unknown(why) => {
+                self.warns.push(format!("what sandcap's ServiceAccount may do is not known: {why}"))
             }
         }
     }
-    found.push(format!("{providers} {}", if served.is_empty() { "workloads".into() } else { served.join(" and ") }));
-    let label = format!("{NAMESPACE_LABEL}={NAMESPACE_ENABLED}");
-    let never = if o.never_observed.is_empty() {
-        String::new()
-    } else {
-        format!(" ({} labelled too, never observed)", o.never_observed.join(", "))
-    };
-    if o.observed_namespaces == 0 {
-        warns.push(format!(
-            "no namespace is labelled {label}{never}: nothing is observed (kubectl label namespace NAME {label})"
-        ));
-    } else {
-        found.push(format!(
-            "{} labelled {label} observed{never}",
-            plural(o.observed_namespaces, "namespace", "namespaces")
-        ));
+
+    fn verdict(self) -> (Level, String) {
+        let level = if !self.fails.is_empty() {
+            Level::Fail
+        } else if !self.warns.is_empty() {
+            Level::Warn
+        } else {
+            Level::Ok
+        };
+        let all: Vec<String> = self.fails.into_iter().chain(self.warns).chain(self.found).collect();
+        (level, all.join("; "))
     }
-    match &o.rights {
-        Rights::Asked { account, denied } if denied.is_empty() => found.push(format!(
-            "ServiceAccount {account} may list and watch them and create, patch and delete SandboxLeases"
-        )),
-        Rights::Asked { .. } => {}
-        Rights::NotAsked => found.push("sandcap's rights not asked about (--service-account \"\")".into()),
-        Rights::Unknown(why) => warns.push(format!("what sandcap's ServiceAccount may do is not known: {why}")),
-    }
-    let level = if !fails.is_empty() {
-        Level::Fail
-    } else if !warns.is_empty() {
-        Level::Warn
-    } else {
-        Level::Ok
-    };
-    let all: Vec<String> = fails.into_iter().chain(warns).chain(found).collect();
-    (level, all.join("; "))
 }
 
 #[cfg(test)]

@@ -65,44 +65,11 @@ pub fn lease_report(facts: &LeaseFacts) -> LeaseReport {
     let published =
         Refusals { lease: gates::refusal(&conditions), provider: provider_conditions.and_then(gates::refusal) };
     let inputs = LeaseInputs::read(lease, provider, published);
-    let LeaseInputs { identity, verified, config, narrowing } = &inputs;
-    let refusals = &narrowing.refusals;
-    let driver = identity.as_ref().ok().copied().or_else(|| {
+    let driver = inputs.identity.as_ref().ok().copied().or_else(|| {
         let key = &lease.spec.provider_ref.driver_key;
         provider.and_then(|p| p.spec.environment_drivers.iter().find(|d| d.driver_key == *key))
     });
-    // Explained under the contract that resolved it (the one the cluster runs).
-    let contract = status.and_then(|s| s.contract).unwrap_or_default().contract();
-    let now = inputs.resolve(contract);
-    // The declaration shown is the driver's as found, even where the identity check fails and the
-    // resolution reads none.
-    let gates = Gates {
-        verified,
-        declared: driver.map(|d| Declared::from_driver(contract, d)).unwrap_or_default(),
-        narrowing,
-        provider,
-        driver,
-        identity: identity_detail(lease, provider),
-        of_lease: true,
-        config: *config,
-    };
-    let context = FixContext {
-        provider: &lease.spec.provider_ref.name,
-        driver: &lease.spec.provider_ref.driver_key,
-        lease: Some((lease.metadata.namespace.as_deref().unwrap_or_default(), lease_name(lease))),
-        identity: identity.as_ref().err(),
-        refusals,
-        declaration: driver,
-        worker: worker.map(|w| w.message.as_str()),
-        verified,
-        config: *config,
-        secrets: &facts.secrets,
-    };
-    let capabilities = contract
-        .keys
-        .iter()
-        .map(|rule| capability(rule, status.map(|s| s.explanations.as_slice()), &now, gates.of(rule), &context))
-        .collect::<Vec<_>>();
+    let capabilities = capabilities(facts, &inputs, driver);
     let notes = status_notes(status.map(|s| s.observed_generation), lease.metadata.generation, "lease", &capabilities);
     LeaseReport {
         kind: Kind::SandboxLease,
@@ -132,6 +99,43 @@ pub fn lease_report(facts: &LeaseFacts) -> LeaseReport {
         conditions,
         notes,
     }
+}
+
+/// Each capability of the contract that resolved the lease (the one the cluster runs), explained
+/// by `inputs`, the lease's as stored, with `driver` as found.
+fn capabilities(facts: &LeaseFacts, inputs: &LeaseInputs, driver: Option<&DriverDeclaration>) -> Vec<CapabilityReport> {
+    let LeaseFacts { lease, provider, .. } = *facts;
+    let LeaseInputs { identity, verified, config, narrowing } = inputs;
+    let status = lease.status.as_ref();
+    let worker = provider.and_then(|p| p.status.as_ref()).and_then(|s| s.worker.as_ref());
+    let contract = status.and_then(|s| s.contract).unwrap_or_default().contract();
+    let now = inputs.resolve(contract);
+    // The declaration shown is the driver's as found, even where the identity check fails and the
+    // resolution reads none.
+    let gates = Gates {
+        verified,
+        declared: driver.map(|d| Declared::from_driver(contract, d)).unwrap_or_default(),
+        narrowing,
+        provider,
+        driver,
+        identity: identity_detail(lease, provider),
+        of_lease: true,
+        config: *config,
+    };
+    let context = FixContext {
+        provider: &lease.spec.provider_ref.name,
+        driver: &lease.spec.provider_ref.driver_key,
+        lease: Some((lease.metadata.namespace.as_deref().unwrap_or_default(), lease_name(lease))),
+        identity: identity.as_ref().err(),
+        refusals: &narrowing.refusals,
+        declaration: driver,
+        worker: worker.map(|w| w.message.as_str()),
+        verified,
+        config: *config,
+        secrets: &facts.secrets,
+    };
+    let explained = status.map(|s| s.explanations.as_slice());
+    contract.keys.iter().map(|rule| capability(rule, explained, &now, gates.of(rule), &context)).collect()
 }
 
 /// What a stored lease's resolution is read from: the provider's published worker status, the

@@ -7,7 +7,7 @@ use serde::Serialize;
 use super::fix::FixContext;
 use super::gates::{self, Gates};
 use super::report::{CapabilityReport, DeclarationReport, capability, status_notes};
-use sandcap_core::api::{SandboxProvider, WorkerStatus};
+use sandcap_core::api::{DriverDeclaration, SandboxProvider, WorkerStatus};
 use sandcap_core::contract::{self, Declared, Narrowing, Refusals};
 use sandcap_core::vocabulary::Kind;
 
@@ -39,53 +39,9 @@ pub struct ProviderReport {
 pub fn provider_report(provider: &SandboxProvider) -> ProviderReport {
     let status = provider.status.as_ref();
     let worker = status.and_then(|s| s.worker.as_ref());
-    let verified = contract::verified_from_status(provider);
-    let refusals = Refusals::provider(status.and_then(|s| gates::refusal(&s.conditions)));
     let name = provider.metadata.name.clone().unwrap_or_default();
-    // Explained under the contract that resolved it (the one the cluster runs).
-    let contract = status.and_then(|s| s.contract).unwrap_or_default().contract();
-    let drivers: Vec<DriverReport> = provider
-        .spec
-        .environment_drivers
-        .iter()
-        .map(|driver| {
-            let narrowing = Narrowing::of_driver(driver, refusals.provider.as_deref());
-            let declared = Declared::from_driver(contract, driver);
-            let now = contract::resolve(contract, &verified, &declared, &narrowing);
-            let identity = contract::driver_kind_failure(driver);
-            let context = FixContext {
-                provider: &name,
-                driver: &driver.driver_key,
-                lease: None,
-                identity: identity.as_ref(),
-                refusals: &refusals,
-                declaration: Some(driver),
-                worker: worker.map(|w| w.message.as_str()),
-                verified: &verified,
-                config: None,
-                secrets: &[],
-            };
-            let explanations = status
-                .and_then(|s| s.drivers.iter().find(|d| d.driver_key == driver.driver_key))
-                .map(|d| d.explanations.as_slice());
-            let gates = Gates {
-                verified: &verified,
-                declared,
-                narrowing: &narrowing,
-                provider: Some(provider),
-                driver: Some(driver),
-                identity: "the driver is kind sandbox_provider".into(),
-                of_lease: false,
-                config: None,
-            };
-            let capabilities = contract
-                .keys
-                .iter()
-                .map(|rule| capability(rule, explanations, &now, gates.of(rule), &context))
-                .collect();
-            DriverReport { declaration: DeclarationReport::of(driver), capabilities }
-        })
-        .collect();
+    let drivers: Vec<DriverReport> =
+        provider.spec.environment_drivers.iter().map(|driver| driver_report(provider, &name, driver)).collect();
     let all: Vec<CapabilityReport> = drivers.iter().flat_map(|d| d.capabilities.clone()).collect();
     let notes = status_notes(status.map(|s| s.observed_generation), provider.metadata.generation, "provider", &all);
     // The address, never the URL as written: it may hold credentials.
@@ -104,4 +60,45 @@ pub fn provider_report(provider: &SandboxProvider) -> ProviderReport {
         notes,
         name,
     }
+}
+
+/// What `driver` of `provider` (named `name`) grants any lease, and why each capability is off.
+fn driver_report(provider: &SandboxProvider, name: &str, driver: &DriverDeclaration) -> DriverReport {
+    let status = provider.status.as_ref();
+    let verified = contract::verified_from_status(provider);
+    let refusals = Refusals::provider(status.and_then(|s| gates::refusal(&s.conditions)));
+    // Explained under the contract that resolved it (the one the cluster runs).
+    let contract = status.and_then(|s| s.contract).unwrap_or_default().contract();
+    let narrowing = Narrowing::of_driver(driver, refusals.provider.as_deref());
+    let declared = Declared::from_driver(contract, driver);
+    let now = contract::resolve(contract, &verified, &declared, &narrowing);
+    let identity = contract::driver_kind_failure(driver);
+    let context = FixContext {
+        provider: name,
+        driver: &driver.driver_key,
+        lease: None,
+        identity: identity.as_ref(),
+        refusals: &refusals,
+        declaration: Some(driver),
+        worker: status.and_then(|s| s.worker.as_ref()).map(|w| w.message.as_str()),
+        verified: &verified,
+        config: None,
+        secrets: &[],
+    };
+    let explanations = status
+        .and_then(|s| s.drivers.iter().find(|d| d.driver_key == driver.driver_key))
+        .map(|d| d.explanations.as_slice());
+    let gates = Gates {
+        verified: &verified,
+        declared,
+        narrowing: &narrowing,
+        provider: Some(provider),
+        driver: Some(driver),
+        identity: "the driver is kind sandbox_provider".into(),
+        of_lease: false,
+        config: None,
+    };
+    let capabilities =
+        contract.keys.iter().map(|rule| capability(rule, explanations, &now, gates.of(rule), &context)).collect();
+    DriverReport { declaration: DeclarationReport::of(driver), capabilities }
 }
