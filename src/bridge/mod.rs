@@ -151,19 +151,7 @@ pub async fn run(args: BridgeArgs) -> Result<(), BridgeError> {
         ..Budgets::default()
     };
     let package = package::load(&args.package, &args.node, &budgets).await?;
-    tracing::info!(
-        plugin = package.id(),
-        version = package.version(),
-        manifest = %package.manifest_path.display(),
-        validated = package.validated,
-        worker = %package.worker.display(),
-        "plugin package loaded"
-    );
-    if !package.validated {
-        tracing::warn!(
-            "@paperclipai/shared is not installed in the package: the manifest is sent as it exports it, not as the host's validator parses it"
-        );
-    }
+    log_loaded(&package);
     let listener = bind(args.listen).await?;
     let mut signals = crate::run::Signals::install().map_err(BridgeError::Signals)?;
     let spawn = Spawn {
@@ -203,4 +191,20 @@ pub async fn run(args: BridgeArgs) -> Result<(), BridgeError> {
     let _ = worker.await;
     reaper.abort();
     Ok(())
+}
+
+fn log_loaded(package: &package::Package) {
+    tracing::info!(
+        plugin = package.id(),
+        version = package.version(),
+        manifest = %package.manifest_path.display(),
+        validated = package.validated,
+        worker = %package.worker.display(),
+        "plugin package loaded"
+    );
+    if !package.validated {
+        tracing::warn!(
+            "@paperclipai/shared is not installed in the package: the manifest is sent as it exports it, not as the host's validator parses it"
+        );
+    }
 }

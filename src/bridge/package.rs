@@ -177,26 +177,11 @@ async fn run_loader(
     budgets: &Budgets,
     confinement: Confinement,
 ) -> Result<Value, PackageError> {
-    let url = url::Url::from_file_path(manifest)
-        .map_err(|()| PackageError::Load { path: display(manifest), detail: "not an absolute path".into() })?;
-    let mut command = tokio::process::Command::new(node);
-    if confinement == Confinement::Boxed {
-        command.args(confine::node_options(node, dir).await?);
-        confine::isolate(&mut command, dir);
-    }
-    command
-        .args(["--input-type=module", "-e", LOAD_MANIFEST, url.as_str()])
-        .arg(dir)
-        .env_clear()
-        .envs(worker_env(None, &[]))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = command.spawn().map_err(|source| match confinement {
-        Confinement::Boxed => PackageError::Unconfinable(Unconfinable::no_namespace(&source)),
-        Confinement::AsTheWorker => PackageError::Node { node: display(node), source },
-    })?;
+    let mut child =
+        loader_command(dir, manifest, node, confinement).await?.spawn().map_err(|source| match confinement {
+            Confinement::Boxed => PackageError::Unconfinable(Unconfinable::no_namespace(&source)),
+            Confinement::AsTheWorker => PackageError::Node { node: display(node), source },
+        })?;
     let pid = child.id();
     let (mut stdout, mut stderr) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
     let limit = budgets.max_manifest as u64 + 1024;
@@ -230,8 +215,40 @@ async fn run_loader(
     if out.len() as u64 > limit {
         return Err(failed(format!("the manifest is larger than {} bytes", budgets.max_manifest)));
     }
-    let answer: Value = serde_json::from_slice(&out).map_err(|_| {
-        let stderr = String::from_utf8_lossy(&err);
+    loaded(manifest, &out, &err)
+}
+
+/// node, to load `manifest` of the package in `dir`: boxed unless `confinement` says otherwise.
+async fn loader_command(
+    dir: &Path,
+    manifest: &Path,
+    node: &Path,
+    confinement: Confinement,
+) -> Result<tokio::process::Command, PackageError> {
+    let url = url::Url::from_file_path(manifest)
+        .map_err(|()| PackageError::Load { path: display(manifest), detail: "not an absolute path".into() })?;
+    let mut command = tokio::process::Command::new(node);
+    if confinement == Confinement::Boxed {
+        command.args(confine::node_options(node, dir).await?);
+        confine::isolate(&mut command, dir);
+    }
+    command
+        .args(["--input-type=module", "-e", LOAD_MANIFEST, url.as_str()])
+        .arg(dir)
+        .env_clear()
+        .envs(worker_env(None, &[]))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    Ok(command)
+}
+
+/// The manifest the loader wrote to `out` (`err`: its stderr), or why there is none.
+fn loaded(manifest: &Path, out: &[u8], err: &[u8]) -> Result<Value, PackageError> {
+    let failed = |detail: String| PackageError::Load { path: display(manifest), detail };
+    let answer: Value = serde_json::from_slice(out).map_err(|_| {
+        let stderr = String::from_utf8_lossy(err);
         failed(format!("node wrote no manifest ({})", stderr.lines().next().unwrap_or("no error text")))
     })?;
     if let Some(Value::Array(issues)) = answer.get("refused") {

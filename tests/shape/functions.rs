@@ -11,7 +11,11 @@ const MAX_LINES: usize = 60;
 
 /// The functions allowed to be longer, by `file::function`, and why. Keep it a handful: a new
 /// entry needs a reason a reviewer accepts, not a function that grew.
-const ALLOWED: &[(&str, &str)] = &[];
+const ALLOWED: &[(&str, &str)] = &[(
+    "mod::register",
+    "src/metrics/mod.rs: one registration per metric, the registry's one table (name, help, kind); \
+     split, it would be several tables to keep in step",
+)];
 
 /// The production functions of one file: `(name, lines)`, tests left out.
 struct Functions {

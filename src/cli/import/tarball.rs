@@ -116,23 +116,34 @@ fn walk(file: &File, root: Option<&Path>) -> Result<(), TarballError> {
             if entry.size() > MAX_UNCOMPRESSED {
                 return Err(TarballError::Uncompressed);
             }
-            let Some(target) = target else {
-                io::copy(&mut entry, &mut io::sink()).map_err(over)?;
-                continue;
-            };
-            if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent)?;
-            }
-            // Written afresh with the process's default mode: no entry's mode, owner or time is
-            // kept, so nothing extracted is executable or set-id.
-            let mut out = File::create(&target)?;
-            io::copy(&mut entry, &mut out).map_err(over)?;
+            write_file(&mut entry, target, &over)?;
         } else if kind.is_symlink() || kind.is_hard_link() {
             return Err(refuse("is a link (a package is regular files and directories)"));
         } else {
             return Err(refuse("is not a regular file or a directory"));
         }
     }
+    Ok(())
+}
+
+/// Writes the file `entry` to `target`, or reads it through when there is none (`over` tells a
+/// budget's refusal from a broken archive).
+fn write_file(
+    entry: &mut impl Read,
+    target: Option<PathBuf>,
+    over: &impl Fn(io::Error) -> TarballError,
+) -> Result<(), TarballError> {
+    let Some(target) = target else {
+        io::copy(entry, &mut io::sink()).map_err(over)?;
+        return Ok(());
+    };
+    if let Some(parent) = target.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    // Written afresh with the process's default mode: no entry's mode, owner or time is kept, so
+    // nothing extracted is executable or set-id.
+    let mut out = File::create(&target)?;
+    io::copy(entry, &mut out).map_err(over)?;
     Ok(())
 }
 
