@@ -7,7 +7,7 @@
 //! does not load (half written, or a key that does not match the certificate) is logged and
 //! ignored, and the previous certificate keeps serving. So is a pair that loads but must not be
 //! served: not valid yet or any more, or no longer valid for a name the webhook is called by that
-//! the certificate it would replace is valid for (see [`Admission`]).
+//! the certificate it would replace is valid for (see [`CertResolver::admits`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -10,9 +10,10 @@
 //! address. The finer class, a status or error code and the transport's causes go to the log.
 //!
 //! A worker URL is chosen by whoever may create a provider, so it may not reach the node's or the
-//! cloud's own services ([`AddressClass`]) unless the operator allows those addresses
-//! (`--worker-url-allowed-cidrs`). The check holds where the connection is made: an IP literal is
-//! checked before the request, and a host name's addresses are filtered as it is resolved.
+//! cloud's own services ([`sandcap_core::addresses::AddressClass`]) unless the operator allows
+//! those addresses (`--worker-url-allowed-cidrs`). The check holds where the connection is made:
+//! an IP literal is checked before the request, and a host name's addresses are filtered as it is
+//! resolved.
 
 mod answer;
 mod endpoint;
@@ -161,7 +162,7 @@ impl Prober {
         Ok(Prober { http, resolver, timeout, policy, instance_id: instance_id.into(), next_id: Arc::default() })
     }
 
-    /// Where the worker of `worker` answers, under this prober's flags (see [`endpoint`]).
+    /// Where the worker of `worker` answers, under this prober's flags (see [`endpoint::endpoint`]).
     pub fn endpoint(&self, worker: &WorkerRef) -> Result<Url, ProbeError> {
         endpoint(worker, &self.policy)
     }

@@ -1,6 +1,6 @@
 //! The capability maps of the resources (a driver's declaration, status's effective capabilities,
 //! an explanation's key) and their schemas, which depend on the contract version: the derived
-//! schema holds a placeholder ([`PLACEHOLDER`]) that [`super::crd`] fills in for the version the
+//! schema holds a placeholder ([`PLACEHOLDER`]) that [`super::crd()`] fills in for the version the
 //! CRD is built for, from its table ([`crate::versions`]).
 
 use std::collections::BTreeMap;

@@ -49,7 +49,7 @@ fn group_of(api_version: &str) -> &str {
 pub enum Step {
     Nothing,
     Create,
-    /// Bring the stored lease's labels, owner and spec to the desired ones ([`Step::patch`]).
+    /// Bring the stored lease's labels, owner and spec to the desired ones ([`Desired::patch`]).
     Update,
     /// Delete the stored lease: the desired one is created once it is gone (it belongs to an
     /// earlier workload of the name, or names another provider or driver, which is immutable).

@@ -37,7 +37,7 @@ pub struct Leases {
     changed: Arc<Notify>,
 }
 
-/// The lease watch's end: [`Leases::apply`] takes its events.
+/// The lease watch's end: [`Writer::apply`] takes its events.
 pub struct Writer {
     table: relist::Writer<Table>,
     changed: Arc<Notify>,
