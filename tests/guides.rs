@@ -1,0 +1,104 @@
+//! The guides are steps and facts a reader acts on, not a record of how they came to be: README.md
+//! and the task pages carry no dates of record, commit hashes or "measured" and "the suite holds"
+//! sentences (records live in docs/benchmarks/, CHANGELOG.md and docs/testing.md); install.md
+//! opens with its prerequisites as a list. Each rule is tried on a planted drift too.
+
+use std::fs;
+use std::path::Path;
+
+use regex::Regex;
+
+/// README.md and the pages an admin or a provider author follows to do something.
+const TASK_PAGES: &[&str] = &[
+    "README.md",
+    "docs/install.md",
+    "docs/upgrade.md",
+    "docs/contract.md",
+    "docs/provider-authors.md",
+    "docs/controller.md",
+];
+
+fn read(page: &str) -> String {
+    fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(page)).expect(page)
+}
+
+/// The lines of `text` outside fenced code blocks, numbered from 1.
+fn prose(text: &str) -> Vec<(usize, &str)> {
+    let mut fenced = false;
+    let mut lines = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced {
+            lines.push((i + 1, line));
+        }
+    }
+    lines
+}
+
+/// What makes a line evidence rather than a step: a date of record, a commit hash, a measurement
+/// reported as such, a claim that a suite holds something.
+fn evidence(line: &str) -> Option<&'static str> {
+    let months = "January|February|March|April|May|June|July|August|September|October|November|December";
+    let rules: [(&'static str, String); 4] = [
+        ("a date", format!(r"\b\d{{1,2}} ({months})\b|\b({months}) \d{{4}}\b|\b\d{{4}}-\d{{2}}-\d{{2}}\b")),
+        ("a commit hash", r"\b(?:[0-9a-f]*[a-f][0-9a-f]*\d[0-9a-f]*|[0-9a-f]*\d[0-9a-f]*[a-f][0-9a-f]*)\b".into()),
+        // "Measured by ...", "(measured: ...)": a figure reported; not a mechanism ("as measured").
+        ("a measurement", r"(?i)\bmeasured( by|:)|\(measured\b".into()),
+        ("a suite's claim", r"(?i)\b(suite|suites|tests?) (holds?|proves?|shows?)\b".into()),
+    ];
+    rules.into_iter().find_map(|(what, pattern)| {
+        let regex = Regex::new(&pattern).expect("a valid pattern");
+        let found = if what == "a commit hash" {
+            regex.find_iter(line).any(|m| (7..=40).contains(&m.as_str().len()))
+        } else {
+            regex.is_match(line)
+        };
+        found.then_some(what)
+    })
+}
+
+#[test]
+fn the_task_pages_carry_no_evidence() {
+    let mut found = Vec::new();
+    for page in TASK_PAGES {
+        for (n, line) in prose(&read(page)) {
+            if let Some(what) = evidence(line) {
+                found.push(format!("{page}:{n}: {what}: {}", line.chars().take(120).collect::<String>()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "evidence in the guides (move it to docs/benchmarks/, CHANGELOG.md or docs/testing.md):\n  {}",
+        found.join("\n  ")
+    );
+}
+
+#[test]
+fn install_opens_with_its_prerequisites_as_a_list() {
+    let text = read("docs/install.md");
+    let first = text.split("\n## ").nth(1).expect("install.md has sections");
+    let (heading, body) = first.split_once('\n').unwrap_or_default();
+    assert_eq!(heading.trim(), "Prerequisites", "install.md's first section");
+    assert!(body.lines().filter(|l| l.starts_with("- ")).count() >= 2, "a list of prerequisites:\n{body}");
+}
+
+#[test]
+fn each_rule_finds_its_planted_drift() {
+    for (line, what) in [
+        ("CI's cold run took 41 minutes on 7 December.", "a date"),
+        ("Fixed in d827625 (the exit trap).", "a commit hash"),
+        ("Measured: 33 MiB at peak.", "a measurement"),
+        ("The end-to-end suite holds this on both minors.", "a suite's claim"),
+    ] {
+        assert_eq!(evidence(line), Some(what), "{line}");
+    }
+    for step in [
+        "Run `sandcap check` on 1.35 and 1.37.",
+        "Limits of 8388608 bytes; `0x7f.1` is refused.",
+        "Each schema is weighed by its patterns as measured, the cache's size.",
+    ] {
+        assert_eq!(evidence(step), None, "{step}");
+    }
+}
