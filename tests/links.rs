@@ -3,12 +3,15 @@
 //! punctuation dropped but `-` and `_`, spaces turned to `-`, a repeated heading's anchor suffixed
 //! `-1`, `-2`, ...). Links inside code (fenced, indented or inline) are text, not links. The files
 //! are those git tracks or would track (not ignored), or, outside a checkout, every `.md` below the
-//! root but `target/`. And README.md's test command is the one CI runs (`.ci/run`'s last command).
+//! root but `target/`. And README.md's test command is the one CI runs (`.ci/run`'s last command),
+//! and each `sandcap check` line that warns or fails names a section docs/troubleshooting.md has.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
+
+use sandcap_core::vocabulary::Check;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -323,4 +326,18 @@ fn readmes_test_command_is_what_ci_runs() {
     let last =
         ci_run.lines().rev().find(|l| !l.trim().is_empty() && !l.starts_with('#')).expect(".ci/run runs a command");
     assert_eq!(command, last, "README's test command is .ci/run's last command");
+}
+
+/// Every line of `sandcap check` that warns or fails names a section of docs/troubleshooting.md
+/// ([`Check::troubleshooting`]); each section is there.
+#[test]
+fn every_check_names_a_troubleshooting_section() {
+    let text = fs::read_to_string(root().join("docs/troubleshooting.md")).expect("docs/troubleshooting.md");
+    let headings = anchors(&text);
+    for check in Check::ALL {
+        let see = check.troubleshooting();
+        let (page, anchor) = see.split_once('#').expect("a page and an anchor");
+        assert_eq!(page, "docs/troubleshooting.md");
+        assert!(headings.contains(anchor), "{see}: no such section (### check: {})", check.name());
+    }
 }

@@ -311,3 +311,11 @@ words! {
         Workloads = "workloads",
     }
 }
+
+impl Check {
+    /// Where docs/troubleshooting.md says what to do when this check warns or fails: its section
+    /// `### check: NAME`.
+    pub fn troubleshooting(self) -> String {
+        format!("docs/troubleshooting.md#check-{}", self.name())
+    }
+}

@@ -79,11 +79,14 @@ pub struct Line {
     pub check: &'static str,
     pub level: Level,
     pub message: String,
+    /// A line that warns or fails: the section of docs/troubleshooting.md that says what to do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub see: Option<String>,
 }
 
 impl Line {
     pub fn new(level: Level, message: impl Into<String>) -> Line {
-        Line { check: "", level, message: message.into() }
+        Line { check: "", level, message: message.into(), see: None }
     }
 
     pub fn ok(message: impl Into<String>) -> Line {

@@ -56,7 +56,8 @@ pub(in crate::cli) fn check(args: &CheckArgs, out: &mut dyn Write) -> Result<i32
                         Level::Warn => "warn",
                         Level::Fail => "FAIL",
                     };
-                    writeln!(out, "{level:<5} {:<12} {}", l.check, l.message)?;
+                    let see = l.see.as_ref().map(|see| format!(" (see {see})")).unwrap_or_default();
+                    writeln!(out, "{level:<5} {:<12} {}{see}", l.check, l.message)?;
                 }
             }
             return Ok(i32::from(failed.is_some()));
@@ -85,6 +86,7 @@ async fn attempt(client: &Client, args: &CheckArgs) -> Vec<Line> {
             .await
             .unwrap_or_else(|_| Line::fail(format!("no answer within {within} (--timeout)")));
         line.check = check.name();
+        line.see = (line.level != Level::Ok).then(|| check.troubleshooting());
         let failed = line.level == Level::Fail;
         lines.push(line);
         if failed {
