@@ -168,6 +168,9 @@ async fn a_stopped_webhook_fails_admission(
             && lines[2].2.contains("failed calling webhook"),
         "{all}"
     );
+    // Each line that warns or fails says where the fix is.
+    assert!(lines[1].2.ends_with(" (see docs/troubleshooting.md#check-webhook)"), "{all}");
+    assert!(lines[2].2.ends_with(" (see docs/troubleshooting.md#check-admission)"), "{all}");
     let webhook = Sandcap::start(c, install, "plugin-webhook", &[("SANDCAP_WEBHOOK_ONLY", "true")]);
     webhook.ready().await;
     drop(registration);
