@@ -1,7 +1,9 @@
 //! The guides are steps and facts a reader acts on, not a record of how they came to be: README.md
 //! and the task pages carry no dates of record, commit hashes or "measured" and "the suite holds"
 //! sentences (records live in docs/benchmarks/, CHANGELOG.md and docs/testing.md); install.md
-//! opens with its prerequisites as a list. Each rule is tried on a planted drift too.
+//! opens with its prerequisites as a list; no line of prose and no table cell of the user pages
+//! (the task pages, the references and the runbooks) is over 300 characters. Each rule is tried on
+//! a planted drift too.
 
 use std::fs;
 use std::path::Path;
@@ -17,6 +19,20 @@ const TASK_PAGES: &[&str] = &[
     "docs/provider-authors.md",
     "docs/controller.md",
 ];
+
+/// The other pages written for users (the references and the runbooks); the records
+/// (docs/benchmarks/, docs/testing.md, CHANGELOG.md) and the maintainers' pages are not.
+const REFERENCE_PAGES: &[&str] = &[
+    "docs/configuration.md",
+    "docs/operations.md",
+    "docs/troubleshooting.md",
+    "docs/cli.md",
+    "docs/webhook.md",
+    "docs/security.md",
+    "docs/versioning.md",
+];
+
+const MAX_CELL: usize = 300;
 
 fn read(page: &str) -> String {
     fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(page)).expect(page)
@@ -58,6 +74,18 @@ fn evidence(line: &str) -> Option<&'static str> {
     })
 }
 
+/// The places over the limit: each table cell, each other line.
+fn too_long(text: &str) -> Vec<(usize, usize)> {
+    let mut long = Vec::new();
+    for (n, line) in prose(text) {
+        let cells: Vec<&str> = if line.trim_start().starts_with('|') { line.split('|').collect() } else { vec![line] };
+        if let Some(cell) = cells.iter().find(|c| c.trim().chars().count() > MAX_CELL) {
+            long.push((n, cell.trim().chars().count()));
+        }
+    }
+    long
+}
+
 #[test]
 fn the_task_pages_carry_no_evidence() {
     let mut found = Vec::new();
@@ -73,6 +101,17 @@ fn the_task_pages_carry_no_evidence() {
         "evidence in the guides (move it to docs/benchmarks/, CHANGELOG.md or docs/testing.md):\n  {}",
         found.join("\n  ")
     );
+}
+
+#[test]
+fn no_user_page_line_or_table_cell_is_over_300_characters() {
+    let mut found = Vec::new();
+    for page in TASK_PAGES.iter().chain(REFERENCE_PAGES) {
+        for (n, length) in too_long(&read(page)) {
+            found.push(format!("{page}:{n}: {length} characters"));
+        }
+    }
+    assert!(found.is_empty(), "over {MAX_CELL} characters:\n  {}", found.join("\n  "));
 }
 
 #[test]
@@ -101,4 +140,7 @@ fn each_rule_finds_its_planted_drift() {
     ] {
         assert_eq!(evidence(step), None, "{step}");
     }
+    let long = format!("| a | {} |\n", "x".repeat(MAX_CELL + 1));
+    assert_eq!(too_long(&long), [(1, MAX_CELL + 1)]);
+    assert!(too_long(&format!("```\n{}\n```\n", "x".repeat(MAX_CELL + 1))).is_empty(), "code is not prose");
 }

@@ -308,6 +308,7 @@ words! {
         Admission = "admission",
         Leader = "leader",
         Controllers = "controllers",
+        Providers = "providers",
         Workloads = "workloads",
     }
 }

@@ -2,7 +2,8 @@
 //! the first failure (exit 1): the CRDs are this binary's; the webhook configuration's `caBundle`
 //! verifies the serving certificate; the webhook refuses a server-side dry run that only it
 //! refuses; a leader holds the controllers' Lease; the controllers have resolved every change
-//! older than `--resolve-within`; every workload kind a provider binds is served, some namespace
+//! older than `--resolve-within`; every provider is Ready (a warning names each that is not, and
+//! the command that follows a worker's new plugin version); every workload kind a provider binds is served, some namespace
 //! opts in, and sandcap's ServiceAccount may do what the observer does. `--wait` retries until
 //! every check passes.
 //!
@@ -11,6 +12,7 @@
 
 mod args;
 mod certificate;
+mod providers;
 mod steps;
 mod verdicts;
 mod workload_verdicts;
@@ -78,6 +80,7 @@ async fn attempt(client: &Client, args: &CheckArgs) -> Vec<Line> {
                 Check::Admission => steps::admission(client, args).await,
                 Check::Leader => steps::leader(client, args).await,
                 Check::Controllers => steps::controllers(client, args).await,
+                Check::Providers => providers::providers(client, args).await,
                 Check::Workloads => workloads::workloads(client, args).await,
             }
         };

@@ -40,7 +40,7 @@ pub fn fails_at(c: &Cluster, args: &[&str], passing: &[&str], failing: &str, wor
     message
 }
 
-pub const ALL: [&str; 6] = ["crds", "webhook", "admission", "leader", "controllers", "workloads"];
+pub const ALL: [&str; 7] = ["crds", "webhook", "admission", "leader", "controllers", "providers", "workloads"];
 
 pub fn passes(c: &Cluster, args: &[&str]) -> Vec<(String, String, String)> {
     let (code, lines, all) = check(c, args);
