@@ -70,12 +70,12 @@ fn contributings_map_names_every_module() {
     assert!(missing.is_empty(), "CONTRIBUTING.md's \"Where things are\" does not name: {missing:?}");
 }
 
-/// docs/controller.md's "Layout" names every file of `src/controller/` (a folder's `tests.rs`
-/// aside), so the controllers' map cannot fall behind the code.
+/// docs/architecture.md's "The controllers, file by file" names every file of `src/controller/`
+/// (a folder's `tests.rs` aside), so the controllers' map cannot fall behind the code.
 #[test]
 fn the_controllers_layout_names_every_file() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let layout = section("docs/controller.md", "Layout");
+    let layout = section("docs/architecture.md", "The controllers, file by file");
     let mut files = Vec::new();
     rust_files(&root.join("src/controller"), &mut files);
     let missing: Vec<String> = files
@@ -87,5 +87,5 @@ fn the_controllers_layout_names_every_file() {
             (!layout.contains(&relative) && !layout.contains(&name)).then_some(relative)
         })
         .collect();
-    assert!(missing.is_empty(), "docs/controller.md's Layout does not name: {missing:?}");
+    assert!(missing.is_empty(), "docs/architecture.md's \"The controllers, file by file\" does not name: {missing:?}");
 }
