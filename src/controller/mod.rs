@@ -143,8 +143,7 @@ async fn controllers(
     let audits = Arc::new(Audits::new(options.rules.clone()));
     known::count_none(&metrics);
     let provider_table = Arc::new(cache::ProviderTable::new(&metrics));
-    let forget = provider_table.clone();
-    let forget = move |uid: &str| forget.forget(uid);
+    let forget = forgetting(provider_table.clone(), metrics.clone());
     // The watches end with the controllers, also when they stop for a lost leader lease.
     let watches = shutdown.child_token();
     let _stop_watches = watches.clone().drop_guard();
@@ -191,6 +190,14 @@ async fn controllers(
     known::count_none(&metrics);
     tracing::info!("controllers stopped");
     Ok(())
+}
+
+/// What forgets a deleted provider (by uid and name): what is known of it, and its metrics' series.
+fn forgetting(table: Arc<cache::ProviderTable>, metrics: Metrics) -> impl Fn(&str, &str) + Send + Sync + 'static {
+    move |uid, name| {
+        table.forget(uid);
+        metrics.forget_provider(name);
+    }
 }
 
 /// The observed kinds the apiserver serves, when the observer runs (`observed`).

@@ -74,9 +74,10 @@ async fn probe_by_address(provider: &SandboxProvider, ctx: &Context, now: &Time)
             (WorkerStatus { address, ..worker.clone() }, Some(wait))
         }
         None => {
+            let started = std::time::Instant::now();
             let outcome = ctx.prober.probe(provider).await;
             let labels = ProbeLabels { result: outcome.label(), reason: outcome.reason() };
-            ctx.metrics.probes.get_or_create(&labels).inc();
+            ctx.metrics.probed(&provider.name_any(), &labels, started.elapsed());
             // The detail is for the operator only: the provider's status carries the coarse class.
             match &outcome {
                 ProbeOutcome::Failed(failure) => tracing::info!(

@@ -49,6 +49,12 @@ pub struct ProbeLabels {
     pub reason: &'static str,
 }
 
+/// One SandboxProvider.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderLabels {
+    pub provider: String,
+}
+
 /// One request sandcap made to the apiserver.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ApiLabels {
@@ -95,6 +101,8 @@ impl ApiLabels {
 /// Admission runs in microseconds and the apiserver gives up after seconds: cover both ends.
 const ADMISSION_BUCKETS: [f64; 10] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0];
 const RECONCILE_BUCKETS: [f64; 9] = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0];
+/// A probe takes at most `--probe-timeout` (at most a minute).
+const PROBE_BUCKETS: [f64; 12] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0];
 
 /// Every metric sandcap exports. Cheap to clone (each family is an `Arc` inside).
 #[derive(Clone)]
@@ -107,6 +115,8 @@ pub struct Metrics {
     pub reconcile_failures: Family<FailureLabels, Counter>,
     pub reconcile_duration: Family<KindLabels, Histogram>,
     pub probes: Family<ProbeLabels, Counter>,
+    /// By provider name: a deleted provider's series goes with it ([`Metrics::forget_provider`]).
+    pub probe_duration: Family<ProviderLabels, Histogram>,
     pub leader: Gauge,
     pub controllers_running: Gauge,
     pub events_dropped: Counter,
@@ -162,6 +172,12 @@ impl Metrics {
                 Family::new_with_constructor(|| Histogram::new(RECONCILE_BUCKETS)),
             ),
             probes: registered(r, "worker_probes", "Worker probes by result and failure reason", Family::default()),
+            probe_duration: registered(
+                r,
+                "worker_probe_duration_seconds",
+                "Time for one worker probe, by provider (a Service worker's: each endpoint's)",
+                Family::new_with_constructor(|| Histogram::new(PROBE_BUCKETS)),
+            ),
             leader: registered(r, "leader", "1 while this replica holds the controller leader lease", Gauge::default()),
             controllers_running: registered(
                 r,
@@ -209,6 +225,19 @@ impl Metrics {
     }
 }
 
+impl Metrics {
+    /// One probe of `provider`'s worker, which took `took` and was `labels`.
+    pub fn probed(&self, provider: &str, labels: &ProbeLabels, took: std::time::Duration) {
+        self.probes.get_or_create(labels).inc();
+        self.probe_duration.get_or_create(&ProviderLabels { provider: provider.into() }).observe(took.as_secs_f64());
+    }
+
+    /// The provider named `provider` was deleted: its series go too.
+    pub fn forget_provider(&self, provider: &str) {
+        self.probe_duration.remove(&ProviderLabels { provider: provider.into() });
+    }
+}
+
 /// Registers a handle to `metric` and returns it (the registry keeps its own clone).
 fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
     registry.register(name, help, metric.clone());
@@ -224,7 +253,7 @@ pub fn encode(registry: &Registry) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::ApiLabels;
+    use super::{ApiLabels, Metrics, ProbeLabels, Registry, encode};
 
     #[test]
     fn requests_are_classified_as_the_audit_log_does() {
@@ -248,5 +277,25 @@ mod tests {
             let labels = ApiLabels::of(&method.parse().unwrap(), &uri.parse().unwrap());
             assert_eq!((labels.verb, labels.resource.as_str()), (verb, resource), "{method} {uri}");
         }
+    }
+
+    #[test]
+    fn a_probe_is_counted_and_timed_by_provider_until_the_provider_goes() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let failed = ProbeLabels { result: "failed", reason: "timeout" };
+        metrics.probed("acme", &failed, std::time::Duration::from_millis(30));
+        metrics.probed("other", &ProbeLabels { result: "succeeded", reason: "" }, std::time::Duration::from_secs(2));
+        let text = encode(&registry);
+        assert!(text.contains(r#"sandcap_worker_probes_total{result="failed",reason="timeout"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"sandcap_worker_probe_duration_seconds_bucket{le="0.05",provider="acme"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"sandcap_worker_probe_duration_seconds_count{provider="other"} 1"#), "{text}");
+        metrics.forget_provider("acme");
+        let text = encode(&registry);
+        assert!(!text.contains(r#"provider="acme""#), "{text}");
+        assert!(text.contains(r#"provider="other""#), "{text}");
     }
 }

@@ -24,7 +24,7 @@ pub(super) struct ProviderEvents<F> {
     forget: F,
 }
 
-impl<F: Fn(&str)> ProviderEvents<F> {
+impl<F: Fn(&str, &str)> ProviderEvents<F> {
     pub(super) fn new(own: Queue<SandboxProvider>, related: Queue<CachedLease>, leases: Leases, forget: F) -> Self {
         ProviderEvents { seen: Seen::new(provider_view), own, related, leases, forget }
     }
@@ -34,8 +34,12 @@ impl<F: Fn(&str)> ProviderEvents<F> {
         for change in self.seen.observe(event) {
             let (before, after) = (change.before, change.after);
             match after {
-                // A deleted object has nothing left to reconcile: its trigger would stay counted as waiting.
-                None => change.key.extra.uid.as_deref().into_iter().for_each(&self.forget),
+                // A deleted object is forgotten, not triggered: its trigger would stay counted as waiting.
+                None => {
+                    if let Some(uid) = change.key.extra.uid.as_deref() {
+                        (self.forget)(uid, &change.key.name);
+                    }
+                }
                 Some(after) if before.map(|b| b.generation) != Some(after.generation) => {
                     self.own.send_own(change.key.clone());
                 }

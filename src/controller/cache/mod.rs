@@ -207,12 +207,12 @@ fn drop_managed_fields<K: Resource>(obj: &mut K) {
 impl Caches {
     /// Starts every watch in its own task (until `shutdown`), waits until each has listed once
     /// (at most `list_deadline`), and returns the caches and the triggers of both controllers.
-    /// `forget` is called with the uid of every deleted provider (watch gaps included); each lease
+    /// `forget` is called with the uid and name of every deleted provider (watch gaps included); each lease
     /// whose new generation its watch brings is judged early on `audits`.
     pub async fn start(
         client: &Client,
         scope: &SecretScope,
-        forget: impl Fn(&str) + Send + Sync + 'static,
+        forget: impl Fn(&str, &str) + Send + Sync + 'static,
         audits: Arc<Audits>,
         metrics: &Metrics,
         list_deadline: Duration,

@@ -178,7 +178,7 @@ impl Round<'_> {
             .buffer_unordered(ENDPOINTS_AT_ONCE);
         let mut probed = probes.take_until(tokio::time::sleep_until(deadline.into())).collect::<Vec<_>>().await;
         for cut in unanswered(unanswered_if_cut, &probed, Instant::now()) {
-            count(self.ctx, self.provider, &cut.member, &cut.outcome);
+            count(self.ctx, self.provider, &cut.member, &cut.outcome, PROBE_BUDGET);
             probed.push(cut);
         }
         probed
@@ -194,14 +194,15 @@ impl Round<'_> {
                 (format!("https://{host}:{}{path}", member.port), Some(SocketAddr::new(member.ip, member.port)))
             }
         };
+        let started = Instant::now();
         let outcome = match Url::parse(&url) {
             Ok(url) => self.ctx.prober.probe_at(Target { url: &url, address, ca }, &self.provider.spec).await,
             Err(e) => {
                 ProbeOutcome::Failed(ProbeError::Endpoint(format!("no URL for {}: {e}", member.address())).into())
             }
         };
-        count(self.ctx, self.provider, &member, &outcome);
         let at = Instant::now();
+        count(self.ctx, self.provider, &member, &outcome, at - started);
         let failing_since = match outcome {
             ProbeOutcome::Failed(_) => Some(failing_before.unwrap_or(at)),
             ProbeOutcome::Succeeded { .. } => None,
@@ -316,10 +317,10 @@ fn failure_class(outcome: &ProbeOutcome) -> String {
 }
 
 /// The probe metric and the log line of one endpoint's probe; the detail is for the operator only.
-fn count(ctx: &Context, provider: &SandboxProvider, member: &Member, outcome: &ProbeOutcome) {
+fn count(ctx: &Context, provider: &SandboxProvider, member: &Member, outcome: &ProbeOutcome, took: Duration) {
     let labels = ProbeLabels { result: outcome.label(), reason: outcome.reason() };
-    ctx.metrics.probes.get_or_create(&labels).inc();
     let (provider, endpoint, pod) = (provider.name_any(), member.address(), member.pod.as_deref().unwrap_or(""));
+    ctx.metrics.probed(&provider, &labels, took);
     match outcome {
         ProbeOutcome::Failed(failure) => tracing::info!(
             %provider, %endpoint, pod, result = labels.result, reason = labels.reason, detail = %failure.detail(), "probed endpoint"

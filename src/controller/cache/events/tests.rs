@@ -27,7 +27,7 @@ struct Outputs {
     judged_early: Rc<RefCell<Vec<String>>>,
 }
 
-type Forget = Box<dyn Fn(&str)>;
+type Forget = Box<dyn Fn(&str, &str)>;
 type JudgeEarly = Box<dyn Fn(&LeaseKey)>;
 
 impl Outputs {
@@ -40,7 +40,7 @@ impl Outputs {
 
     fn forget(&self) -> Forget {
         let forgotten = self.forgotten.clone();
-        Box::new(move |uid| forgotten.borrow_mut().push(uid.to_string()))
+        Box::new(move |uid, _name| forgotten.borrow_mut().push(uid.to_string()))
     }
 
     fn providers(&self) -> ProviderEvents<Forget> {
