@@ -37,7 +37,11 @@ fn deployment(node: &Node, methods: &[&str]) -> Value {
 }
 
 /// What one look saw: Ready pods lacking the method, pods with it, and whether the lease grants
-/// `nativeSyncOut`.
+/// `nativeSyncOut`. The lease is read before and after the pods, and counts as granting only when
+/// both reads say so: the reads are not one snapshot, and under load a grant that follows a pod
+/// going away (a rollback) or a pod that comes Ready after a grant (an update) would otherwise
+/// look like a grant beside that pod. Lacking pods only go during the rollback and only come
+/// during the update, so a pod seen Ready between two granting reads was Ready beside a grant.
 struct Look {
     ready_lacking: usize,
     with_it: usize,
@@ -46,6 +50,11 @@ struct Look {
 }
 
 fn look(node: &Node) -> Look {
+    let granted = || {
+        let lease = node.kubectl_json(&["get", "sbl", "-n", LEASE_NS, "rolling-run"]);
+        lease["status"]["capabilities"]["nativeSyncOut"] == true
+    };
+    let before = granted();
     let pods = node.kubectl_json(&["get", "pods", "-n", WORKERS, "-l", &format!("app={NAME}")]);
     let (mut ready_lacking, mut with_it) = (0, 0);
     for pod in pods["items"].as_array().into_iter().flatten() {
@@ -56,8 +65,7 @@ fn look(node: &Node) -> Look {
         ready_lacking += usize::from(ready && !has);
         with_it += usize::from(has);
     }
-    let lease = node.kubectl_json(&["get", "sbl", "-n", LEASE_NS, "rolling-run"]);
-    let granted = lease["status"]["capabilities"]["nativeSyncOut"] == true;
+    let granted = before && granted();
     Look { ready_lacking, with_it, granted, at: Instant::now() }
 }
 
