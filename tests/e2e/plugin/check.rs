@@ -14,7 +14,7 @@ use kube::api::{Api, DeleteParams};
 use sandcap_core::versions::ContractVersion;
 use serde_json::json;
 
-use super::commands::{check, fails_at, kubectl_with_plugin, passes, plugin_dir, text};
+use super::commands::{ALL, check, fails_at, kubectl_with_plugin, passes, plugin_dir, text};
 use crate::harness::binary::Sandcap;
 use crate::harness::cluster::{Cluster, TestCa};
 use crate::harness::install::{self, Install, NAMESPACE, WebhookRegistration};
@@ -85,7 +85,7 @@ fn healthy_passes_also_through_kubectl(c: &Cluster, webhook_port: u16) {
     assert!(text(&listed.stdout).contains(&dir.join("kubectl-sandcap").display().to_string()), "{listed:?}");
     let through_kubectl = kubectl_with_plugin(c, &dir, &["sandcap", "check"]);
     assert_eq!(through_kubectl.status.code(), Some(0), "{through_kubectl:?}");
-    assert_eq!(text(&through_kubectl.stdout).lines().filter(|l| l.starts_with("ok ")).count(), 6);
+    assert_eq!(text(&through_kubectl.stdout).lines().filter(|l| l.starts_with("ok ")).count(), ALL.len());
 }
 
 /// --confirm-dry-run-only, as the helm test runs it: the chart's admission policy (applied
