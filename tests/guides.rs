@@ -7,6 +7,7 @@
 
 use std::fs;
 use std::path::Path;
+use std::sync::LazyLock;
 
 use regex::Regex;
 
@@ -55,22 +56,21 @@ fn prose(text: &str) -> Vec<(usize, &str)> {
 /// What makes a line evidence rather than a step: a date of record, a commit hash, a measurement
 /// reported as such, a claim that a suite holds something.
 fn evidence(line: &str) -> Option<&'static str> {
-    let months = "January|February|March|April|May|June|July|August|September|October|November|December";
-    let rules: [(&'static str, String); 4] = [
-        ("a date", format!(r"\b\d{{1,2}} ({months})\b|\b({months}) \d{{4}}\b|\b\d{{4}}-\d{{2}}-\d{{2}}\b")),
-        ("a commit hash", r"\b(?:[0-9a-f]*[a-f][0-9a-f]*\d[0-9a-f]*|[0-9a-f]*\d[0-9a-f]*[a-f][0-9a-f]*)\b".into()),
-        // "Measured by ...", "(measured: ...)": a figure reported; not a mechanism ("as measured").
-        ("a measurement", r"(?i)\bmeasured( by|:)|\(measured\b".into()),
-        ("a suite's claim", r"(?i)\b(suite|suites|tests?) (holds?|proves?|shows?)\b".into()),
-    ];
-    rules.into_iter().find_map(|(what, pattern)| {
-        let regex = Regex::new(&pattern).expect("a valid pattern");
-        let found = if what == "a commit hash" {
-            regex.find_iter(line).any(|m| (7..=40).contains(&m.as_str().len()))
-        } else {
-            regex.is_match(line)
-        };
-        found.then_some(what)
+    static RULES: LazyLock<[(&str, Regex); 4]> = LazyLock::new(|| {
+        let months = "January|February|March|April|May|June|July|August|September|October|November|December";
+        let date = format!(r"\b\d{{1,2}} ({months})\b|\b({months}) \d{{4}}\b|\b\d{{4}}-\d{{2}}-\d{{2}}\b");
+        let regex = |pattern: &str| Regex::new(pattern).expect("a valid pattern");
+        [
+            ("a date", regex(&date)),
+            // Hex with a letter and a digit; its length (7 to 40) is checked on each match.
+            ("a commit hash", regex(r"\b(?:[0-9a-f]*[a-f][0-9a-f]*\d[0-9a-f]*|[0-9a-f]*\d[0-9a-f]*[a-f][0-9a-f]*)\b")),
+            // "Measured by ...", "(measured: ...)": a figure reported; not a mechanism ("as measured").
+            ("a measurement", regex(r"(?i)\bmeasured( by|:)|\(measured\b")),
+            ("a suite's claim", regex(r"(?i)\b(suite|suites|tests?) (holds?|proves?|shows?)\b")),
+        ]
+    });
+    RULES.iter().find_map(|(what, regex)| {
+        regex.find_iter(line).any(|m| *what != "a commit hash" || (7..=40).contains(&m.as_str().len())).then_some(*what)
     })
 }
 
