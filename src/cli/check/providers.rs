@@ -12,6 +12,7 @@ use kube::core::ApiResource;
 use serde_json::Value;
 
 use super::args::{CheckArgs, Level, Line};
+use super::workload_verdicts::plural;
 use crate::cli::cluster::list_pages;
 use sandcap_core::api::SandboxProvider;
 use sandcap_core::vocabulary::ConditionType;
@@ -79,10 +80,7 @@ impl Seen {
 
 fn verdict(seen: &[Seen]) -> Line {
     let ready = seen.iter().filter(|s| s.ready.as_ref().is_some_and(|(ready, _)| *ready)).count();
-    let total = match seen.len() {
-        1 => "1 SandboxProvider".to_string(),
-        n => format!("{n} SandboxProviders"),
-    };
+    let total = plural(seen.len(), "SandboxProvider", "SandboxProviders");
     let moved: Vec<String> = seen.iter().filter_map(|s| Some(s.follow(s.moved_to()?))).collect();
     if moved.is_empty() {
         let others = seen.len() - ready;

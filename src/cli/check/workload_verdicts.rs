@@ -44,7 +44,7 @@ pub fn shown(kind: WorkloadKind) -> String {
     format!("{} ({})", kind.as_str(), kind.row().group)
 }
 
-fn plural(n: usize, one: &str, many: &str) -> String {
+pub(super) fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
