@@ -275,6 +275,7 @@ pub(super) const MAX_CONDITION_MESSAGE: usize = 4096;
 
 mod endpoints;
 mod manifest;
+pub mod settle;
 #[cfg(test)]
 mod tests;
 mod workloads;

@@ -8,13 +8,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject, WatchEvent, WatchParams};
 use sandcap_core::versions::ContractVersion;
 use serde_json::{Value, json};
 
 use crate::harness::binary::Sandcap;
 use crate::harness::cluster::Cluster;
 use crate::harness::install;
-use crate::harness::objects::get;
+use crate::harness::objects::{explanation, get, resource};
 use crate::harness::waits::{eventually, lease_reason};
 use crate::support::{Worker, all_true, lease, methods_of, provider};
 
@@ -164,6 +166,7 @@ pub async fn every_endpoint_of_a_service_worker_must_advertise_a_method(c: Arc<C
     install::apply(&c, &[slice(&draining)]);
     worker_status(&c, |w| w["endpoints"]["serving"] == 2).await;
     lease_reason(&admin, NS, "run", "nativeSyncOut", "Granted").await;
+    flapping(&c, &three, &draining).await;
 
     // The same over https: the endpoint's certificate is for the Service's name, and the
     // provider gives the CA it chains to.
@@ -200,6 +203,49 @@ pub async fn every_endpoint_of_a_service_worker_must_advertise_a_method(c: Arc<C
     assert_eq!((gone["probe"].as_str(), gone["supportedMethods"].as_array().map(Vec::len)), (Some("Failed"), Some(0)));
     lease_reason(&admin, NS, "run", "nativeSyncIn", "WorkerNotVerified").await;
     drop(netns);
+}
+
+/// The lacking endpoint's Pod flips between serving and not every 2 s for a minute: the grant is
+/// revoked at once and held back while it flaps, so the lease is written at most as often as
+/// docs/controller.md's "Flapping endpoints" bounds (7 a minute), and granted again once it stays.
+async fn flapping(c: &Cluster, serving: &[(String, &str, bool)], not: &[(String, &str, bool)]) {
+    const FLIP: Duration = Duration::from_secs(2);
+    let admin = c.admin().await;
+    let leases: Api<DynamicObject> = Api::namespaced_with(admin.clone(), NS, &resource("SandboxLease"));
+    let version = leases.get("run").await.expect("the lease").metadata.resource_version.expect("a version");
+    let params = WatchParams::default().fields("metadata.name=run").timeout(290);
+    let mut events = leases.watch(&params, &version).await.expect("a watch of the lease").boxed();
+    let started = Instant::now();
+    let writes = tokio::spawn(async move {
+        let mut writes = Vec::new();
+        while let Some(event) = events.next().await {
+            match event.expect("the watch goes on") {
+                WatchEvent::Modified(lease) => {
+                    let status = serde_json::to_value(&lease).expect("JSON")["status"].clone();
+                    let reason = explanation(&status, "nativeSyncOut").map(|(r, _)| r).unwrap_or_default();
+                    writes.push((started.elapsed(), reason));
+                }
+                WatchEvent::Error(e) => panic!("the watch of the lease ended: {e}"),
+                _ => {}
+            }
+        }
+        writes
+    });
+    let mut flips = tokio::time::interval(FLIP);
+    for flip in 0..30 {
+        flips.tick().await;
+        install::apply(c, &[slice(if flip % 2 == 0 { serving } else { not })]);
+    }
+    let stopped = started.elapsed();
+    lease_reason(&admin, NS, "run", "nativeSyncOut", "Granted").await;
+    writes.abort();
+    let writes = writes.await.unwrap_or_default();
+    println!("endpoints: flipping every 2 s for {stopped:.0?}: the lease written {} time(s): {writes:?}", writes.len());
+    let during: Vec<_> = writes.iter().filter(|(at, _)| *at <= stopped).collect();
+    assert!(during.len() <= 7, "at most 7 lease writes a minute: {writes:?}");
+    let first = during.first().expect("the lease written while it flapped");
+    assert_eq!(first.1, "MissingWorkerMethods", "the first write revokes: {writes:?}");
+    assert!(first.0 < Duration::from_secs(15), "revoked within seconds of the first flip: {writes:?}");
 }
 
 async fn delete_slices(c: &Cluster, names: &[&str]) {

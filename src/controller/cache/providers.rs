@@ -10,6 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 
 use super::endpoints::Member;
 use crate::controller::known::{self, Known};
+use crate::controller::provider::settle::Settling;
 use crate::metrics::Metrics;
 use crate::probe::ProbeOutcome;
 use sandcap_core::vocabulary::Kind;
@@ -38,6 +39,11 @@ pub struct ProviderState {
     pub known: Known,
     /// What each of its Service worker's endpoints last answered.
     pub endpoints: Vec<Probed>,
+    /// What endpoints that stopped serving last answered, while it is fresh: one that serves
+    /// again is not new, and waits for its own schedule.
+    pub departed: Vec<Probed>,
+    /// How its Service worker's grant is damped.
+    pub settling: Settling,
 }
 
 impl ProviderTable {

@@ -87,13 +87,13 @@ pub async fn probe_endpoints(
         Ok(ca) => ca,
         Err(error) => return Ok(Some(round.failed(error.to_string(), now))),
     };
-    let (mut kept, due) = round.due(members);
+    let Due { mut kept, due, departed } = round.due(members);
     let probed_now = round.probe_all(due, ca.as_deref()).await;
     let any_probed = !probed_now.is_empty();
     kept.extend(probed_now);
     kept.sort_by(|a, b| a.member.cmp(&b.member));
     let (mut worker, next) = round.worker(&kept, unvouched, now);
-    ctx.provider_table.with(&round.uid, |known, _| known.endpoints = kept);
+    ctx.provider_table.with(&round.uid, |known, _| (known.endpoints, known.departed) = (kept, departed));
     // A probe that found what status says moves lastProbeTime once per interval at most, so a
     // rollout's reconciles, or a new leader probing every endpoint once, write only what changed.
     if let Some(published) = published_worker(provider) {
@@ -132,36 +132,26 @@ impl Round<'_> {
             message,
             ..WorkerStatus::default()
         };
-        self.ctx.provider_table.with(&self.uid, |known, _| known.endpoints = Vec::new());
+        self.ctx.provider_table.with(&self.uid, |known, _| {
+            (known.endpoints, known.departed) = (Vec::new(), Vec::new());
+            known.settling.decide(None, 0, Instant::now(), self.ctx.probe_interval);
+        });
         (worker, self.ctx.probe_interval)
     }
 
-    /// Of `members`, the answers kept (not due yet), and those due, each with since when it has
-    /// been failing.
-    fn due(&self, members: Vec<Member>) -> (Vec<Probed>, Vec<(Member, Option<Instant>)>) {
+    /// Of `members`, the answers kept (not due yet), those due, and the fresh answers of endpoints
+    /// no longer serving.
+    fn due(&self, members: Vec<Member>) -> Due {
         let started = Instant::now();
-        let mut previous: HashMap<Member, Probed> = self
-            .ctx
-            .provider_table
-            .with(&self.uid, |known, _| std::mem::take(&mut known.endpoints))
-            .into_iter()
-            .map(|p| (p.member.clone(), p))
-            .collect();
-        let mut kept = Vec::with_capacity(members.len());
-        let mut due = Vec::new();
-        for member in members {
-            match previous.remove(&member) {
-                // An answer judged against another plugin identity than the spec's now is due.
-                Some(p)
-                    if started.duration_since(p.at) < self.due_after(&p)
-                        && p.outcome.judged_for(&self.provider.spec) =>
-                {
-                    kept.push(p)
-                }
-                last => due.push((member, last.and_then(|p| p.failing_since))),
-            }
-        }
-        (kept, due)
+        let fresh = |p: &Probed| {
+            // An answer judged against another plugin identity than the spec's now is due.
+            started.duration_since(p.at) < self.due_after(p) && p.outcome.judged_for(&self.provider.spec)
+        };
+        let previous = self.ctx.provider_table.with(&self.uid, |known, _| {
+            let departed = std::mem::take(&mut known.departed);
+            departed.into_iter().chain(std::mem::take(&mut known.endpoints)).collect()
+        });
+        split(previous, members, fresh)
     }
 
     fn due_after(&self, probed: &Probed) -> Duration {
@@ -229,22 +219,73 @@ impl Round<'_> {
             })
             .collect();
         let agreement = contract::agree(self.ctx.contract.contract(), &endpoints);
-        let (probe, supported_methods) = match agreement.methods {
+        let serving = serving_digest(&endpoints);
+        let decision = self.ctx.provider_table.with(&self.uid, |known, _| {
+            known.settling.decide(agreement.methods, serving, Instant::now(), self.ctx.probe_interval)
+        });
+        let (probe, supported_methods) = match decision.methods {
             Some(methods) => (ProbeResult::Succeeded, methods),
             None => (ProbeResult::Failed, Vec::new()),
         };
+        let mut message = left_out(agreement.message, unvouched);
+        if let Some(held) = &decision.held {
+            message = format!("{message}; {}", held.message());
+        }
         let worker = WorkerStatus {
             supported_methods,
             probe,
             last_probe_time: Some(now.clone()),
             address: self.provider.spec.worker.address(),
-            message: left_out(agreement.message, unvouched),
+            message,
             endpoints: Some(agreement.status),
             plugin: claimed_plugin(kept),
         };
-        let next = kept.iter().map(|p| (p.at + self.due_after(p)).saturating_duration_since(Instant::now())).min();
+        let held_until = decision.held.map(|h| h.until);
+        let next = kept.iter().map(|p| p.at + self.due_after(p)).chain(held_until).min();
+        let next = next.map(|at| at.saturating_duration_since(Instant::now()));
         (worker, next.unwrap_or(self.ctx.probe_interval).max(Duration::from_millis(100)))
     }
+}
+
+/// Of one probe round, what is kept of the answers known before it.
+struct Due {
+    /// Answers not due yet, of serving endpoints.
+    kept: Vec<Probed>,
+    /// Serving endpoints to probe, each with since when it has been failing.
+    due: Vec<(Member, Option<Instant>)>,
+    /// Fresh answers of endpoints no longer serving, newest first.
+    departed: Vec<Probed>,
+}
+
+/// Sorts the answers known before a round (`previous`, serving or departed) by the endpoints
+/// serving now (`members`): a member whose answer is `fresh` keeps it, whatever it did in between.
+fn split(previous: Vec<Probed>, members: Vec<Member>, fresh: impl Fn(&Probed) -> bool) -> Due {
+    let mut previous: HashMap<Member, Probed> = previous.into_iter().map(|p| (p.member.clone(), p)).collect();
+    let mut kept = Vec::with_capacity(members.len());
+    let mut due = Vec::new();
+    for member in members {
+        match previous.remove(&member) {
+            Some(p) if fresh(&p) => kept.push(p),
+            last => due.push((member, last.and_then(|p| p.failing_since))),
+        }
+    }
+    let mut departed: Vec<Probed> = previous.into_values().filter(&fresh).collect();
+    departed.sort_by_key(|p| std::cmp::Reverse(p.at));
+    departed.truncate(MAX_ENDPOINTS);
+    Due { kept, due, departed }
+}
+
+/// Who serves and what each answered, hashed: a grant held back waits for it to stay unchanged.
+fn serving_digest(endpoints: &[EndpointProbe<'_>]) -> u64 {
+    let mut hasher = std::hash::DefaultHasher::new();
+    for endpoint in endpoints {
+        std::hash::Hash::hash(&(endpoint.address, endpoint.pod), &mut hasher);
+        match endpoint.answer {
+            EndpointAnswer::Methods(methods) => std::hash::Hash::hash(methods, &mut hasher),
+            EndpointAnswer::Failed(class) => std::hash::Hash::hash(class, &mut hasher),
+        }
+    }
+    std::hash::Hasher::finish(&hasher)
 }
 
 /// The plugin the endpoints say they are: one that is another plugin's, else the first that said.
@@ -332,45 +373,4 @@ fn count(ctx: &Context, provider: &SandboxProvider, member: &Member, outcome: &P
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn probed(at: Instant, failing_since: Option<Instant>) -> Probed {
-        let member = Member { ip: "10.0.0.1".parse().unwrap(), port: 80, pod: None };
-        let outcome = match failing_since {
-            Some(_) => ProbeOutcome::Failed(crate::probe::ProbeError::NotOk.into()),
-            None => ProbeOutcome::Succeeded { methods: vec![], plugin: None },
-        };
-        Probed { member, outcome, at, failing_since }
-    }
-
-    #[test]
-    fn endpoints_the_budget_cut_off_fail_and_keep_how_long_they_have_been_failing() {
-        let start = Instant::now();
-        let member = |last: u8| Member { ip: format!("10.0.0.{last}").parse().unwrap(), port: 80, pod: None };
-        let answered = Probed { member: member(1), ..probed(start, None) };
-        let due = vec![(member(1), None), (member(2), None), (member(3), Some(start))];
-        let at = start + PROBE_BUDGET;
-        let cut = unanswered(due, &[answered], at);
-        let members: Vec<_> = cut.iter().map(|p| p.member.clone()).collect();
-        assert_eq!(members, [member(2), member(3)], "the answered endpoint is kept as it answered");
-        assert!(cut.iter().all(|p| p.outcome == ProbeOutcome::Failed(ProbeError::Timeout(PROBE_BUDGET).into())));
-        assert_eq!(cut.iter().map(|p| p.failing_since).collect::<Vec<_>>(), [Some(at), Some(start)]);
-        assert!(PROBE_BUDGET < RECONCILE_DEADLINE, "the status is written within the reconcile's deadline");
-    }
-
-    #[test]
-    fn failures_are_retried_from_seconds_doubling_to_the_interval_and_answers_after_it() {
-        let interval = Duration::from_secs(300);
-        let start = Instant::now();
-        let after = |failing_for: u64, share: u64| {
-            due_after(&probed(start + Duration::from_secs(failing_for), Some(start)), interval, share)
-        };
-        assert_eq!(after(0, 0), RETRY_MIN, "a first failure is retried within seconds");
-        assert_eq!(after(1, 0), RETRY_MIN);
-        assert_eq!(after(40, 0), Duration::from_secs(40), "as long again as it has been failing");
-        assert_eq!(after(3600, 0), interval, "never longer than the interval");
-        assert_eq!(after(0, 999), RETRY_MIN + RETRY_MIN / 10 * 999 / 1000, "spread by a tenth at most");
-        assert_eq!(due_after(&probed(start, None), interval, 500), interval + Duration::from_secs(15));
-    }
-}
+mod tests;
