@@ -144,7 +144,7 @@ def test_scoped_writes_policy_names_what_sandcap_writes(scenario: str) -> None:
             "resources": ["sandboxleases"],
         },
     ]
-    secrets, leases, events, _observed = spec["validations"]
+    secrets, leases, events, _observed, _where = spec["validations"]
     variables = env(objects)
     secret, lease = variables["SANDCAP_CERT_SECRET_NAME"], variables["SANDCAP_LEADER_ELECTION_NAME"]
     assert f'object.metadata.name == "{secret}"' in secrets["expression"]
@@ -170,6 +170,17 @@ def observed_lease_words() -> tuple[str, list[str]]:
     return match.group(1), re.findall(r'label: "([^"]+)"', text[text.index("pub const KINDS") :])
 
 
+def observed_namespace_words() -> tuple[str, str, list[str]]:
+    """The namespace opt-in label, its value and the namespaces never observed
+    (core/src/workloads/mod.rs: NAMESPACE_LABEL, NAMESPACE_ENABLED, NEVER_OBSERVED)."""
+    text = source("core/src/workloads/mod.rs")
+    label = re.search(r'pub const NAMESPACE_LABEL: &str = "([^"]+)";', text)
+    enabled = re.search(r'pub const NAMESPACE_ENABLED: &str = "([^"]+)";', text)
+    never = re.search(r"pub const NEVER_OBSERVED: \[&str; \d+\] = \[([^\]]+)\];", text)
+    assert label and enabled and never
+    return label.group(1), enabled.group(1), re.findall(r'"([^"]+)"', never.group(1))
+
+
 def test_scoped_writes_policy_keeps_lease_writes_to_observed_leases() -> None:
     """The observer's SandboxLease writes: the lease (for a change also the stored one, for a
     delete only that) carries the observed-from label with a kind's value and an ownerReference
@@ -184,7 +195,7 @@ def test_scoped_writes_policy_keeps_lease_writes_to_observed_leases() -> None:
         "request.operation == 'UPDATE' ? [object, oldObject] : "
         "(request.operation == 'DELETE' ? [oldObject] : [object])"
     )
-    observed = spec["validations"][-1]
+    observed = spec["validations"][-2]
     expression = observed["expression"]
     assert expression.startswith("request.resource.resource != 'sandboxleases' || variables.leases.all(l,")
     assert f"'{label}' in l.metadata.labels" in expression
@@ -194,6 +205,18 @@ def test_scoped_writes_policy_keeps_lease_writes_to_observed_leases() -> None:
     assert "(r.kind == 'Sandbox' && r.apiVersion.startsWith('agents.x-k8s.io/'))" in expression
     assert observed["reason"] == "Forbidden"
     assert observed["message"].startswith("sandcap's ServiceAccount may create, change and delete only observed SandboxLeases")
+    where = spec["validations"][-1]
+    expression = where["expression"]
+    namespace_label, enabled, never = observed_namespace_words()
+    assert expression.startswith(
+        "request.resource.resource != 'sandboxleases' || request.operation == 'DELETE' || ("
+    ), "a delete is judged by the stored lease alone"
+    assert f"namespaceObject.metadata.labels['{namespace_label}'] == '{enabled}'" in expression
+    listed = ", ".join([f"'{name}'" for name in never] + [f'"{NAMESPACE}"'])
+    assert f"!(request.namespace in [{listed}])" in expression, "never the cluster's own namespaces nor sandcap's"
+    assert "!has(object.spec.config) && !has(object.spec.configFrom)" in expression
+    assert "object.spec.workloadRef.name == object.metadata.name" in expression
+    assert where["reason"] == "Forbidden"
     off = scoped_writes(SCENARIOS["no-workloads"])
     assert "variables" not in off
     assert not [r for r in off["matchConstraints"]["resourceRules"] if r["apiGroups"] == ["sandcap.dev"]]
@@ -227,7 +250,8 @@ def test_every_unnamed_write_of_sandcaps_account_is_narrowed(scenario: str) -> N
         if not resource.endswith("/status")
     }
     assert unnamed == matched
-    assert len(spec["validations"]) == len(matched)
+    judged = {re.match(r"request\.resource\.resource != '(\w+)'", v["expression"]).group(1) for v in spec["validations"]}
+    assert judged == {resource for _, resource in matched}
 
 
 # ---- Secrets read where sandcap may create one ---------------------------------------------------

@@ -2,14 +2,15 @@
 //! workloads.enabled), with a token of sandcap's ServiceAccount and exactly the chart's RBAC: the
 //! observer's leases (labelled `sandcap.dev/observed-from`, owned by the workload they are named
 //! after) are created, patched and deleted; a hand-made lease is neither created, taken over nor
-//! deleted; and the lease controller's status writes, a subresource, are not matched. Run from
+//! deleted; observed leases are written only in a namespace that opted in, naming their workload
+//! and with no config; and the lease controller's status writes, a subresource, are not matched. Run from
 //! [`crate::hardening`]'s scenario, which installed the chart.
 
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use sandcap_core::api::SandboxLease;
-use sandcap_core::workloads::{OBSERVED_FROM_LABEL, OBSERVER_FIELD_MANAGER};
+use sandcap_core::workloads::{NAMESPACE_ENABLED, NAMESPACE_LABEL, OBSERVED_FROM_LABEL, OBSERVER_FIELD_MANAGER};
 use serde_json::{Value, json};
 
 use crate::hardening::refused_by_policy;
@@ -17,17 +18,26 @@ use crate::harness::cluster::Cluster;
 use crate::support::{lease, ok};
 
 const OBSERVED_ONLY: &str = "may create, change and delete only observed SandboxLeases";
+const OBSERVED_WHERE: &str = "may write observed SandboxLeases only in namespaces labelled";
 
-/// `name`'s lease in `ns`, labelled `observed_from` (if any) and owned by `owner` (if any).
+/// `name`'s lease in `ns`, labelled `observed_from` (if any) and owned by `owner` (if any), whose
+/// `workloadRef` names the owner as the observer's do (a Job of `name` without one).
 fn observed(ns: &str, name: &str, observed_from: Option<&str>, owner: Option<Value>) -> SandboxLease {
-    let mut object = lease(ns, name, "e2e-writes", json!({"backend": "job"}));
+    serde_json::from_value(observed_json(ns, name, observed_from, owner)).expect("a lease")
+}
+
+fn observed_json(ns: &str, name: &str, observed_from: Option<&str>, owner: Option<Value>) -> Value {
+    let workload = owner.clone().unwrap_or_else(|| json!({"apiVersion": "batch/v1", "kind": "Job", "name": name}));
+    let workload_ref =
+        json!({"apiVersion": workload["apiVersion"], "kind": workload["kind"], "name": workload["name"]});
+    let mut object = lease(ns, name, "e2e-writes", json!({"backend": "job", "workloadRef": workload_ref}));
     if let Some(label) = observed_from {
         object["metadata"]["labels"] = json!({ OBSERVED_FROM_LABEL: label });
     }
     if let Some(owner) = owner {
         object["metadata"]["ownerReferences"] = json!([owner]);
     }
-    serde_json::from_value(object).expect("a lease")
+    object
 }
 
 fn owner(api_version: &str, kind: &str, name: &str, uid: &str) -> Value {
@@ -46,6 +56,16 @@ pub async fn only_observed_leases(c: &Cluster, admin: &Client, sa: &Client, ns: 
     let leases = Api::<SandboxLease>::namespaced(sa.clone(), ns);
     let params = PostParams { field_manager: Some(OBSERVER_FIELD_MANAGER.into()), ..Default::default() };
     let patch = PatchParams { field_manager: Some(OBSERVER_FIELD_MANAGER.into()), ..Default::default() };
+
+    // Only in a namespace that opted in.
+    let opted = |value: &str| {
+        let label = format!("{NAMESPACE_LABEL}={value}");
+        ok("label", c.kubectl(&["label", "namespace", ns, &label, "--overwrite"]));
+    };
+    let first = observed(ns, "e2e-observed", Some("job"), Some(of_job.clone()));
+    opted("disabled");
+    refused_by_policy("a namespace that did not opt in", leases.create(&params, &first).await, OBSERVED_WHERE);
+    opted(NAMESPACE_ENABLED);
 
     // What the observer writes: created, merge-patched, later deleted.
     leases
@@ -72,6 +92,26 @@ pub async fn only_observed_leases(c: &Cluster, admin: &Client, sa: &Client, ns: 
         ),
     ] {
         refused_by_policy(what, leases.create(&params, &wrong).await, OBSERVED_ONLY);
+    }
+    // Nor what the observer never writes: config, or a workloadRef to another name.
+    let with_spec = |name: &str, spec: Value| {
+        let mut object = observed_json(ns, name, Some("job"), Some(job_named(name)));
+        object["spec"].as_object_mut().expect("a spec").extend(spec.as_object().expect("an object").clone());
+        serde_json::from_value::<SandboxLease>(object).expect("a lease")
+    };
+    for (what, wrong) in [
+        ("inline config", with_spec("e2e-config", json!({"config": {"image": "x"}}))),
+        (
+            "config from a Secret",
+            with_spec("e2e-secret", json!({"configFrom": [{"secretKeyRef": {"name": "s", "key": "k"}}]})),
+        ),
+        ("no workloadRef", with_spec("e2e-noref", json!({"workloadRef": null}))),
+        (
+            "a workloadRef to another name",
+            with_spec("e2e-other", json!({"workloadRef": {"apiVersion": "batch/v1", "kind": "Job", "name": "other"}})),
+        ),
+    ] {
+        refused_by_policy(what, leases.create(&params, &wrong).await, OBSERVED_WHERE);
     }
     let sandbox = owner("agents.x-k8s.io/v1beta1", "Sandbox", "e2e-sandbox", &uid);
     leases
@@ -106,4 +146,5 @@ pub async fn only_observed_leases(c: &Cluster, admin: &Client, sa: &Client, ns: 
         leases.delete(name, &DeleteParams::default()).await.unwrap_or_else(|e| panic!("sandcap deletes {name}: {e}"));
     }
     ok("cleanup", c.kubectl(&["-n", ns, "delete", "job", "e2e-observed"]));
+    ok("cleanup", c.kubectl(&["label", "namespace", ns, &format!("{NAMESPACE_LABEL}-")]));
 }
