@@ -22,6 +22,7 @@ mod capacity;
 mod context;
 mod engine;
 mod error;
+pub mod fenced;
 #[cfg(test)]
 pub(crate) mod fixtures;
 mod known;
@@ -95,7 +96,7 @@ pub struct ControllerOptions {
 /// `options.leader_elect`, otherwise right away. Watch errors (an apiserver that goes away) are
 /// retried with kube-runtime's default backoff; they never end the run.
 pub async fn run(
-    client: Client,
+    client: ControllersClient,
     election: ElectionClient,
     options: ControllerOptions,
     metrics: Metrics,
@@ -122,6 +123,14 @@ pub async fn run(
     leader::run_elected(election_client, election, metrics, shutdown, lead).await
 }
 
+/// The controllers' client, whose writes pass the fence of the term they run in
+/// ([`fenced`]).
+#[derive(Clone)]
+pub struct ControllersClient {
+    pub client: Client,
+    pub fence: fenced::FenceCell,
+}
+
 /// The leader election's own client: its requests time out well within the renew deadline, and
 /// its accepted writes stamp `clock` (see [`leader::RenewalClock`]).
 #[derive(Clone)]
@@ -133,12 +142,13 @@ pub struct ElectionClient {
 /// Both controllers, until `shutdown` is cancelled (they finish the reconciles in flight). They
 /// start only once every cache is listed (see [`cache`]).
 async fn controllers(
-    client: Client,
+    client: ControllersClient,
     options: ControllerOptions,
     metrics: Metrics,
     shutdown: CancellationToken,
     fence: leader::Fence,
 ) -> Result<(), Error> {
+    let (_term, client) = (client.fence.enter(fence.clone()), client.client);
     let prober = Prober::new(options.probe_timeout, options.rules.workers.clone(), &options.identity)?;
     let audits = Arc::new(Audits::new(options.rules.clone()));
     known::count_none(&metrics);

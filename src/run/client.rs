@@ -9,10 +9,14 @@ use std::time::Duration;
 use axum::http::header;
 use kube::Client;
 use kube::client::ClientBuilder;
+use kube::client::retry::RetryPolicy;
+use tower::buffer::BufferLayer;
+use tower::retry::RetryLayer;
 use tower::timeout::TimeoutLayer;
 
-use crate::controller::ElectionClient;
+use crate::controller::fenced::FenceCell;
 use crate::controller::leader::RenewalClock;
+use crate::controller::{ControllersClient, ElectionClient};
 use crate::metrics::{ApiLabels, Metrics};
 
 /// A request of the controllers or the certificate keeper, retries included: well within a
@@ -23,9 +27,14 @@ pub const API_DEADLINE: Duration = Duration::from_secs(15);
 /// the renew deadline still leaves time to stop writing (`controller/leader.rs`).
 pub const ELECTION_DEADLINE: Duration = Duration::from_secs(2);
 
-/// The client of the controllers and the certificate keeper, and the leader election's own.
+/// Requests of the controllers queued for their client's fence and retries at once (they wait
+/// for room beyond that); a few status writes and watches in flight is the usual load.
+const CONTROLLERS_QUEUED: usize = 1024;
+
+/// The client of the certificate keeper, the controllers' (fenced), and the leader election's own.
 pub struct Clients {
     pub api: Client,
+    pub controllers: ControllersClient,
     pub election: ElectionClient,
 }
 
@@ -44,13 +53,26 @@ impl Clients {
             .with_layer(&count)
             .with_layer(&TimeoutLayer::new(API_DEADLINE))
             .build();
+        // kube's retries, moved above the fence so that each attempt passes it; the buffer makes
+        // kube's boxed stack cloneable, as retrying needs.
+        let fence = FenceCell::default();
+        let mut unretried = config.clone();
+        unretried.default_retry = false;
+        let controllers = ClientBuilder::try_from(unretried)?
+            .with_layer(&BufferLayer::new(CONTROLLERS_QUEUED))
+            .with_layer(&fence.layer())
+            .with_layer(&RetryLayer::new(RetryPolicy::server_retry()))
+            .with_layer(&count)
+            .with_layer(&TimeoutLayer::new(API_DEADLINE))
+            .build();
         let clock = RenewalClock::default();
         let election = ClientBuilder::try_from(config)?
             .with_layer(&count)
             .with_layer(&TimeoutLayer::new(ELECTION_DEADLINE))
             .with_layer(&clock.layer())
             .build();
-        Ok(Clients { api, election: ElectionClient { client: election, clock } })
+        let controllers = ControllersClient { client: controllers, fence };
+        Ok(Clients { api, controllers, election: ElectionClient { client: election, clock } })
     }
 }
 

@@ -264,7 +264,7 @@ async fn serve(args: &RunArgs, stop: Stop) -> Result<(), RunError> {
                 // They serve no client, so there is nothing to drain: they stop at the first
                 // signal, and the leader releases its Lease at once, so that a standby takes over
                 // without waiting for the webhook's drain window.
-                let (client, election) = (clients.api.clone(), clients.election.clone());
+                let (client, election) = (clients.controllers.clone(), clients.election.clone());
                 controller::run(client, election, controller_options(args), metrics.clone(), stop.terminating.clone())
                     .await
                     .map_err(|e| RunError::Controller(Box::new(e)))
