@@ -53,13 +53,14 @@ pub struct Timing {
 }
 
 impl Default for Timing {
-    /// As client-go's defaults (15 s, renew deadline 10 s): a dead holder is replaced within about
-    /// 15 seconds. The holder renews 7 s after each renewal, so a renewal may take 3 s (the
-    /// election client's request timeout is shorter) before the deadline stops the controllers.
+    /// As client-go's defaults (15 s, renew deadline 10 s, retry period 2 s): a dead holder is
+    /// replaced within about 15 seconds. The holder renews 2 s after each renewal, so one slow or
+    /// failed renewal (the election client gives up on one after 2 s, and tries again after
+    /// [`RENEW_RETRY`]) leaves several more tries before the deadline stops the controllers.
     fn default() -> Self {
         Timing {
             duration: Duration::from_secs(15),
-            grace: Duration::from_secs(8),
+            grace: Duration::from_secs(13),
             renew_deadline: Duration::from_secs(10),
         }
     }

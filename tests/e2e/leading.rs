@@ -59,8 +59,9 @@ pub async fn a_leader_whose_controllers_stop_steps_down_and_stands_again(c: Arc<
     delete(&admin, "SandboxProvider", None, NS).await;
 }
 
-/// The apiserver hangs (SIGSTOP: connections stay open, nothing answers) for longer than the
-/// Lease lasts, while status writes are on their way. The leader stops within the renew deadline,
+/// The apiserver hangs for 3 s, which the leader rides out (client-go's renewal schedule: one
+/// renewal lost, the next one in time). Then it hangs (SIGSTOP: connections stay open, nothing
+/// answers) for longer than the Lease lasts, while status writes are on their way. The leader stops within the renew deadline,
 /// while nobody else may lead; after the apiserver resumes exactly one replica leads, and every
 /// lease converges on the provider's latest spec.
 pub async fn a_hung_apiserver_stops_the_leader_before_a_standby_leads(c: Arc<Cluster>) {
@@ -81,7 +82,22 @@ pub async fn a_hung_apiserver_stops_the_leader_before_a_standby_leads(c: Arc<Clu
     all_leases(&admin, NS, &names, "independentControlCommands", "Granted").await;
     let leader = eventually("a leader", Duration::from_secs(30), || async { holder(&admin).await }).await;
     let old = replicas.iter().position(|r| r.name == leader).expect("a replica leads");
-    // A renewal comes every 7 s: let the next one be due during the hang.
+    // First a short hang, longer than the election client's 2 s per request: the renewal due in it
+    // fails, the next one succeeds well within the renew deadline, and the leader goes on leading.
+    c.signal_apiserver(libc::SIGSTOP);
+    let short = Instant::now();
+    let mut resumed = false;
+    while short.elapsed() < Duration::from_secs(13) {
+        if !resumed && short.elapsed() >= Duration::from_secs(3) {
+            c.signal_apiserver(libc::SIGCONT);
+            resumed = true;
+        }
+        let leading = [gauge(&replicas[0], "sandcap_leader").await, gauge(&replicas[1], "sandcap_leader").await];
+        assert_eq!(leading[old], 1.0, "the leader stopped {:?} after a 3 s hang began", short.elapsed());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(holder(&admin).await.as_deref(), Some(leader.as_str()), "the Lease kept through a 3 s hang");
+    // A renewal comes every 2 s: let the next one be due during the hang.
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     acme["spec"]["environmentDrivers"][0]["sandboxCapabilities"]["independentControlCommands"] = json!(false);
@@ -101,7 +117,7 @@ pub async fn a_hung_apiserver_stops_the_leader_before_a_standby_leads(c: Arc<Clu
     c.signal_apiserver(libc::SIGCONT);
     let stopped = stopped.unwrap_or_else(|| panic!("{leader} still led {HANG:?} into the hang"));
     println!("    the leader stopped {stopped:.1?} into the hang (renew deadline 10 s after its last renewal)");
-    // Its last renewal was at most 7 s before the hang; the Lease lasts 15 s after it.
+    // Its last renewal was at most 2 s before the hang; the Lease lasts 15 s after it.
     assert!(stopped < Duration::from_secs(12), "stopped only {stopped:?} into the hang");
 
     let resumed = Instant::now();
