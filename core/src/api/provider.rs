@@ -318,22 +318,38 @@ pub struct EndpointsStatus {
     pub differing: Vec<EndpointDifference>,
 }
 
-/// One endpoint that failed or lacks a method.
+/// One endpoint that failed or lacks a method, named by its Pod. Why a probe failed is left to
+/// sandcap's log: status is readable wherever providers are, and a class per address would tell
+/// any reader what answers where.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct EndpointDifference {
-    /// `ip:port`, as its EndpointSlice lists it.
-    pub address: String,
-    /// The Pod behind it (the endpoint's `targetRef`), if it names one.
+    /// The Pod behind it (the endpoint's `targetRef`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxLength" = 253))]
     pub pod: Option<String>,
+    /// `ip:port`, only for an endpoint that names no Pod (believed under `--endpoint-slices=any`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxLength" = 64))]
+    pub address: Option<String>,
     /// The methods of the contract's keys that another endpoint advertises and this one does not
     /// (only the contract's own method names: nothing a worker wrote is repeated).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lacks: Vec<String>,
-    /// Why its probe failed, in the coarse class a provider's status shows.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure: Option<String>,
+    /// Its probe failed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
+}
+
+impl EndpointDifference {
+    /// How status names it: `pod <name>`, or its address when it names no Pod.
+    pub fn name(&self) -> String {
+        match (&self.pod, &self.address) {
+            (Some(pod), _) => format!("pod {pod}"),
+            (None, Some(address)) => address.clone(),
+            (None, None) => String::new(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]

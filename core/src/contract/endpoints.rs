@@ -21,8 +21,8 @@ pub struct EndpointProbe<'a> {
 pub enum EndpointAnswer<'a> {
     /// It answered `ok: true` with these `supportedMethods`.
     Methods(&'a [String]),
-    /// Its probe failed; the text is the coarse class a status may show.
-    Failed(&'a str),
+    /// Its probe failed (why is the log's to say).
+    Failed,
 }
 
 /// What the endpoints verify together.
@@ -44,7 +44,7 @@ pub fn agree(contract: &Contract, endpoints: &[EndpointProbe<'_>]) -> Agreement 
         .iter()
         .filter_map(|e| match e.answer {
             EndpointAnswer::Methods(methods) => Some(methods.iter().map(String::as_str).collect()),
-            EndpointAnswer::Failed(_) => None,
+            EndpointAnswer::Failed => None,
         })
         .collect();
     let common: BTreeSet<&str> = match answers.split_first() {
@@ -66,8 +66,7 @@ pub fn agree(contract: &Contract, endpoints: &[EndpointProbe<'_>]) -> Agreement 
     let (methods, message) = if serving == 0 {
         (None, "no endpoint serves the Service's port, so nothing is verified".to_string())
     } else if failed > 0 {
-        let first =
-            status.differing.first().map(|d| format!(" ({}: {})", d.address, d.failure.as_deref().unwrap_or("")));
+        let first = status.differing.first().map(|d| format!(" ({})", d.name()));
         (
             None,
             format!(
@@ -96,11 +95,12 @@ fn differing(
     advertised: &BTreeSet<&str>,
 ) -> Vec<EndpointDifference> {
     let known: BTreeSet<&str> = contract.keys.iter().flat_map(|k| k.methods.iter().map(|m| m.as_str())).collect();
-    let mut differing: Vec<EndpointDifference> = endpoints
+    // Each with its address, by which they are sorted (failures first).
+    let mut differing: Vec<(&str, EndpointDifference)> = endpoints
         .iter()
         .filter_map(|e| {
-            let (lacks, failure) = match e.answer {
-                EndpointAnswer::Failed(class) => (Vec::new(), Some(class.to_string())),
+            let (lacks, failed) = match e.answer {
+                EndpointAnswer::Failed => (Vec::new(), true),
                 EndpointAnswer::Methods(methods) => {
                     let own: BTreeSet<&str> = methods.iter().map(String::as_str).collect();
                     let lacks: Vec<String> =
@@ -108,15 +108,17 @@ fn differing(
                     if lacks.is_empty() {
                         return None;
                     }
-                    (lacks, None)
+                    (lacks, false)
                 }
             };
-            Some(EndpointDifference { address: e.address.into(), pod: e.pod.map(Into::into), lacks, failure })
+            // An endpoint is named by its Pod; by its address only where it names none.
+            let address = e.pod.is_none().then(|| e.address.to_string());
+            Some((e.address, EndpointDifference { pod: e.pod.map(Into::into), address, lacks, failed }))
         })
         .collect();
-    differing.sort_by(|a, b| (a.failure.is_none(), &a.address).cmp(&(b.failure.is_none(), &b.address)));
+    differing.sort_by(|(a, x), (b, y)| (!x.failed, a).cmp(&(!y.failed, b)));
     differing.truncate(MAX_NAMED_ENDPOINTS);
-    differing
+    differing.into_iter().map(|(_, d)| d).collect()
 }
 
 #[cfg(test)]
@@ -149,8 +151,9 @@ mod tests {
         let lacking = &agreement.status.differing;
         assert_eq!(lacking.len(), 1, "{lacking:?}");
         assert_eq!(
-            (lacking[0].address.as_str(), lacking[0].lacks.clone()),
-            ("10.0.0.2:80", methods(&["environmentSyncOut"]))
+            (lacking[0].pod.as_deref(), lacking[0].address.as_deref(), lacking[0].lacks.clone()),
+            (Some("pod"), None, methods(&["environmentSyncOut"])),
+            "named by its Pod"
         );
         assert!(agreement.message.contains("1 lack a method"), "{}", agreement.message);
     }
@@ -170,17 +173,14 @@ mod tests {
     fn one_failed_endpoint_or_none_at_all_verifies_nothing() {
         let contract = ContractVersion::V2.contract();
         let full = methods(&["environmentSyncIn"]);
-        let agreement = agree(
-            contract,
-            &[probe("b:1", EndpointAnswer::Methods(&full)), probe("a:1", EndpointAnswer::Failed("unreachable"))],
-        );
+        let podless = EndpointProbe { address: "a:1", pod: None, answer: EndpointAnswer::Failed };
+        let agreement = agree(contract, &[probe("b:1", EndpointAnswer::Methods(&full)), podless]);
         assert_eq!(agreement.methods, None);
-        assert_eq!(agreement.status.differing[0].failure.as_deref(), Some("unreachable"));
-        assert!(
-            agreement.message.starts_with("1 of 2 endpoints failed their probe (a:1: unreachable)"),
-            "{}",
-            agreement.message
-        );
+        let named = &agreement.status.differing[0];
+        assert!(named.failed && named.address.as_deref() == Some("a:1"), "by its address, having no Pod: {named:?}");
+        assert!(agreement.message.starts_with("1 of 2 endpoints failed their probe (a:1)"), "{}", agreement.message);
+        let failed = agree(contract, &[probe("b:1", EndpointAnswer::Failed)]);
+        assert!(failed.message.starts_with("1 of 1 endpoints failed their probe (pod pod)"), "{}", failed.message);
         let none = agree(contract, &[]);
         assert_eq!((none.methods, none.status.serving), (None, 0));
     }
@@ -194,10 +194,10 @@ mod tests {
         let mut endpoints: Vec<EndpointProbe> =
             addresses.iter().map(|a| probe(a, EndpointAnswer::Methods(&old))).collect();
         endpoints.push(probe("10.9.9.9:80", EndpointAnswer::Methods(&full)));
-        endpoints.push(probe("10.9.9.8:80", EndpointAnswer::Failed("timeout")));
+        endpoints.push(EndpointProbe { address: "10.9.9.8:80", pod: Some("failing"), answer: EndpointAnswer::Failed });
         let agreement = agree(contract, &endpoints);
         assert_eq!(agreement.status.differing.len(), MAX_NAMED_ENDPOINTS);
-        assert_eq!(agreement.status.differing[0].address, "10.9.9.8:80");
+        assert_eq!(agreement.status.differing[0].pod.as_deref(), Some("failing"));
         assert_eq!(agreement.status.serving, 22);
     }
 

@@ -24,7 +24,7 @@ use crate::controller::cache::providers::Probed;
 use crate::controller::context::{Context, RECONCILE_DEADLINE};
 use crate::controller::error::Error;
 use crate::metrics::ProbeLabels;
-use crate::probe::{ProbeError, ProbeFailure, ProbeOutcome, Target, ca_bundle};
+use crate::probe::{ProbeError, ProbeOutcome, Target, ca_bundle};
 use sandcap_core::api::{ProbeResult, SandboxProvider, ServiceRef, WorkerPlugin, WorkerScheme, WorkerStatus};
 use sandcap_core::contract::{self, EndpointAnswer, EndpointProbe};
 
@@ -204,17 +204,15 @@ impl Round<'_> {
     /// the next endpoint is due.
     fn worker(&self, kept: &[Probed], unvouched: usize, now: &Time) -> (WorkerStatus, Duration) {
         let addresses: Vec<String> = kept.iter().map(|p| p.member.address()).collect();
-        let classes: Vec<String> = kept.iter().map(|p| failure_class(&p.outcome)).collect();
         let endpoints: Vec<EndpointProbe> = kept
             .iter()
             .zip(&addresses)
-            .zip(&classes)
-            .map(|((p, address), class)| EndpointProbe {
+            .map(|(p, address)| EndpointProbe {
                 address,
                 pod: p.member.pod.as_deref(),
                 answer: match &p.outcome {
                     ProbeOutcome::Succeeded { methods, .. } => EndpointAnswer::Methods(methods),
-                    ProbeOutcome::Failed(_) => EndpointAnswer::Failed(class),
+                    ProbeOutcome::Failed(_) => EndpointAnswer::Failed,
                 },
             })
             .collect();
@@ -282,7 +280,7 @@ fn serving_digest(endpoints: &[EndpointProbe<'_>]) -> u64 {
         std::hash::Hash::hash(&(endpoint.address, endpoint.pod), &mut hasher);
         match endpoint.answer {
             EndpointAnswer::Methods(methods) => std::hash::Hash::hash(methods, &mut hasher),
-            EndpointAnswer::Failed(class) => std::hash::Hash::hash(class, &mut hasher),
+            EndpointAnswer::Failed => std::hash::Hash::hash("failed", &mut hasher),
         }
     }
     std::hash::Hasher::finish(&hasher)
@@ -344,17 +342,6 @@ async fn service_port(ctx: &Context, service: &ServiceRef) -> Result<Port, Error
     }
     let port = spec.ports.unwrap_or_default().into_iter().find(|p| p.port == service.port);
     Ok(port.map_or(Port::Missing, |p| Port::Named(p.name.unwrap_or_default())))
-}
-
-/// What status may say of a failed endpoint (nothing for one that answered).
-fn failure_class(outcome: &ProbeOutcome) -> String {
-    match outcome {
-        ProbeOutcome::Succeeded { .. } => String::new(),
-        ProbeOutcome::Failed(ProbeFailure { error, .. }) => match error.class() {
-            Some(class) => class.as_str().to_string(),
-            None => error.to_string(),
-        },
-    }
 }
 
 /// The probe metric and the log line of one endpoint's probe; the detail is for the operator only.
