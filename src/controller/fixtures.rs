@@ -193,7 +193,8 @@ pub struct Parts {
 /// A context whose client is `client`, with empty caches.
 pub fn context_with(client: Client, metrics: &Metrics) -> Parts {
     let prober = Prober::new(Duration::from_secs(1), Default::default(), "test").expect("a prober");
-    let (leases, leases_writer) = cache::leases::table(known::nonconforming(metrics, Kind::SandboxLease));
+    let (leases, leases_writer) =
+        cache::leases::table(known::nonconforming(metrics, Kind::SandboxLease), known::Verdicts::of(metrics));
     let caches = Caches {
         providers: reflector::store().0,
         leases,

@@ -18,8 +18,9 @@ use serde::de::IgnoredAny;
 
 use super::audit::Finding;
 use super::cached::CachedLease;
-use super::context::Context;
+use super::context::{Context, Stateful};
 use super::error::Error;
+use super::known::{Verdict, Verdicts};
 use super::status::{Conditions, kind_label};
 use sandcap_core::api::{
     DriverStatus, SandboxLease, SandboxLeaseStatus, SandboxProvider, SandboxProviderStatus, StatusPatch,
@@ -31,7 +32,7 @@ use sandcap_core::vocabulary::{ConditionReason as Why, ConditionStatus, Conditio
 const MAX_NOTE: usize = 1024;
 
 /// An object whose status a controller publishes, as its cache holds it.
-pub trait Publish: Resource<DynamicType = ()> {
+pub trait Publish: Stateful {
     const KIND: Kind;
     /// The resource its status is written to (a cached lease is trimmed; the apiserver's is whole).
     type Written: Resource<DynamicType = ()>;
@@ -48,6 +49,8 @@ pub trait Publish: Resource<DynamicType = ()> {
     fn turned(&self, _desired: &Self::Status) -> Vec<Event> {
         Vec::new()
     }
+    /// What `status` counts in once published.
+    fn verdict(status: &Self::Status) -> Verdict;
 }
 
 impl Publish for SandboxProvider {
@@ -74,6 +77,11 @@ impl Publish for SandboxProvider {
     fn turned(&self, desired: &SandboxProviderStatus) -> Vec<Event> {
         capability_changes(self.status.as_ref().map(|s| s.drivers.as_slice()).unwrap_or_default(), desired)
     }
+
+    fn verdict(status: &SandboxProviderStatus) -> Verdict {
+        let ready = status.conditions.iter().find(|c| c.type_ == Type::Ready.as_str());
+        ready.map_or(Verdict::None, |c| Verdict::Ready(Box::new((c.status.clone(), c.reason.clone()))))
+    }
 }
 
 /// A lease's published status is known by its digest and its conditions' times ([`CachedLease`]).
@@ -97,6 +105,10 @@ impl Publish for CachedLease {
     fn conditions(status: &mut SandboxLeaseStatus) -> &mut Vec<Condition> {
         &mut status.conditions
     }
+
+    fn verdict(status: &SandboxLeaseStatus) -> Verdict {
+        Verdict::Capabilities(status.explanations.iter().map(|e| (e.capability, e.reason)).collect())
+    }
 }
 
 /// Publishes `desired`, `obj`'s status computed at `now`, with `finding`'s `Valid` condition. The
@@ -108,12 +120,18 @@ pub async fn publish<K: Publish>(
     finding: &Finding,
     now: &Time,
 ) -> Result<(), Error> {
-    let Some(Write { status, events }) = decide(obj, desired, finding, now) else { return Ok(()) };
+    let verdict = K::verdict(&desired);
+    let counted = |verdict| K::known(ctx, obj, |known, _| known.published(verdict, &Verdicts::of(&ctx.metrics)));
+    let Some(Write { status, events }) = decide(obj, desired, finding, now) else {
+        counted(verdict);
+        return Ok(());
+    };
     if !ctx.writes.fence.holds() {
         return Err(Error::NotLeading);
     }
     let version = obj.meta().resource_version.as_deref();
     replace_status(obj.api(ctx.client.clone()), K::KIND, &obj.name_any(), version, &status).await?;
+    counted(verdict);
     // kube's Recorder puts a cluster-scoped provider's Events in `default`, a lease's in its
     // namespace.
     let reference = obj.object_ref(&());

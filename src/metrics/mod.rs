@@ -29,6 +29,20 @@ pub struct KindLabels {
     pub kind: &'static str,
 }
 
+/// A provider's `Ready` condition: its status and reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReadyLabels {
+    pub ready: String,
+    pub reason: String,
+}
+
+/// One capability of leases, and the reason it is on (`Granted`) or off.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CapabilityLabels {
+    pub capability: &'static str,
+    pub reason: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FailureLabels {
     pub kind: &'static str,
@@ -125,6 +139,8 @@ pub struct Metrics {
     pub nonconforming: Family<KindLabels, Gauge>,
     pub observed_workloads: Family<KindLabels, Gauge>,
     pub observer_writes: Family<OperationLabels, Counter>,
+    pub providers: Family<ReadyLabels, Gauge>,
+    pub lease_capabilities: Family<CapabilityLabels, Gauge>,
 }
 
 impl Metrics {
@@ -219,6 +235,18 @@ impl Metrics {
                 r,
                 "observer_writes",
                 "The observer's writes of observed SandboxLeases, by operation (create, update, delete)",
+                Family::default(),
+            ),
+            providers: registered(
+                r,
+                "providers",
+                "SandboxProviders by their published Ready condition's status and reason (on the leader)",
+                Family::default(),
+            ),
+            lease_capabilities: registered(
+                r,
+                "lease_capabilities",
+                "Capabilities of SandboxLeases by the reason each is on (Granted) or off, as published (on the leader)",
                 Family::default(),
             ),
         }

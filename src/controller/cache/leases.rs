@@ -23,7 +23,7 @@ use super::relist::{self, Shared, shared};
 use crate::controller::audit::{Audits, Pending};
 use crate::controller::cached::{CachedLease, Kept};
 use crate::controller::capacity::give_back;
-use crate::controller::known::Known;
+use crate::controller::known::{Known, Verdicts};
 
 /// Early judgments waiting for their reconcile, at most (a burst beyond it, or a start's listing,
 /// is judged by the reconciles, as many at once as run).
@@ -50,6 +50,8 @@ pub(super) struct Table {
     names: Interned,
     /// `sandcap_nonconforming_objects{kind="SandboxLease"}`: the leases whose finding does not conform.
     nonconforming: Gauge,
+    /// What the leases' published statuses count in.
+    verdicts: Verdicts,
     /// The entries whose [`Known`] holds an early judgment.
     early: usize,
 }
@@ -62,9 +64,9 @@ struct Entry {
 }
 
 /// The table and the writer that fills it; `nonconforming` counts the leases whose finding does
-/// not conform.
-pub fn table(nonconforming: Gauge) -> (Leases, Writer) {
-    let (table, writer) = shared(Table { nonconforming, ..Table::default() });
+/// not conform, `verdicts` what their published statuses say.
+pub fn table(nonconforming: Gauge, verdicts: Verdicts) -> (Leases, Writer) {
+    let (table, writer) = shared(Table { nonconforming, verdicts, ..Table::default() });
     let changed = Arc::new(Notify::new());
     (Leases { table, changed: changed.clone() }, Writer { table: writer, changed })
 }
@@ -252,7 +254,7 @@ impl Table {
         let Some((key, old)) = self.entries.remove_entry(key) else { return false };
         self.index.unlink(&key, &old.provider, &old.secrets);
         self.early -= usize::from(old.known.waits_early());
-        old.known.forgotten(&self.nonconforming);
+        old.known.forgotten(&self.nonconforming, &self.verdicts);
         if give_back(&mut self.entries) {
             self.index.shrink();
         }

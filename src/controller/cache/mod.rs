@@ -227,7 +227,8 @@ impl Caches {
         let lease_events = logged(
             listing::watch(Api::<CachedLease>::all(client.clone()), watcher::Config::default(), &()).default_backoff(),
         );
-        let (leases, lease_table) = leases::table(known::nonconforming(metrics, Kind::SandboxLease));
+        let (leases, lease_table) =
+            leases::table(known::nonconforming(metrics, Kind::SandboxLease), known::Verdicts::of(metrics));
         let (secrets, secret_watches) = secret_watches(client, scope);
         // Slices hold up to 100 endpoints (1,000 at most) each: pages of 50.
         let slice_selector = watcher::Config::default().labels(endpoints::SERVICE_NAME_LABEL).page_size(50);

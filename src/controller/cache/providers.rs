@@ -9,7 +9,7 @@ use std::time::Instant;
 use prometheus_client::metrics::gauge::Gauge;
 
 use super::endpoints::Member;
-use crate::controller::known::{self, Known};
+use crate::controller::known::{self, Known, Verdicts};
 use crate::controller::provider::settle::Settling;
 use crate::metrics::Metrics;
 use crate::probe::ProbeOutcome;
@@ -23,6 +23,7 @@ const FORGOTTEN_KEPT: usize = 1024;
 pub struct ProviderTable {
     known: Mutex<Table>,
     nonconforming: Gauge,
+    verdicts: Verdicts,
 }
 
 #[derive(Default)]
@@ -50,7 +51,7 @@ impl ProviderTable {
     /// Counts into `sandcap_nonconforming_objects{kind="SandboxProvider"}`.
     pub fn new(metrics: &Metrics) -> ProviderTable {
         let nonconforming = known::nonconforming(metrics, Kind::SandboxProvider);
-        ProviderTable { known: Mutex::default(), nonconforming }
+        ProviderTable { known: Mutex::default(), nonconforming, verdicts: Verdicts::of(metrics) }
     }
 
     /// Runs `f` on what is known of the provider with `uid` (kept from then on, unless the
@@ -72,7 +73,7 @@ impl ProviderTable {
     pub fn forget(&self, uid: &str) {
         let mut table = self.known.lock().expect("not poisoned");
         if let Some(old) = table.providers.remove(uid) {
-            old.known.forgotten(&self.nonconforming);
+            old.known.forgotten(&self.nonconforming, &self.verdicts);
         }
         if table.gone.insert(uid.to_string()) {
             if table.forgotten.len() == FORGOTTEN_KEPT {

@@ -75,7 +75,7 @@ fn start(
     settings: Settings,
     retry: Duration,
 ) -> (UnboundedSender<(LeaseKey, Cause)>, CancellationToken, JoinHandle<()>) {
-    let (reader, mut writer) = leases::table(Default::default());
+    let (reader, mut writer) = leases::table(Default::default(), Default::default());
     writer.apply(watcher::Event::Init);
     for name in names {
         writer.apply(watcher::Event::InitApply(lease("team-a", name).build().into()));

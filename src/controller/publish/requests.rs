@@ -16,19 +16,22 @@ use crate::controller::cached::CachedLease;
 use crate::controller::engine::Next;
 use crate::controller::error::Error;
 use crate::controller::fixtures::apiserver::{Answer, Request, Requests, apiserver};
-use crate::controller::fixtures::{Parts, context_with, lease, metrics, provider};
+use crate::controller::fixtures::{Parts, context_with, lease, provider};
 use crate::controller::lease::reconcile_lease;
 use crate::controller::provider::reconcile_provider;
+use crate::metrics::Metrics;
+use prometheus_client::registry::Registry;
 use sandcap_core::api::SandboxLease;
 
 /// A context whose client is the scripted apiserver, its Event publisher running until the
-/// returned token is cancelled.
-fn scripted(script: impl IntoIterator<Item = Answer>) -> (Parts, Requests, CancellationToken) {
+/// returned token is cancelled, and the registry of its metrics.
+fn scripted(script: impl IntoIterator<Item = Answer>) -> (Parts, Requests, CancellationToken, Registry) {
     let (client, requests) = apiserver(script);
-    let mut parts = context_with(client, &metrics());
+    let mut registry = Registry::default();
+    let mut parts = context_with(client, &Metrics::register(&mut registry));
     let stop = CancellationToken::new();
     tokio::spawn(parts.publisher.take().expect("not spawned yet").run(stop.clone()));
-    (parts, requests, stop)
+    (parts, requests, stop, registry)
 }
 
 /// The requests received within a second, at least `expected` of them if they come.
@@ -104,7 +107,7 @@ fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_that_breaks_todays_rules_gets_one_status_patch_then_one_warning_event() {
-    let (mut parts, requests, stop) = scripted([Answer::Echo, Answer::Echo]);
+    let (mut parts, requests, stop, _) = scripted([Answer::Echo, Answer::Echo]);
     reconcile(&mut parts, breaking()).await.expect("written");
     let seen: Vec<_> = received(&requests, 2).await.iter().map(comparable).collect();
     stop.cancel();
@@ -165,7 +168,7 @@ async fn a_lease_that_breaks_todays_rules_gets_one_status_patch_then_one_warning
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_whose_status_is_published_sends_nothing() {
-    let (mut parts, requests, stop) = scripted([Answer::Echo, Answer::Echo]);
+    let (mut parts, requests, stop, registry) = scripted([Answer::Echo, Answer::Echo]);
     reconcile(&mut parts, breaking()).await.expect("written");
     let patch = received(&requests, 2).await.remove(0).body;
     // The watch brings the write back; the next reconcile (a restart's, or a resync's) computes
@@ -175,11 +178,19 @@ async fn a_lease_whose_status_is_published_sends_nothing() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     stop.cancel();
     assert_eq!(requests.take(), []);
+    // Counted once, however often it is published.
+    let text = crate::metrics::encode(&registry);
+    let counted: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("sandcap_lease_capabilities{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(counted, 6.0, "each of contract v1's six capabilities, once: {text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_status_write_refused_for_a_stale_read_is_retried_and_records_no_event() {
-    let (mut parts, requests, stop) = scripted([Answer::Refuse(409)]);
+    let (mut parts, requests, stop, _) = scripted([Answer::Refuse(409)]);
     let result = reconcile(&mut parts, breaking()).await;
     assert!(matches!(result, Err(Error::Conflict { kind: "SandboxLease" })), "{result:?}");
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -190,7 +201,7 @@ async fn a_status_write_refused_for_a_stale_read_is_retried_and_records_no_event
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_whose_service_is_missing_gets_one_status_patch_at_its_version_and_no_event() {
-    let (parts, requests, stop) = scripted([Answer::Refuse(404), Answer::Echo]);
+    let (parts, requests, stop, registry) = scripted([Answer::Refuse(404), Answer::Echo]);
     let mut p = provider("p").driver("k").declares(&["nativeSyncIn"]).build();
     p.metadata.resource_version = Some("7".into());
     reconcile_provider(Arc::new(p), parts.ctx.clone()).await.expect("written");
@@ -240,4 +251,6 @@ async fn a_provider_whose_service_is_missing_gets_one_status_patch_at_its_versio
         ],
         "no Event: nothing turned on or off, and a provider first seen conforming has nothing to report"
     );
+    let text = crate::metrics::encode(&registry);
+    assert!(text.contains("sandcap_providers{ready=\"False\",reason=\"WorkerNotVerified\"} 1\n"), "{text}");
 }

@@ -33,7 +33,7 @@ type JudgeEarly = Box<dyn Fn(&LeaseKey)>;
 impl Outputs {
     fn new() -> Outputs {
         let (queues, triggers) = Queues::new();
-        let (table, writer) = table(Default::default());
+        let (table, writer) = table(Default::default(), Default::default());
         let (forgotten, judged_early) = Default::default();
         Outputs { queues, triggers, table, writer: Some(writer), forgotten, judged_early }
     }

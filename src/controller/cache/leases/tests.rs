@@ -19,7 +19,7 @@ fn names(mut leases: Vec<LeaseKey>) -> Vec<String> {
 
 #[test]
 fn a_lease_is_found_by_its_provider_and_by_each_secret_it_reads() {
-    let (leases, mut writer) = table(Gauge::default());
+    let (leases, mut writer) = table(Gauge::default(), Default::default());
     apply(&mut writer, lease("team-a", "one").of("p", "k").config_from("s", "a").config_from("t", "b"));
     apply(&mut writer, lease("team-b", "two").of("p", "k"));
     apply(&mut writer, lease("team-a", "other").of("q", "k"));
@@ -33,7 +33,7 @@ fn a_lease_is_found_by_its_provider_and_by_each_secret_it_reads() {
 
 #[test]
 fn one_key_and_one_copy_of_each_name_are_kept_per_lease() {
-    let (leases, mut writer) = table(Gauge::default());
+    let (leases, mut writer) = table(Gauge::default(), Default::default());
     apply(&mut writer, lease("team-a", "one").of("p", "k").config_from("s", "a"));
     apply(&mut writer, lease("team-a", "two").of("p", "k").config_from("s", "a"));
     let table = leases.table.read();
@@ -47,7 +47,7 @@ fn one_key_and_one_copy_of_each_name_are_kept_per_lease() {
 
 #[test]
 fn a_lease_is_triggered_when_new_or_when_its_generation_moves_not_by_a_status_write() {
-    let (leases, mut writer) = table(Gauge::default());
+    let (leases, mut writer) = table(Gauge::default(), Default::default());
     assert_eq!(names(apply(&mut writer, lease("team-a", "l").of("p", "k"))), ["team-a/l"]);
     let mut written = lease("team-a", "l").of("p", "k").build();
     written.status = Some(Default::default());
@@ -62,7 +62,7 @@ fn a_lease_is_triggered_when_new_or_when_its_generation_moves_not_by_a_status_wr
 
 #[test]
 fn a_status_write_changes_the_published_status_alone() {
-    let (leases, mut writer) = table(Gauge::default());
+    let (leases, mut writer) = table(Gauge::default(), Default::default());
     apply(&mut writer, lease("team-a", "l").of("p", "k").config_from("s", "a"));
     let key = LeaseKey::new("team-a".into(), "l");
     let spec = |leases: &Leases| leases.table.read().entries[&key].kept.spec().as_ptr();
@@ -79,7 +79,7 @@ fn a_status_write_changes_the_published_status_alone() {
 
 #[test]
 fn a_renamed_secret_reference_no_longer_relates_the_old_secret() {
-    let (leases, mut writer) = table(Gauge::default());
+    let (leases, mut writer) = table(Gauge::default(), Default::default());
     apply(&mut writer, lease("team-a", "one").of("p", "k").config_from("old", "a"));
     // A spec change moves the generation (the CRDs have a status subresource).
     let mut renamed = lease("team-a", "one").of("p", "k").config_from("new", "a").build();
@@ -91,7 +91,7 @@ fn a_renamed_secret_reference_no_longer_relates_the_old_secret() {
 
 #[test]
 fn a_deleted_lease_is_in_no_relation_and_nothing_of_it_is_kept() {
-    let (leases, mut writer) = table(Gauge::default());
+    let (leases, mut writer) = table(Gauge::default(), Default::default());
     apply(&mut writer, lease("team-a", "one").of("p", "k").config_from("s", "a"));
     apply(&mut writer, lease("team-a", "two").of("p", "k").config_from("s", "a"));
     let deleted = writer.apply(Event::Delete(lease("team-a", "one").of("p", "k").build().into()));
@@ -106,7 +106,7 @@ fn a_deleted_lease_is_in_no_relation_and_nothing_of_it_is_kept() {
 
 #[test]
 fn names_no_lease_reads_any_more_are_dropped() {
-    let (leases, mut writer) = table(Gauge::default());
+    let (leases, mut writer) = table(Gauge::default(), Default::default());
     for round in 0..4 {
         for i in 0..1000 {
             apply(
@@ -122,7 +122,7 @@ fn names_no_lease_reads_any_more_are_dropped() {
 #[test]
 fn what_is_known_of_a_lease_is_kept_for_it_and_counted_until_it_is_gone() {
     let gauge = Gauge::default();
-    let (leases, mut writer) = table(gauge.clone());
+    let (leases, mut writer) = table(gauge.clone(), Default::default());
     let at = |generation: i64| {
         let mut l = lease("team-a", "l").of("p", "k").build();
         l.metadata.generation = Some(generation);
@@ -157,7 +157,7 @@ fn what_is_known_of_a_lease_is_kept_for_it_and_counted_until_it_is_gone() {
 #[test]
 fn a_lease_created_again_under_its_name_is_a_new_lease() {
     let gauge = Gauge::default();
-    let (leases, mut writer) = table(gauge.clone());
+    let (leases, mut writer) = table(gauge.clone(), Default::default());
     writer.apply(Event::Apply(lease("team-a", "l").of("p", "k").build().into()));
     let key = LeaseKey::new("team-a".into(), "l");
     let old = leases.get(&key).unwrap();
@@ -174,7 +174,7 @@ fn a_lease_created_again_under_its_name_is_a_new_lease() {
 
 #[tokio::test]
 async fn a_relist_forgets_the_leases_it_no_longer_holds_and_marks_the_table_listed() {
-    let (leases, mut writer) = table(Gauge::default());
+    let (leases, mut writer) = table(Gauge::default(), Default::default());
     let [kept, gone] = ["kept", "gone"].map(|name| CachedLease::from(lease("team-a", name).of("p", "k").build()));
     for event in [Event::Init, Event::InitApply(kept.clone()), Event::InitApply(gone), Event::InitDone] {
         writer.apply(event);
@@ -191,14 +191,14 @@ async fn a_relist_forgets_the_leases_it_no_longer_holds_and_marks_the_table_list
 
 #[tokio::test]
 async fn a_table_whose_writer_is_gone_before_the_list_is_never_listed() {
-    let (leases, writer) = table(Gauge::default());
+    let (leases, writer) = table(Gauge::default(), Default::default());
     drop(writer);
     assert!(!leases.listed().await);
 }
 
 #[tokio::test]
 async fn the_observer_wakes_for_what_it_reads_and_not_for_a_new_status() {
-    let (leases, mut writer) = table(Gauge::default());
+    let (leases, mut writer) = table(Gauge::default(), Default::default());
     let woke = || async { tokio::time::timeout(std::time::Duration::from_millis(10), leases.changed()).await.is_ok() };
     let mut l = lease("team-a", "pc-1").of("p", "k").build();
     writer.apply(Event::Apply(l.clone().into()));
