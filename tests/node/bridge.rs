@@ -3,7 +3,8 @@
 //! `tests/bridge/plugin` (testcluster/images/build.sh). Both replicas turn Ready once their worker
 //! answered `initialize` through the bridge; sandcap probes each at its own address, verifies the
 //! SDK's `supportedMethods` from the plugin the provider names, finds the declarations the
-//! manifest's, and a lease of the driver resolves from it.
+//! manifest's (and says so when an edit makes them differ), and a lease of the driver resolves
+//! from it.
 
 use std::time::Instant;
 
@@ -61,4 +62,14 @@ pub fn an_sdk_worker_behind_the_bridge_is_ready_and_a_lease_resolves(node: &Node
     );
     println!("bridge: lease team-a/bridge-run-1 resolved {:.1?} after apply", started.elapsed());
     node.ok(&["kubectl", "delete", "sbl", "bridge-run-1", "-n", "team-a"]);
+
+    // Declared otherwise than the manifest the worker reports: the condition says so, and which.
+    let differ = r#"[{"op": "replace", "path": "/spec/environmentDrivers/0/sandboxCapabilities/persistentProcessSessions", "value": true}]"#;
+    node.ok(&["kubectl", "patch", "sbp", PROVIDER, "--type", "json", "-p", differ]);
+    let differs = condition(node, &["sbp", PROVIDER], "DeclarationsMatchManifest", "False");
+    assert_eq!(differs["reason"], "DiffersFromManifest", "{differs:#}");
+    assert!(differs["message"].as_str().is_some_and(|m| m.contains("persistentProcessSessions")), "{differs:#}");
+    println!("bridge: declared otherwise than the manifest: {}", differs["message"]);
+    node.ok_with(&["kubectl", "apply", "-f", "-"], &example.replace(EXAMPLE_IMAGE, &node.bridge_image));
+    condition(node, &["sbp", PROVIDER], "DeclarationsMatchManifest", "True");
 }
