@@ -5,6 +5,7 @@
 
 mod hostile;
 mod probes;
+mod refused;
 mod restarts;
 mod status;
 mod workloads;
