@@ -182,6 +182,7 @@ words! {
     pub enum WorkloadKind (as_str, parse) {
         Job = "Job",
         Sandbox = "Sandbox",
+        SandboxClaim = "SandboxClaim",
     }
 }
 

@@ -489,6 +489,7 @@ OBSERVED_LEASES = {"apiGroups": ["sandcap.dev"], "resources": ["sandboxleases"],
 OBSERVED_READS = [
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "watch"]},
     {"apiGroups": ["agents.x-k8s.io"], "resources": ["sandboxes"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["extensions.agents.x-k8s.io"], "resources": ["sandboxclaims"], "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
 ]
 
@@ -498,7 +499,7 @@ def workload_kinds() -> list[tuple[str, str]]:
     source = (REPO / "core" / "src" / "workloads" / "mod.rs").read_text()
     table = source[source.index("pub const KINDS") :]
     found = re.findall(r'group: "([^"]+)",\s*plural: "([^"]+)"', table)
-    assert len(found) == 2, found
+    assert len(found) == 3, found
     return found
 
 

@@ -161,13 +161,17 @@ def test_scoped_writes_policy_names_what_sandcap_writes(scenario: str) -> None:
     assert all(v["reason"] == "Forbidden" for v in spec["validations"])
 
 
-def observed_lease_words() -> tuple[str, list[str]]:
-    """The observed-from label and its values (core/src/workloads/mod.rs: OBSERVED_FROM_LABEL and
-    each kind's `label`)."""
+def observed_lease_words() -> tuple[str, list[tuple[str, str, str]]]:
+    """The observed-from label and each kind's (label value, kind, group) (core/src/workloads/mod.rs:
+    OBSERVED_FROM_LABEL and the rows of KINDS)."""
     text = source("core/src/workloads/mod.rs")
     match = re.search(r'pub const OBSERVED_FROM_LABEL: &str = "([^"]+)";', text)
     assert match
-    return match.group(1), re.findall(r'label: "([^"]+)"', text[text.index("pub const KINDS") :])
+    kinds = text[text.index("pub const KINDS") : text.index("];", text.index("pub const KINDS"))]
+    rows = re.findall(
+        r'KindRow \{\s*kind: WorkloadKind::(\w+),\s*group: "([^"]+)",.*?label: "([^"]+)",?\s*\}', kinds, re.S
+    )
+    return match.group(1), [(label, kind, group) for kind, group, label in rows]
 
 
 def observed_namespace_words() -> tuple[str, str, list[str]]:
@@ -187,8 +191,8 @@ def test_scoped_writes_policy_keeps_lease_writes_to_observed_leases() -> None:
     to a workload of that kind named as the lease. Without workloads.enabled sandcap writes no
     lease, and the policy matches none."""
     spec = scoped_writes({})
-    label, values = observed_lease_words()
-    assert values == ["job", "sandbox"]
+    label, rows = observed_lease_words()
+    assert [value for value, _, _ in rows] == ["job", "sandbox", "sandboxclaim"]
     [leases] = spec["variables"]
     assert leases["name"] == "leases"
     assert leases["expression"] == (
@@ -199,10 +203,11 @@ def test_scoped_writes_policy_keeps_lease_writes_to_observed_leases() -> None:
     expression = observed["expression"]
     assert expression.startswith("request.resource.resource != 'sandboxleases' || variables.leases.all(l,")
     assert f"'{label}' in l.metadata.labels" in expression
-    assert f"l.metadata.labels['{label}'] in {values!r}".replace('"', "'") in expression
     assert "r.name == l.metadata.name" in expression
-    assert "(r.kind == 'Job' && r.apiVersion.startsWith('batch/'))" in expression
-    assert "(r.kind == 'Sandbox' && r.apiVersion.startsWith('agents.x-k8s.io/'))" in expression
+    for value, kind, group in rows:
+        owned = f"(l.metadata.labels['{label}'] == '{value}' && r.kind == '{kind}' && r.apiVersion.startsWith('{group}/'))"
+        assert owned in expression, f"{kind}'s leases owned by a {kind} of {group}"
+    assert expression.count("r.kind ==") == len(rows), "no kind but the table's"
     assert observed["reason"] == "Forbidden"
     assert observed["message"].startswith("sandcap's ServiceAccount may create, change and delete only observed SandboxLeases")
     where = spec["validations"][-1]

@@ -118,6 +118,11 @@ pub async fn only_observed_leases(c: &Cluster, admin: &Client, sa: &Client, ns: 
         .create(&params, &observed(ns, "e2e-sandbox", Some("sandbox"), Some(sandbox)))
         .await
         .expect("sandcap creates a lease observed from a Sandbox");
+    let claim = owner("extensions.agents.x-k8s.io/v1beta1", "SandboxClaim", "e2e-claim", &uid);
+    leases
+        .create(&params, &observed(ns, "e2e-claim", Some("sandboxclaim"), Some(claim)))
+        .await
+        .expect("sandcap creates a lease observed from a SandboxClaim");
 
     // A hand-made lease is not sandcap's to take over or delete.
     let takeover = Patch::Merge(json!({"metadata": {
@@ -142,7 +147,7 @@ pub async fn only_observed_leases(c: &Cluster, admin: &Client, sa: &Client, ns: 
     let status_params = PatchParams::default();
     leases.patch_status(hand_made, &status_params, &status).await.expect("sandcap writes a hand-made lease's status");
 
-    for name in ["e2e-observed", "e2e-sandbox"] {
+    for name in ["e2e-observed", "e2e-sandbox", "e2e-claim"] {
         leases.delete(name, &DeleteParams::default()).await.unwrap_or_else(|e| panic!("sandcap deletes {name}: {e}"));
     }
     ok("cleanup", c.kubectl(&["-n", ns, "delete", "job", "e2e-observed"]));

@@ -14,21 +14,31 @@ pub const MANAGED_BY: (&str, &str) = ("paperclip.io/managed-by", "paperclip-k8s-
 pub const OPTED_IN: (&str, &str) = ("sandcap.dev/workloads", "enabled");
 /// agent-sandbox's Sandbox as its CRD serves it.
 pub const SANDBOX_API_VERSION: &str = "agents.x-k8s.io/v1beta1";
+pub const SANDBOX_CLAIM_API_VERSION: &str = "extensions.agents.x-k8s.io/v1beta1";
+pub const SANDBOX_CLAIM_CRD: &str = "sandboxclaims.extensions.agents.x-k8s.io";
 pub const SANDBOX_CRD: &str = "sandboxes.agents.x-k8s.io";
 
 /// The path of agent-sandbox's Sandbox CRD in the Go module cache: `testcluster/agent-sandbox.sh`
 /// downloads the module testcluster/agent-sandbox/go.mod pins (once per process).
 pub fn agent_sandbox_crd() -> PathBuf {
     static CRD: OnceLock<PathBuf> = OnceLock::new();
-    CRD.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let output = Command::new("bash")
-            .arg(root.join("testcluster/agent-sandbox.sh"))
-            .output()
-            .expect("bash runs testcluster/agent-sandbox.sh");
-        PathBuf::from(super::ok("testcluster/agent-sandbox.sh", output).trim())
-    })
-    .clone()
+    CRD.get_or_init(|| agent_sandbox_crd_of("sandboxes")).clone()
+}
+
+/// The path of agent-sandbox's SandboxClaim CRD (its extensions), as [`agent_sandbox_crd`].
+pub fn sandbox_claim_crd() -> PathBuf {
+    static CRD: OnceLock<PathBuf> = OnceLock::new();
+    CRD.get_or_init(|| agent_sandbox_crd_of("sandboxclaims")).clone()
+}
+
+fn agent_sandbox_crd_of(which: &str) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let output = Command::new("bash")
+        .arg(root.join("testcluster/agent-sandbox.sh"))
+        .arg(which)
+        .output()
+        .expect("bash runs testcluster/agent-sandbox.sh");
+    PathBuf::from(super::ok("testcluster/agent-sandbox.sh", output).trim())
 }
 
 /// A run's workload name and labels, as the plugin gives them: `pc-<ULID>` (lowercased, as a name
@@ -92,8 +102,18 @@ pub fn sandbox(namespace: &str, name: &str, labels: &Value) -> Value {
     })
 }
 
-/// `spec.workloads` binding `kinds` (`Job`, `Sandbox`) of the plugin's workloads to the driver
-/// `kubernetes` (the one of [`super::provider`]), with the default policy.
+/// An agent-sandbox SandboxClaim of the warm pool `pool`, labelled `labels`.
+pub fn sandbox_claim(namespace: &str, name: &str, labels: &Value, pool: &str) -> Value {
+    json!({
+        "apiVersion": SANDBOX_CLAIM_API_VERSION,
+        "kind": "SandboxClaim",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"warmPoolRef": {"name": pool}}
+    })
+}
+
+/// `spec.workloads` binding `kinds` (`Job`, `Sandbox`, `SandboxClaim`) of the plugin's workloads to
+/// the driver `kubernetes` (the one of [`super::provider`]), with the default policy.
 pub fn bindings(kinds: &[&str]) -> Value {
     let binding = |kind: &str| {
         json!({
@@ -111,6 +131,7 @@ pub fn observed_spec(provider: &str, kind: &str, name: &str) -> Value {
     let (api_version, backend) = match kind {
         "Job" => ("batch/v1", "job"),
         "Sandbox" => (SANDBOX_API_VERSION, "sandbox-cr"),
+        "SandboxClaim" => (SANDBOX_CLAIM_API_VERSION, "sandbox-cr"),
         other => panic!("no workload kind {other}"),
     };
     json!({

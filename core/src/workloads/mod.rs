@@ -12,6 +12,8 @@ mod plan;
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
 pub use crate::vocabulary::WorkloadKind;
 pub use binding::{Binder, Bound, Desired, Workload};
 pub use plan::{KeptLease, Owner, Step, merge_patch, step};
@@ -46,7 +48,10 @@ pub struct KindRow {
 /// Every kind a binding may name. A `Job` is Job-backed (`backend: job`, which turns native file
 /// sync off); an agent-sandbox `Sandbox` is a pod with a stable identity and storage, on which
 /// the provider's own sync works, so it narrows nothing (`backend: sandbox-cr`, the host's name).
-pub const KINDS: [KindRow; 2] = [
+/// A `SandboxClaim` (agent-sandbox's extensions) is a run served from a warm pool: the Sandbox it
+/// gets keeps the pool's name and carries none of the claim's labels, so the claim is the run,
+/// and its lease is named as the claim (`sandbox-cr` too).
+pub const KINDS: [KindRow; 3] = [
     KindRow { kind: WorkloadKind::Job, group: "batch", plural: "jobs", backend: "job", label: "job" },
     KindRow {
         kind: WorkloadKind::Sandbox,
@@ -55,7 +60,24 @@ pub const KINDS: [KindRow; 2] = [
         backend: "sandbox-cr",
         label: "sandbox",
     },
+    KindRow {
+        kind: WorkloadKind::SandboxClaim,
+        group: "extensions.agents.x-k8s.io",
+        plural: "sandboxclaims",
+        backend: "sandbox-cr",
+        label: "sandboxclaim",
+    },
 ];
+
+/// Whether a workload with these owner references is run by another workload of [`KINDS`] (a
+/// Sandbox a SandboxClaim controls): it gets no lease of its own, the run's lease being its
+/// controller's.
+pub fn run_by_another(owners: &[OwnerReference]) -> bool {
+    owners.iter().filter(|o| o.controller == Some(true)).any(|o| {
+        let group = o.api_version.rsplit_once('/').map_or("", |(group, _)| group);
+        KINDS.iter().any(|row| row.group == group && row.kind.as_str() == o.kind)
+    })
+}
 
 impl WorkloadKind {
     pub fn row(self) -> &'static KindRow {
@@ -88,6 +110,29 @@ mod tests {
             assert_eq!(WorkloadKind::labelled(kind.row().label), Some(kind));
         }
         assert_eq!(WorkloadKind::labelled("deployment"), None);
+    }
+
+    #[test]
+    fn a_sandbox_a_claim_controls_is_run_by_another() {
+        let owner = |api_version: &str, kind: &str, controller| OwnerReference {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: "pc-01jef".into(),
+            uid: "u".into(),
+            controller: Some(controller),
+            ..OwnerReference::default()
+        };
+        assert!(run_by_another(&[owner("extensions.agents.x-k8s.io/v1beta1", "SandboxClaim", true)]));
+        assert!(
+            !run_by_another(&[owner("extensions.agents.x-k8s.io/v1beta1", "SandboxClaim", false)]),
+            "not its controller"
+        );
+        assert!(
+            !run_by_another(&[owner("extensions.agents.x-k8s.io/v1beta1", "SandboxWarmPool", true)]),
+            "a pool runs nothing"
+        );
+        assert!(!run_by_another(&[owner("evil.example/v1", "SandboxClaim", true)]), "another group's kind");
+        assert!(!run_by_another(&[]));
     }
 
     #[test]

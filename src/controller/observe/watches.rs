@@ -21,7 +21,7 @@ use crate::controller::cache::listing;
 use crate::controller::cache::relist::{Shared, Table, Writer, shared};
 use crate::controller::cache::{logged, spawn_until};
 use crate::controller::capacity::give_back;
-use sandcap_core::workloads::{NAMESPACE_ENABLED, NAMESPACE_LABEL, WorkloadKind, namespace_observed};
+use sandcap_core::workloads::{NAMESPACE_ENABLED, NAMESPACE_LABEL, WorkloadKind, namespace_observed, run_by_another};
 
 /// The opted-in namespaces, once first listed.
 #[derive(Clone)]
@@ -210,8 +210,10 @@ impl Table for Items {
         let key = Self::key(&meta);
         let metadata = meta.metadata;
         // A workload being deleted has no lease to get: the garbage collector takes it meanwhile;
-        // one of a namespace not observed is dropped as it arrives.
-        let kept = metadata.deletion_timestamp.is_none() && self.namespaces.contains(&key.0);
+        // one of a namespace not observed is dropped as it arrives, and one another workload runs
+        // (a claim's Sandbox) has its controller's lease.
+        let owners = metadata.owner_references.as_deref().unwrap_or_default();
+        let kept = metadata.deletion_timestamp.is_none() && self.namespaces.contains(&key.0) && !run_by_another(owners);
         match metadata.uid.filter(|_| kept) {
             Some(uid) => {
                 self.items.insert(key.clone(), Item { uid, labels: metadata.labels.unwrap_or_default() });

@@ -3,6 +3,7 @@
 //! nothing ([`probes`]), a provider over the schema budget ([`hostile`]), and the observer's leases
 //! of running Jobs and Sandboxes ([`workloads`]).
 
+mod claims;
 mod hostile;
 mod probes;
 mod refused;

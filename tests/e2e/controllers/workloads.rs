@@ -61,6 +61,7 @@ pub async fn workloads_get_observed_leases_kept_by_sandcap(c: Arc<Cluster>) {
     a_namespace_opted_in_and_out(&c, &admin).await;
     the_taken_name_was_never_written(&c, &admin, &taken).await;
     super::refused::a_refused_write_backs_off_and_is_reported(&c, &admin, PROVIDER).await;
+    super::claims::a_claim_is_the_run(&c, &admin, &worker, NS, PROVIDER).await;
     println!("workloads: the scenario took {:.1?}", started.elapsed());
 
     assert!(sandcap.problems().is_empty(), "sandcap logged:\n{}", sandcap.problems().join("\n"));

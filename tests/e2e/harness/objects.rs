@@ -13,6 +13,7 @@ pub fn resource(kind: &str) -> ApiResource {
         "SandboxProvider" | "SandboxLease" => GroupVersionKind::gvk("sandcap.dev", "v1alpha1", kind),
         "Secret" => GroupVersionKind::gvk("", "v1", kind),
         "Event" => GroupVersionKind::gvk("events.k8s.io", "v1", kind),
+        "SandboxClaim" => GroupVersionKind::gvk("extensions.agents.x-k8s.io", "v1beta1", kind),
         other => panic!("no resource for {other}"),
     };
     ApiResource::from_gvk(&gvk)
