@@ -110,3 +110,31 @@ fn a_package_that_bundles_its_own_validator_is_still_judged_by_sandcaps_rules() 
     assert_eq!(o.status.code(), Some(1), "refused: {stderr}");
     assert!(stderr.starts_with("REFUSED "), "{stderr}");
 }
+
+/// A module that hoards memory stops at the box's heap (128 MiB: node ends, well before the time
+/// budget), one that never ends at the import's 15 s, and neither leaves a process behind.
+#[test]
+fn a_module_that_hoards_memory_or_never_ends_is_stopped_within_its_budgets() {
+    let Some(node) = node() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let hoard = "const kept = []; for (;;) kept.push(new Array(1 << 20).fill(7)); export default {};";
+    let never = "setInterval(() => {}, 1000); for (;;) {} export default {};";
+    for (what, module, within) in [("heap", hoard, 14), ("time", never, 30)] {
+        let pkg = root.path().join(what);
+        package(&pkg, module);
+        let started = std::time::Instant::now();
+        let o = import(&pkg, &node);
+        let (took, stderr) = (started.elapsed(), String::from_utf8_lossy(&o.stderr));
+        eprintln!("boxed: the {what} hog ended the import in {took:.1?}: {}", stderr.trim());
+        assert_eq!(o.status.code(), Some(2), "{what}: {stderr}");
+        assert!(took < std::time::Duration::from_secs(within), "{what}: took {took:?}");
+        let why = if what == "heap" { "heap out of memory" } else { "no answer within 15s" };
+        assert!(stderr.contains(why), "{what}: {stderr}");
+        let left = std::process::Command::new("pgrep").args(["-f", &pkg.display().to_string()]).output().unwrap();
+        assert!(
+            left.stdout.is_empty(),
+            "{what}: a process outlived the import: {}",
+            String::from_utf8_lossy(&left.stdout)
+        );
+    }
+}
