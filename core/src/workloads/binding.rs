@@ -98,6 +98,18 @@ impl Binder {
         self.bindings.iter().map(|b| (b.binding.kind, b.selector.to_string())).collect()
     }
 
+    /// The labels of a `kind` workload that binding it reads: every key its bindings' selectors
+    /// name, and their `environmentLabel`s. The observer keeps no other label of a workload.
+    pub fn labels_read(&self, kind: WorkloadKind) -> BTreeSet<String> {
+        let mut read = BTreeSet::new();
+        for binding in self.bindings.iter().filter(|b| b.binding.kind == kind).map(|b| &b.binding) {
+            read.extend(binding.selector.match_labels.keys().cloned());
+            read.extend(binding.selector.match_expressions.iter().map(|r| r.key.clone()));
+            read.extend(binding.environment_label.iter().cloned());
+        }
+        read
+    }
+
     /// Which bindings `workload` falls under.
     pub fn bind(&self, workload: &Workload) -> Bound {
         let matching: Vec<&Compiled> = self

@@ -26,7 +26,7 @@ use super::context::Context;
 use crate::metrics::KindLabels;
 use sandcap_core::workloads::{Binder, Bound, Desired, Step, Workload, WorkloadKind, step};
 pub use served::{Kinds, Served, discover};
-use watches::{Namespaces, Workloads};
+use watches::{Namespaces, Selection, Workloads};
 use writes::Reported;
 
 /// A burst of changes within this long is one pass.
@@ -143,12 +143,18 @@ impl Observer {
             .into_iter()
             .filter_map(|(kind, selector)| Some(((kind, selector), served.get(&kind)?.as_deref()?)))
             .collect();
-        self.watches.retain(|key, watch| wanted.get(key).is_some_and(|version| *version == watch.api_version));
+        // A watch keeps only the labels the bindings read: when they read others, it lists again.
+        let read: BTreeMap<WorkloadKind, Arc<BTreeSet<String>>> =
+            WorkloadKind::ALL.into_iter().map(|kind| (kind, Arc::new(binder.labels_read(kind)))).collect();
+        self.watches.retain(|key, watch| {
+            wanted.get(key).is_some_and(|version| *version == watch.api_version) && watch.labels == read[&key.0]
+        });
         for ((kind, selector), version) in wanted {
             if !self.watches.contains_key(&(kind, selector.clone())) {
                 let (namespaces, changed) = (self.namespaces.clone(), self.changed.clone());
+                let selection = Selection { selector: selector.clone(), labels: read[&kind].clone() };
                 let watch =
-                    Workloads::start(&self.ctx.client, kind, version, &selector, namespaces, changed, &self.shutdown);
+                    Workloads::start(&self.ctx.client, kind, version, &selection, namespaces, changed, &self.shutdown);
                 self.watches.insert((kind, selector), watch);
             }
         }

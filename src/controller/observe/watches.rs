@@ -3,7 +3,7 @@
 //! A workload of a namespace not opted in is dropped as it arrives, never kept; when a namespace
 //! opts in, the workload watches list again (what they dropped of it is not kept anywhere).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -128,23 +128,34 @@ pub struct Item {
 pub struct Workloads {
     pub kind: WorkloadKind,
     pub api_version: String,
+    /// The labels it keeps of each workload.
+    pub labels: Arc<BTreeSet<String>>,
     table: Shared<Items>,
     _stop: DropGuard,
+}
+
+/// What a watch selects on the apiserver, and the labels the bindings read of what it brings
+/// (no other is kept: Kubernetes bounds each label's size, not their number).
+pub struct Selection {
+    pub selector: String,
+    pub labels: Arc<BTreeSet<String>>,
 }
 
 /// The workloads of one watch, of the namespaces observed.
 pub struct Items {
     namespaces: Namespaces,
+    labels: Arc<BTreeSet<String>>,
     items: HashMap<(String, String), Item>,
 }
 
 impl Workloads {
-    /// Starts the watch of `kind` at `api_version` selected by `selector`; it stops when dropped.
+    /// Starts the watch of `kind` at `api_version` selected as `selection` says; it stops when
+    /// dropped.
     pub fn start(
         client: &Client,
         kind: WorkloadKind,
         api_version: &str,
-        selector: &str,
+        selection: &Selection,
         namespaces: Namespaces,
         changed: Arc<Notify>,
         shutdown: &CancellationToken,
@@ -159,26 +170,29 @@ impl Workloads {
             plural: row.plural.to_string(),
         };
         let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), &resource);
-        let events = listing::watch(api, watcher::Config::default().labels(selector), &resource).default_backoff();
-        let (table, mut writer) = shared(Items { namespaces, items: HashMap::new() });
+        let config = watcher::Config::default().labels(&selection.selector);
+        let events = listing::watch(api, config, &resource).default_backoff();
+        let labels = selection.labels.clone();
+        let (table, mut writer) = shared(Items { namespaces, labels: labels.clone(), items: HashMap::new() });
         let stop = shutdown.child_token();
         spawn_until(&stop, logged(events), move |event| {
             if writer.apply(event) {
                 changed.notify_one();
             }
         });
-        Workloads { kind, api_version: api_version.to_string(), table, _stop: stop.drop_guard() }
+        Workloads { kind, api_version: api_version.to_string(), labels, table, _stop: stop.drop_guard() }
     }
 
     /// A watch that never ran, holding `items` as listed (the observer's tests).
     #[cfg(test)]
     pub fn listed_with(kind: WorkloadKind, api_version: &str, items: Vec<(&str, &str, Item)>) -> Workloads {
         let items = items.into_iter().map(|(ns, name, item)| ((ns.to_string(), name.to_string()), item)).collect();
-        let (table, mut writer) = shared(Items { namespaces: Namespaces::new(String::new()).0, items });
+        let namespaces = Namespaces::new(String::new()).0;
+        let (table, mut writer) = shared(Items { namespaces, labels: Arc::default(), items });
         // An end of a list whose start was never seen: it takes nothing away.
         writer.apply(Event::InitDone);
         let stop = CancellationToken::new().drop_guard();
-        Workloads { kind, api_version: api_version.to_string(), table, _stop: stop }
+        Workloads { kind, api_version: api_version.to_string(), labels: Arc::default(), table, _stop: stop }
     }
 
     /// Whether it has listed once.
@@ -216,7 +230,9 @@ impl Table for Items {
         let kept = metadata.deletion_timestamp.is_none() && self.namespaces.contains(&key.0) && !run_by_another(owners);
         match metadata.uid.filter(|_| kept) {
             Some(uid) => {
-                self.items.insert(key.clone(), Item { uid, labels: metadata.labels.unwrap_or_default() });
+                let mut labels = metadata.labels.unwrap_or_default();
+                labels.retain(|label, _| self.labels.contains(label));
+                self.items.insert(key.clone(), Item { uid, labels });
                 *changed = true;
             }
             None => self.remove(&key, changed),
@@ -282,17 +298,22 @@ mod tests {
     }
 
     #[test]
-    fn workloads_of_namespaces_not_observed_are_dropped_as_they_arrive() {
+    fn workloads_of_namespaces_not_observed_are_dropped_as_they_arrive_and_unread_labels_never_kept() {
         let ns = Namespaces::listed_for_tests(vec![meta(None, "paperclip-acme", &[ENABLED])]);
-        let (table, mut writer) = shared(Items { namespaces: ns, items: HashMap::new() });
+        let labels = Arc::new(BTreeSet::from(["a".to_string()]));
+        let (table, mut writer) = shared(Items { namespaces: ns, labels, items: HashMap::new() });
         writer.apply(Event::Init);
-        writer.apply(Event::InitApply(meta(Some("paperclip-acme"), "pc-1", &[("a", "b")])));
+        writer.apply(Event::InitApply(meta(
+            Some("paperclip-acme"),
+            "pc-1",
+            &[("a", "b"), ("unread", "x".repeat(63).as_str())],
+        )));
         writer.apply(Event::InitApply(meta(Some("other"), "pc-2", &[])));
         assert!(!table.is_listed());
         assert!(writer.apply(Event::InitDone));
         let keys: Vec<_> = table.read().items.keys().cloned().collect();
         assert_eq!(keys, [("paperclip-acme".to_string(), "pc-1".to_string())]);
-        assert_eq!(table.read().items[&keys[0]].labels["a"], "b");
+        assert_eq!(table.read().items[&keys[0]].labels, BTreeMap::from([("a".into(), "b".into())]), "no label unread");
         assert!(!writer.apply(Event::Apply(meta(Some("other"), "pc-3", &[]))));
         assert!(writer.apply(Event::Delete(meta(Some("paperclip-acme"), "pc-1", &[]))));
         assert!(table.read().items.is_empty());

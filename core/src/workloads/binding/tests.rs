@@ -126,6 +126,27 @@ fn each_distinct_selector_of_a_kind_is_one_watch_and_an_empty_one_none() {
     );
 }
 
+#[test]
+fn only_the_labels_some_binding_of_the_kind_reads_are_kept() {
+    let mut reuse = binding(WorkloadKind::Job, &[MANAGED], "k");
+    reuse.environment_label = Some("paperclip.io/agent-id".into());
+    let mut requirement = binding(WorkloadKind::Job, &[], "k");
+    requirement.selector.match_expressions = vec![crate::api::Requirement {
+        key: "paperclip.io/role".into(),
+        operator: crate::api::SelectorOperator::DoesNotExist,
+        values: vec![],
+        extra: BTreeMap::new(),
+    }];
+    let sandboxes = binding(WorkloadKind::Sandbox, &[("team", "a")], "k");
+    let providers = [provider("a", vec![reuse, requirement, sandboxes])];
+    let binder = Binder::new(&providers);
+    let read: Vec<String> = binder.labels_read(WorkloadKind::Job).into_iter().collect();
+    // A `DoesNotExist` key too: a label dropped would read as absent and match.
+    assert_eq!(read, ["paperclip.io/agent-id", "paperclip.io/managed-by", "paperclip.io/role"]);
+    assert_eq!(binder.labels_read(WorkloadKind::Sandbox).into_iter().collect::<Vec<_>>(), ["team"]);
+    assert!(binder.labels_read(WorkloadKind::SandboxClaim).is_empty());
+}
+
 mod tenancy {
     use proptest::prelude::*;
 
