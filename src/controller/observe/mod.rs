@@ -9,6 +9,7 @@
 //! It decides only about kinds it knows: served, and every watch of the kind listed. Leases of a
 //! kind not served (agent-sandbox uninstalled) or not yet listed are left as they are.
 
+mod awaiting;
 mod backoff;
 mod served;
 mod watches;
@@ -55,6 +56,7 @@ pub async fn run(ctx: Arc<Context>, options: ObserverOptions, shutdown: Cancella
         opted_in: 0,
         reported: Reported::default(),
         backoff: backoff::Backoff::default(),
+        awaiting: awaiting::Awaiting::default(),
         shutdown: shutdown.clone(),
     };
     let mut discovery = tokio::time::interval(options.discovery_interval);
@@ -91,6 +93,8 @@ struct Observer {
     reported: Reported,
     /// When a name the apiserver refused may be written again.
     backoff: backoff::Backoff,
+    /// The writes the lease watch has not shown yet.
+    awaiting: awaiting::Awaiting,
     shutdown: CancellationToken,
 }
 
@@ -126,7 +130,7 @@ impl Observer {
         let desired = self.desired(&binder, &known);
         let steps = self.steps(&desired, &known);
         if !steps.is_empty() && self.ctx.writes.fence.holds() {
-            writes::apply(&self.ctx, steps, &mut self.backoff).await;
+            writes::apply(&self.ctx, steps, &mut self.backoff, &mut self.awaiting).await;
         }
     }
 

@@ -83,6 +83,7 @@ async fn a_pass_creates_what_is_missing_leaves_the_hand_made_and_the_unknown_kin
         opted_in: 0,
         reported: Reported::default(),
         backoff: Default::default(),
+        awaiting: Default::default(),
         shutdown: CancellationToken::new(),
     };
     let providers = [provider()];

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::events::{Event, EventType};
 
+use super::awaiting::Awaiting;
 use super::backoff::{Backoff, REPORT_AFTER};
 use crate::controller::context::Context;
 use crate::metrics::OperationLabels;
@@ -28,16 +29,21 @@ pub struct Write {
     pub kept: Option<KeptLease>,
 }
 
-/// Takes `writes` of names that `backoff` lets be written, [`CONCURRENCY`] at a time. A write
-/// that fails is logged and left to a later pass: one the apiserver refuses for a newer version
-/// (409) or a lease already gone (404) is the normal race with the watch, which brings the newer
-/// state, and is retried at the next pass; any other waits as `backoff` says, and a run of
-/// refusals is reported on the provider that binds the workload.
-pub async fn apply(ctx: &Context, writes: Vec<Write>, backoff: &mut Backoff) {
+/// Takes `writes` of names that `backoff` lets be written and whose last write the watch has
+/// shown (`awaiting`), [`CONCURRENCY`] at a time. A write that fails is logged and left to a
+/// later pass: one the apiserver refuses for a newer version (409) or a lease already gone (404)
+/// is the normal race with the watch, which brings the newer state, and is retried at the next
+/// pass; any other waits as `backoff` says, and a run of refusals is reported on the provider
+/// that binds the workload.
+pub async fn apply(ctx: &Context, writes: Vec<Write>, backoff: &mut Backoff, awaiting: &mut Awaiting) {
     let wanted: HashSet<(&str, &str)> = writes.iter().map(|w| (w.namespace.as_str(), w.name.as_str())).collect();
     backoff.retain(|key| wanted.contains(&(key.0.as_str(), key.1.as_str())));
+    awaiting.retain(|key| wanted.contains(&(key.0.as_str(), key.1.as_str())));
     let now = Instant::now();
-    let due = writes.into_iter().filter(|w| backoff.due(&(w.namespace.clone(), w.name.clone()), now));
+    let due = writes.into_iter().filter(|w| {
+        let key = (w.namespace.clone(), w.name.clone());
+        backoff.due(&key, now) && !awaiting.unseen(&key, judged(w), now)
+    });
     let done: Vec<(Write, Result<(), kube::Error>)> = futures::stream::iter(due)
         .map(|write| async move {
             let result = one(ctx, &write).await;
@@ -55,6 +61,7 @@ pub async fn apply(ctx: &Context, writes: Vec<Write>, backoff: &mut Backoff) {
         let key = (write.namespace.clone(), write.name.clone());
         match result {
             Ok(()) => {
+                awaiting.wrote(key.clone(), judged(&write).map(str::to_string), Instant::now());
                 backoff.written(&key);
                 ctx.metrics.observer_writes.get_or_create(&OperationLabels { operation }).inc();
                 tracing::info!(namespace = write.namespace, name = write.name, operation, "observed lease written");
@@ -93,6 +100,11 @@ fn report_refused(ctx: &Context, write: &Write, error: &kube::Error, retry: &str
         ..ObjectReference::default()
     };
     ctx.writes.events.record(warning("ObservedLeaseRefused", note.chars().take(1024).collect()), regarding);
+}
+
+/// The version of the lease `write` was judged against (`None`: there was none).
+fn judged(write: &Write) -> Option<&str> {
+    write.kept.as_ref().and_then(|kept| kept.resource_version.as_deref())
 }
 
 async fn one(ctx: &Context, write: &Write) -> Result<(), kube::Error> {
