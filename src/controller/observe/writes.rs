@@ -72,7 +72,16 @@ pub async fn apply(ctx: &Context, writes: Vec<Write>, backoff: &mut Backoff, awa
             Err(error) => {
                 let (refusals, retry_in) = backoff.refused(key, Instant::now());
                 let retry = humantime::format_duration(retry_in).to_string();
-                tracing::warn!(namespace = write.namespace, name = write.name, operation, %error, refusals, retry, "observed lease write failed");
+                let error = said(&error);
+                tracing::warn!(
+                    namespace = write.namespace,
+                    name = write.name,
+                    operation,
+                    error,
+                    refusals,
+                    retry,
+                    "observed lease write failed"
+                );
                 if refusals == REPORT_AFTER {
                     report_refused(ctx, &write, &error, &retry);
                 }
@@ -83,12 +92,8 @@ pub async fn apply(ctx: &Context, writes: Vec<Write>, backoff: &mut Backoff, awa
 
 /// A Warning Event on the provider whose binding wants the lease (the admission policy lets
 /// sandcap write Events about its own kinds only), naming the workload and why.
-fn report_refused(ctx: &Context, write: &Write, error: &kube::Error, retry: &str) {
+fn report_refused(ctx: &Context, write: &Write, why: &str, retry: &str) {
     let Some(desired) = &write.desired else { return };
-    let why = match error {
-        kube::Error::Api(status) => format!("HTTP {} {}: {}", status.code, status.reason, status.message),
-        other => other.to_string(),
-    };
     let note = format!(
         "{} {}/{}: its observed lease cannot be written ({REPORT_AFTER} refusals in a row, the next attempt in {retry}): {why}",
         desired.kind, write.namespace, write.name
@@ -100,6 +105,14 @@ fn report_refused(ctx: &Context, write: &Write, error: &kube::Error, retry: &str
         ..ObjectReference::default()
     };
     ctx.writes.events.record(warning("ObservedLeaseRefused", note.chars().take(1024).collect()), regarding);
+}
+
+/// What the apiserver said of a write, once (kube's own text repeats its message).
+fn said(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => format!("HTTP {} {}: {}", status.code, status.reason, status.message),
+        other => other.to_string(),
+    }
 }
 
 /// The version of the lease `write` was judged against (`None`: there was none).

@@ -85,6 +85,11 @@ pub async fn a_refused_write_backs_off_and_is_reported(c: &Cluster, admin: &Clie
     ok("clean up", c.kubectl(&["delete", "namespace", QUOTA_NS, "--wait=false"]));
 }
 
+/// Whether sandcap's log line `line` is one this step makes it write: the refused writes' warnings.
+pub fn expected(line: &str) -> bool {
+    line.contains("observed lease write failed") && line.contains(&format!("namespace=\"{QUOTA_NS}\""))
+}
+
 /// sandcap's creates of lease `name` that the apiserver refused, by its audit log.
 fn refused_creates(c: &Cluster, name: &str) -> usize {
     c.audit()
