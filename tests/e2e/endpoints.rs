@@ -216,21 +216,26 @@ async fn flapping(c: &Cluster, serving: &[(String, &str, bool)], not: &[(String,
     let params = WatchParams::default().fields("metadata.name=run").timeout(290);
     let mut events = leases.watch(&params, &version).await.expect("a watch of the lease").boxed();
     let started = Instant::now();
-    let writes = tokio::spawn(async move {
-        let mut writes = Vec::new();
-        while let Some(event) = events.next().await {
-            match event.expect("the watch goes on") {
-                WatchEvent::Modified(lease) => {
-                    let status = serde_json::to_value(&lease).expect("JSON")["status"].clone();
-                    let reason = explanation(&status, "nativeSyncOut").map(|(r, _)| r).unwrap_or_default();
-                    writes.push((started.elapsed(), reason));
+    let writes = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let watching = {
+        let writes = writes.clone();
+        tokio::spawn(async move {
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(WatchEvent::Modified(lease)) => {
+                        let status = serde_json::to_value(&lease).expect("JSON")["status"].clone();
+                        let reason = explanation(&status, "nativeSyncOut").map(|(r, _)| r).unwrap_or_default();
+                        writes.lock().unwrap().push((started.elapsed(), reason));
+                    }
+                    Ok(WatchEvent::Error(e)) => {
+                        writes.lock().unwrap().push((started.elapsed(), format!("watch ended: {e}")))
+                    }
+                    Err(e) => writes.lock().unwrap().push((started.elapsed(), format!("watch failed: {e}"))),
+                    Ok(_) => {}
                 }
-                WatchEvent::Error(e) => panic!("the watch of the lease ended: {e}"),
-                _ => {}
             }
-        }
-        writes
-    });
+        })
+    };
     let mut flips = tokio::time::interval(FLIP);
     for flip in 0..30 {
         flips.tick().await;
@@ -238,8 +243,9 @@ async fn flapping(c: &Cluster, serving: &[(String, &str, bool)], not: &[(String,
     }
     let stopped = started.elapsed();
     lease_reason(&admin, NS, "run", "nativeSyncOut", "Granted").await;
-    writes.abort();
-    let writes = writes.await.unwrap_or_default();
+    watching.abort();
+    let writes = writes.lock().unwrap().clone();
+    assert!(!writes.iter().any(|(_, w)| w.starts_with("watch ")), "the watch of the lease went on: {writes:?}");
     println!("endpoints: flipping every 2 s for {stopped:.0?}: the lease written {} time(s): {writes:?}", writes.len());
     let during: Vec<_> = writes.iter().filter(|(at, _)| *at <= stopped).collect();
     assert!(during.len() <= 7, "at most 7 lease writes a minute: {writes:?}");
