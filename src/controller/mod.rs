@@ -310,6 +310,13 @@ mod tests {
             .with_ansi(false)
             .with_writer(move || buffer.clone())
             .finish();
+        // With this one the only subscriber alive, tracing judges a callsite first hit on another
+        // test's thread by that thread's subscriber alone (none: of no interest, for good), and
+        // this test's lines lose their spans. A global one that takes nothing keeps two alive.
+        static GLOBAL: std::sync::Once = std::sync::Once::new();
+        GLOBAL.call_once(|| {
+            let _ = tracing::subscriber::set_global_default(tracing::subscriber::NoSubscriber::default());
+        });
         (lines, tracing::subscriber::set_default(subscriber))
     }
 
