@@ -8,6 +8,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::controller::capacity::give_back;
+
 /// How long a write waits to be seen before the name may be written again regardless.
 pub const AWAIT: Duration = Duration::from_secs(15);
 
@@ -37,7 +39,7 @@ impl Awaiting {
     /// Forgets every name but those `wanted` (the names the last pass meant to write).
     pub fn retain(&mut self, wanted: impl Fn(&(String, String)) -> bool) {
         self.names.retain(|key, _| wanted(key));
-        self.names.shrink_to_fit();
+        give_back(&mut self.names);
     }
 }
 

@@ -6,6 +6,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::controller::capacity::give_back;
+
 /// The delay after a first refusal.
 pub const FIRST: Duration = Duration::from_millis(5);
 /// The longest delay.
@@ -41,7 +43,7 @@ impl Backoff {
     /// Forgets every name but those `wanted` (the names the last pass meant to write).
     pub fn retain(&mut self, wanted: impl Fn(&(String, String)) -> bool) {
         self.names.retain(|key, _| wanted(key));
-        self.names.shrink_to_fit();
+        give_back(&mut self.names);
     }
 }
 
